@@ -1,0 +1,59 @@
+/**
+ * The spec's Error body ({ code, message, status }) and a typed error that carries it.
+ * Each service declares its closed set of codes once (see `defineErrorCodes`) so the
+ * README, the OpenAPI document and the tests can be checked against one list.
+ */
+export interface ErrorBody {
+  code: string
+  message: string
+  status: number
+}
+
+export interface ErrorCodeDefinition {
+  status: number
+  message: string
+}
+
+export class ApiError extends Error {
+  readonly code: string
+  readonly status: number
+  readonly headers: Readonly<Record<string, string>>
+
+  constructor(
+    code: string,
+    status: number,
+    message: string,
+    options: { headers?: Record<string, string>; cause?: unknown } = {},
+  ) {
+    super(message, { cause: options.cause })
+    this.name = 'ApiError'
+    this.code = code
+    this.status = status
+    this.headers = options.headers ?? {}
+  }
+
+  toBody(): ErrorBody {
+    return { code: this.code, message: this.message, status: this.status }
+  }
+}
+
+export type ErrorCatalogue<Code extends string> = Readonly<Record<Code, ErrorCodeDefinition>> & {
+  /** Builds the error for `code`, with a more specific message when one helps the client. */
+  create(code: Code, message?: string, options?: { headers?: Record<string, string>; cause?: unknown }): ApiError
+  codes(): Code[]
+}
+
+export function defineErrorCodes<Code extends string>(
+  definitions: Record<Code, ErrorCodeDefinition>,
+): ErrorCatalogue<Code> {
+  const frozen = Object.freeze({ ...definitions })
+  const codes = Object.keys(frozen) as Code[]
+  return Object.freeze({
+    ...frozen,
+    create(code: Code, message?: string, options?: { headers?: Record<string, string>; cause?: unknown }) {
+      const definition = frozen[code]
+      return new ApiError(code, definition.status, message ?? definition.message, options)
+    },
+    codes: () => [...codes],
+  })
+}

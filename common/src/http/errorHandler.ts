@@ -1,0 +1,68 @@
+import type { FastifyError, FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { ApiError } from './apiError.ts'
+
+/** The codes every service answers with for framework-level failures. */
+export interface FrameworkErrorCodes {
+  validation: (message: string) => ApiError
+  invalidJson: (message: string) => ApiError
+  notFound: () => ApiError
+  payloadTooLarge: () => ApiError
+  unsupportedMediaType: () => ApiError
+  /** Anything else the client sent wrong that has no specific code (bad URL encoding …). */
+  badRequest: (status: number, message: string) => ApiError
+  /** Maps an unexpected error to a 5xx; the default is `internal_error`. */
+  serverError: (error: unknown) => ApiError
+}
+
+// Fastify's own error codes, mapped once to the services' documented codes.
+const CONTENT_ERRORS: Record<string, keyof FrameworkErrorCodes> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payloadTooLarge',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupportedMediaType',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'invalidJson',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalidJson',
+  FST_ERR_CTP_INVALID_JSON_BODY: 'invalidJson',
+}
+
+function isFastifyError(error: unknown): error is FastifyError {
+  return typeof error === 'object' && error !== null && 'message' in error
+}
+
+export function toApiError(error: unknown, codes: FrameworkErrorCodes): ApiError {
+  if (error instanceof ApiError) return error
+  if (!isFastifyError(error)) return codes.serverError(error)
+  if (error.validation) return codes.validation(error.message)
+  const mapped = error.code ? CONTENT_ERRORS[error.code] : undefined
+  if (mapped === 'payloadTooLarge') return codes.payloadTooLarge()
+  if (mapped === 'unsupportedMediaType') return codes.unsupportedMediaType()
+  if (mapped === 'invalidJson') return codes.invalidJson('The request body is not valid JSON.')
+  // JSON.parse and secure-json-parse (prototype poisoning) throw SyntaxError with statusCode 400.
+  if (error instanceof SyntaxError && error.statusCode === 400) {
+    return codes.invalidJson('The request body is not valid JSON.')
+  }
+  const status = error.statusCode
+  if (status !== undefined && status >= 400 && status < 500) return codes.badRequest(status, error.message)
+  return codes.serverError(error)
+}
+
+/**
+ * One error handler and one not-found handler: everything thrown becomes the spec's Error
+ * body, and 5xx details stay in the log, never in the response.
+ */
+export const errorBodies = fp(
+  async (app: FastifyInstance, options: { codes: FrameworkErrorCodes }) => {
+    const { codes } = options
+    app.setErrorHandler((error, request, reply) => {
+      const apiError = toApiError(error, codes)
+      if (apiError.status >= 500) {
+        request.log.error({ err: error, code: apiError.code }, 'request failed')
+      }
+      void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
+    })
+    app.setNotFoundHandler((_request, reply) => {
+      const apiError = codes.notFound()
+      void reply.code(apiError.status).send(apiError.toBody())
+    })
+  },
+  { name: 'error-bodies' },
+)

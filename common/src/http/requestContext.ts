@@ -1,0 +1,36 @@
+import { randomUUID } from 'node:crypto'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** Reuses a well-formed `X-Request-Id` from the caller (the gateway) so one id follows a request. */
+export function requestIdFrom(request: { headers: Record<string, string | string[] | undefined> }): string {
+  const incoming = request.headers['x-request-id']
+  return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID()
+}
+
+/**
+ * One JSON log line per request (Fastify's default is two) and the request id echoed back.
+ * Extra fields (the gateway adds key id and plan) come from `logFields`.
+ */
+export const requestContext = fp(
+  async (app: FastifyInstance, options: { logFields?: (request: FastifyRequest) => Record<string, unknown> }) => {
+    app.addHook('onRequest', async (request, reply) => {
+      reply.header('x-request-id', request.id)
+    })
+    app.addHook('onResponse', async (request, reply) => {
+      request.log.info(
+        {
+          method: request.method,
+          route: request.routeOptions.url ?? 'unmatched',
+          status: reply.statusCode,
+          durationMs: Math.round(reply.elapsedTime * 100) / 100,
+          ...options.logFields?.(request),
+        },
+        'request completed',
+      )
+    })
+  },
+  { name: 'request-context' },
+)

@@ -1,0 +1,60 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import type { Registry } from 'prom-client'
+
+export type DependencyCheck = () => Promise<void>
+
+export interface OpsServerOptions {
+  registry: Registry
+  /** Each named dependency must answer for the process to be ready. */
+  dependencies: Record<string, DependencyCheck>
+  /** False once shutdown has begun, so load balancers stop sending traffic first. */
+  isAccepting: () => boolean
+  logger: FastifyBaseLogger
+  checkTimeoutMillis?: number
+}
+
+async function withTimeout(check: DependencyCheck, millis: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${millis} ms`)), millis)
+  })
+  try {
+    await Promise.race([check(), timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** The ops port: liveness, readiness with each dependency's state, and Prometheus metrics. */
+export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
+  const ops = Fastify({ loggerInstance: options.logger.child({ port: 'ops' }) as FastifyBaseLogger, disableRequestLogging: true })
+  const timeout = options.checkTimeoutMillis ?? 1_000
+
+  ops.get('/healthz', async () => ({ status: 'ok' }))
+
+  ops.get('/readyz', async (_request, reply) => {
+    const entries = await Promise.all(
+      Object.entries(options.dependencies).map(async ([name, check]) => {
+        try {
+          await withTimeout(check, timeout)
+          return [name, 'up'] as const
+        } catch {
+          return [name, 'down'] as const
+        }
+      }),
+    )
+    const dependencies = Object.fromEntries(entries)
+    const accepting = options.isAccepting()
+    const ready = accepting && entries.every(([, state]) => state === 'up')
+    return reply
+      .code(ready ? 200 : 503)
+      .send({ status: ready ? 'ready' : accepting ? 'not_ready' : 'shutting_down', dependencies })
+  })
+
+  ops.get('/metrics', async (_request, reply) => {
+    const body = await options.registry.metrics()
+    return reply.type(options.registry.contentType).send(body)
+  })
+
+  return ops
+}

@@ -1,0 +1,50 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import type { Registry } from 'prom-client'
+import { errorBodies } from '../../common/src/http/errorHandler.ts'
+import { requestContext, requestIdFrom } from '../../common/src/http/requestContext.ts'
+import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
+import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
+import { petsFrameworkErrors } from './errors.ts'
+import { internalAuth } from './http/internalAuth.ts'
+import type { PetRepository } from './repository/petRepository.ts'
+import { createPetRoute } from './routes/createPet.ts'
+import { getPetRoute } from './routes/getPet.ts'
+import { listPetsRoute } from './routes/listPets.ts'
+
+export interface PetsServiceDependencies {
+  pets: PetRepository
+  internalToken: string
+  logger: FastifyBaseLogger
+  registry: Registry
+}
+
+export const BODY_LIMIT_BYTES = 1_048_576
+
+/**
+ * The pets-service pipeline, in order: request id and one log line, metrics, the gateway's
+ * internal credential, validation, the three catalogue routes, and one error shape for all.
+ */
+export async function buildPetsService(deps: PetsServiceDependencies): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.logger,
+    disableRequestLogging: true,
+    genReqId: requestIdFrom,
+    bodyLimit: BODY_LIMIT_BYTES,
+    // Slow or stalled clients are cut off instead of holding sockets forever.
+    requestTimeout: 30_000,
+    connectionTimeout: 60_000,
+    keepAliveTimeout: 72_000,
+    return503OnClosing: true,
+  })
+  useStrictBodyValidation(app)
+
+  await app.register(requestContext)
+  await app.register(httpMetrics, { registry: deps.registry })
+  await app.register(errorBodies, { codes: petsFrameworkErrors })
+  await app.register(internalAuth, { token: deps.internalToken })
+
+  await app.register(listPetsRoute, { pets: deps.pets })
+  await app.register(createPetRoute, { pets: deps.pets })
+  await app.register(getPetRoute, { pets: deps.pets })
+  return app
+}

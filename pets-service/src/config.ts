@@ -1,0 +1,22 @@
+import { portFromEnv, requiredEnv } from '../../common/src/env.ts'
+
+export interface PetsServiceConfig {
+  databaseUrl: string
+  host: string
+  port: number
+  opsHost: string
+  opsPort: number
+  internalToken: string
+}
+
+/** Environment only (see the README's table); a missing or malformed value stops the boot. */
+export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServiceConfig {
+  return Object.freeze({
+    databaseUrl: requiredEnv('DATABASE_URL', env),
+    host: env.PETS_HOST || '127.0.0.1',
+    port: portFromEnv('PETS_PORT', 3001, env),
+    opsHost: env.PETS_OPS_HOST || '127.0.0.1',
+    opsPort: portFromEnv('PETS_OPS_PORT', 9465, env),
+    internalToken: requiredEnv('INTERNAL_TOKEN', env),
+  })
+}

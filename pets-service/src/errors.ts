@@ -1,0 +1,42 @@
+import { defineErrorCodes } from '../../common/src/http/apiError.ts'
+import type { FrameworkErrorCodes } from '../../common/src/http/errorHandler.ts'
+import { isDatabaseUnavailable } from '../../common/src/database/pool.ts'
+
+/** Every code the pets-service answers with. The README's table is tested against this list. */
+export const petsErrors = defineErrorCodes({
+  validation_failed: { status: 400, message: 'The request is invalid.' },
+  invalid_json: { status: 400, message: 'The request body is not valid JSON.' },
+  bad_request: { status: 400, message: 'The request could not be understood.' },
+  unauthorized: { status: 401, message: 'This service only answers the gateway.' },
+  not_found: { status: 404, message: 'No route matches this method and path.' },
+  pet_not_found: { status: 404, message: 'No animal has this id.' },
+  payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
+  unsupported_media_type: { status: 415, message: 'The request body must be application/json.' },
+  idempotency_key_reused: {
+    status: 422,
+    message: 'This Idempotency-Key was already used with a different request body.',
+  },
+  internal_error: { status: 500, message: 'Something went wrong on our side.' },
+  service_unavailable: { status: 503, message: 'The catalogue is temporarily unavailable; retry shortly.' },
+})
+
+export type PetsErrorCode = ReturnType<typeof petsErrors.codes>[number]
+
+/** Seconds a client should wait after a 503 before retrying. */
+export const RETRY_AFTER_UNAVAILABLE = '5'
+
+export const petsFrameworkErrors: FrameworkErrorCodes = {
+  validation: (message) => petsErrors.create('validation_failed', message),
+  invalidJson: (message) => petsErrors.create('invalid_json', message),
+  notFound: () => petsErrors.create('not_found'),
+  payloadTooLarge: () => petsErrors.create('payload_too_large'),
+  unsupportedMediaType: () => petsErrors.create('unsupported_media_type'),
+  badRequest: () => petsErrors.create('bad_request'),
+  serverError: (error) =>
+    isDatabaseUnavailable(error)
+      ? petsErrors.create('service_unavailable', undefined, {
+          headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },
+          cause: error,
+        })
+      : petsErrors.create('internal_error', undefined, { cause: error }),
+}

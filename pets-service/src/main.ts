@@ -1,0 +1,68 @@
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { createPool } from '../../common/src/database/pool.ts'
+import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import { createLogger } from '../../common/src/logger.ts'
+import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
+import { buildPetsService } from './app.ts'
+import { loadPetsConfig } from './config.ts'
+import { createPetRepository } from './repository/petRepository.ts'
+
+export const PETS_MIGRATIONS = {
+  schema: 'pets',
+  directory: path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'migrations'),
+}
+
+const logger = createLogger('pets-service')
+
+async function main(): Promise<void> {
+  const config = loadPetsConfig()
+  const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', logger })
+  await migrate(pool, PETS_MIGRATIONS, logger)
+
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry })
+  new Gauge({
+    name: 'pg_pool_connections',
+    help: 'Postgres pool connections by state.',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      this.set({ state: 'total' }, pool.totalCount)
+      this.set({ state: 'idle' }, pool.idleCount)
+      this.set({ state: 'waiting' }, pool.waitingCount)
+    },
+  })
+
+  const pets = createPetRepository(pool)
+  const app = await buildPetsService({ pets, internalToken: config.internalToken, logger, registry })
+  let accepting = true
+  const ops = buildOpsServer({
+    registry,
+    logger,
+    isAccepting: () => accepting,
+    dependencies: { postgres: () => pets.ping() },
+  })
+
+  const purge = setInterval(() => {
+    pets.purgeIdempotencyKeys().catch((error: unknown) => logger.warn({ err: error }, 'idempotency purge failed'))
+  }, 3_600_000)
+  purge.unref()
+
+  await ops.listen({ host: config.opsHost, port: config.opsPort })
+  await app.listen({ host: config.host, port: config.port })
+
+  onShutdownSignal(logger, [
+    { name: 'stop accepting', run: async () => (accepting = false) },
+    { name: 'drain requests', run: () => app.close() },
+    { name: 'close ops port', run: () => ops.close() },
+    { name: 'close Postgres pool', run: () => pool.end() },
+  ])
+}
+
+main().catch((error: unknown) => {
+  logger.fatal({ err: error }, 'pets-service failed to start')
+  process.exit(1)
+})

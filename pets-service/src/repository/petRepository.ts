@@ -1,0 +1,125 @@
+import type pg from 'pg'
+import type { Pet, PetStatus } from '../schemas/pet.ts'
+
+export interface NewPetRow {
+  name: string
+  categoryId: number
+  status: PetStatus
+}
+
+export interface PageQuery {
+  limit: number
+  status?: PetStatus
+  afterId: number
+}
+
+export interface IdempotencyClaim {
+  consumer: string
+  key: string
+  /** Hash of the normalised request body; a different body under the same key is refused. */
+  fingerprint: string
+}
+
+export type CreateResult =
+  | { outcome: 'created'; pet: Pet }
+  | { outcome: 'replayed'; pet: Pet }
+  | { outcome: 'key_reused' }
+
+const COLUMNS = 'id, name, category_id AS "categoryId", status'
+
+/** How long an Idempotency-Key is remembered. */
+export const IDEMPOTENCY_RETENTION_HOURS = 24
+
+export function createPetRepository(pool: pg.Pool) {
+  async function insertPet(client: pg.Pool | pg.PoolClient, pet: NewPetRow): Promise<Pet> {
+    const { rows } = await client.query<Pet>(
+      `INSERT INTO pets.pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${COLUMNS}`,
+      [pet.name, pet.categoryId, pet.status],
+    )
+    return rows[0] as Pet
+  }
+
+  return {
+    /** One page in id order; asks for `limit` rows and the caller decides on a next link. */
+    async listPage({ limit, status, afterId }: PageQuery): Promise<Pet[]> {
+      const { rows } =
+        status === undefined
+          ? await pool.query<Pet>(`SELECT ${COLUMNS} FROM pets.pets WHERE id > $1 ORDER BY id LIMIT $2`, [
+              afterId,
+              limit,
+            ])
+          : await pool.query<Pet>(
+              `SELECT ${COLUMNS} FROM pets.pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`,
+              [status, afterId, limit],
+            )
+      return rows
+    },
+
+    async findById(id: number): Promise<Pet | undefined> {
+      const { rows } = await pool.query<Pet>(`SELECT ${COLUMNS} FROM pets.pets WHERE id = $1`, [id])
+      return rows[0]
+    },
+
+    async create(pet: NewPetRow, claim?: IdempotencyClaim): Promise<CreateResult> {
+      if (!claim) return { outcome: 'created', pet: await insertPet(pool, pet) }
+      const client = await pool.connect()
+      try {
+        await client.query('BEGIN')
+        // A concurrent request with the same key blocks here until the first commits, then
+        // finds its row: exactly one pet per key whatever the interleaving.
+        const claimed = await client.query(
+          `INSERT INTO pets.idempotency_keys (consumer, key, fingerprint) VALUES ($1, $2, $3)
+           ON CONFLICT (consumer, key) DO NOTHING`,
+          [claim.consumer, claim.key, claim.fingerprint],
+        )
+        let result: CreateResult
+        if (claimed.rowCount === 1) {
+          const created = await insertPet(client, pet)
+          await client.query('UPDATE pets.idempotency_keys SET pet_id = $3 WHERE consumer = $1 AND key = $2', [
+            claim.consumer,
+            claim.key,
+            created.id,
+          ])
+          result = { outcome: 'created', pet: created }
+        } else {
+          result = await replay(client, claim)
+        }
+        await client.query('COMMIT')
+        return result
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined)
+        throw error
+      } finally {
+        client.release()
+      }
+    },
+
+    /** Forgets idempotency keys older than the retention period; returns how many. */
+    async purgeIdempotencyKeys(): Promise<number> {
+      const { rowCount } = await pool.query(
+        `DELETE FROM pets.idempotency_keys WHERE created_at < now() - make_interval(hours => $1)`,
+        [IDEMPOTENCY_RETENTION_HOURS],
+      )
+      return rowCount ?? 0
+    },
+
+    async ping(): Promise<void> {
+      await pool.query('SELECT 1')
+    },
+  }
+}
+
+async function replay(client: pg.PoolClient, claim: IdempotencyClaim): Promise<CreateResult> {
+  const { rows } = await client.query<Pet & { fingerprint: string }>(
+    `SELECT k.fingerprint, p.id, p.name, p.category_id AS "categoryId", p.status
+       FROM pets.idempotency_keys k JOIN pets.pets p ON p.id = k.pet_id
+      WHERE k.consumer = $1 AND k.key = $2`,
+    [claim.consumer, claim.key],
+  )
+  const row = rows[0]
+  if (!row || row.fingerprint !== claim.fingerprint) return { outcome: 'key_reused' }
+  const { fingerprint: _fingerprint, ...pet } = row
+  return { outcome: 'replayed', pet }
+}
+
+export type PetRepository = ReturnType<typeof createPetRepository>

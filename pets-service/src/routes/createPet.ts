@@ -1,0 +1,43 @@
+import { createHash } from 'node:crypto'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { petsErrors } from '../errors.ts'
+import { consumerId, publicPrefix } from '../http/forwarded.ts'
+import type { NewPetRow, PetRepository } from '../repository/petRepository.ts'
+import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, Pet } from '../schemas/pet.ts'
+
+/** DESIGN: the name is trimmed and must then hold 1 to 100 characters; status defaults to available. */
+export function normaliseNewPet(body: NewPet): NewPetRow {
+  const name = body.name.trim()
+  const length = [...name].length
+  if (length < 1 || length > NAME_MAX_LENGTH) {
+    throw petsErrors.create('validation_failed', `body/name must hold 1 to ${NAME_MAX_LENGTH} characters once trimmed`)
+  }
+  if (!name.isWellFormed()) {
+    throw petsErrors.create('validation_failed', 'body/name must be valid Unicode text')
+  }
+  return { name, categoryId: body.categoryId, status: body.status ?? 'available' }
+}
+
+function fingerprint(pet: NewPetRow): string {
+  return createHash('sha256').update(JSON.stringify([pet.name, pet.categoryId, pet.status])).digest('base64url')
+}
+
+/** POST /pets (createPet): 201 with the pet and its Location; Idempotency-Key makes retries safe. */
+export const createPetRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = async (app, { pets }) => {
+  app.post(
+    '/pets',
+    { schema: { body: NewPet, headers: IdempotencyHeaders, response: { 201: Pet } } },
+    async (request, reply) => {
+      const pet = normaliseNewPet(request.body)
+      const key = request.headers['idempotency-key']
+      const claim = key === undefined ? undefined : { consumer: consumerId(request), key, fingerprint: fingerprint(pet) }
+      const result = await pets.create(pet, claim)
+      if (result.outcome === 'key_reused') throw petsErrors.create('idempotency_key_reused')
+      if (result.outcome === 'replayed') reply.header('idempotent-replayed', 'true')
+      return reply
+        .code(201)
+        .header('location', `${publicPrefix(request)}/pets/${result.pet.id}`)
+        .send(result.pet)
+    },
+  )
+}

@@ -1,0 +1,32 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { petsErrors } from '../errors.ts'
+import { publicPrefix } from '../http/forwarded.ts'
+import type { PetRepository } from '../repository/petRepository.ts'
+import { MAX_SAFE_ID, Pet, PetIdParams } from '../schemas/pet.ts'
+
+/** RFC 9745 §2: Deprecation is a structured-field date (Unix seconds): 2026-01-01T00:00:00Z. */
+export const DEPRECATED_SINCE = '@1767225600'
+/** RFC 8594: the spec's removal date, 5 December 2030. */
+export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
+
+const INT64_MAX = 9_223_372_036_854_775_807n
+
+/** GET /pets/{petId} (getPet, deprecated): the replacement is GET /pets with the status filter. */
+export const getPetRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = async (app, { pets }) => {
+  app.get('/pets/:petId', { schema: { params: PetIdParams, response: { 200: Pet } } }, async (request, reply) => {
+    // Deprecation headers go on every answer of this operation, errors included.
+    reply.headers({
+      deprecation: DEPRECATED_SINCE,
+      sunset: SUNSET,
+      link: `<${publicPrefix(request)}/pets>; rel="successor-version"`,
+    })
+    const raw = BigInt(request.params.petId)
+    if (raw > INT64_MAX) {
+      throw petsErrors.create('validation_failed', 'params/petId must be an integer between 1 and 2^63 - 1')
+    }
+    // Ids are never assigned above 2^53 - 1, so a larger int64 is well-formed but absent.
+    const pet = raw <= BigInt(MAX_SAFE_ID) ? await pets.findById(Number(raw)) : undefined
+    if (!pet) throw petsErrors.create('pet_not_found')
+    return pet
+  })
+}

@@ -1,0 +1,28 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { petsErrors } from '../errors.ts'
+import { decodeCursor, encodeCursor } from '../http/cursor.ts'
+import { publicPrefix } from '../http/forwarded.ts'
+import type { PetRepository } from '../repository/petRepository.ts'
+import { ListPetsQuery, PetList } from '../schemas/pet.ts'
+
+/** GET /pets (listPets): a bare array in id order; `Link: rel="next"` while more rows follow. */
+export const listPetsRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = async (app, { pets }) => {
+  app.get('/pets', { schema: { querystring: ListPetsQuery, response: { 200: PetList } } }, async (request, reply) => {
+    const { limit, status, cursor } = request.query
+    const afterId = cursor === undefined ? 0 : decodeCursor(cursor)
+    if (afterId === undefined) {
+      throw petsErrors.create('validation_failed', 'querystring/cursor is not a cursor this API issued')
+    }
+    // One row more than asked tells whether a next page exists without a count query.
+    const rows = await pets.listPage({ limit: limit + 1, status, afterId })
+    const page = rows.slice(0, limit)
+    const last = page.at(-1)
+    if (rows.length > limit && last) {
+      const next = new URLSearchParams({ limit: String(limit) })
+      if (status) next.set('status', status)
+      next.set('cursor', encodeCursor(last.id))
+      reply.header('link', `<${publicPrefix(request)}/pets?${next.toString()}>; rel="next"`)
+    }
+    return page
+  })
+}

@@ -1,0 +1,55 @@
+import { Type, type Static } from 'typebox'
+
+export const PET_STATUSES = ['available', 'pending', 'sold'] as const
+
+export const PetStatus = Type.Enum([...PET_STATUSES], { description: 'Availability of the animal' })
+
+/** Largest id or categoryId a JSON client can send and read back without rounding. */
+export const MAX_SAFE_ID = Number.MAX_SAFE_INTEGER
+
+const Id = Type.Integer({ minimum: 1, maximum: MAX_SAFE_ID })
+
+export const NAME_MAX_LENGTH = 100
+
+// The raw name may carry surrounding whitespace that is trimmed away; control characters
+// (NUL above all, which Postgres text cannot hold) are refused. The trimmed length is
+// checked after parsing (see normaliseNewPet).
+export const NewPet = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 1_000, pattern: '^[^\\u0000-\\u001f\\u007f]*$' }),
+    categoryId: Id,
+    status: Type.Optional(PetStatus),
+  },
+  { additionalProperties: false },
+)
+export type NewPet = Static<typeof NewPet>
+
+export const Pet = Type.Object({
+  id: Type.Integer(),
+  name: Type.String(),
+  categoryId: Type.Integer(),
+  status: PetStatus,
+})
+export type Pet = Static<typeof Pet>
+export type PetStatus = Pet['status']
+
+export const PetList = Type.Array(Pet)
+
+export const ListPetsQuery = Type.Object(
+  {
+    limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+    status: Type.Optional(PetStatus),
+    cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  },
+  { additionalProperties: false },
+)
+
+// petId stays a string until parsed: a number schema would accept "1e3" and round
+// 9007199254740993 before we could refuse it.
+export const PetIdParams = Type.Object({
+  petId: Type.String({ pattern: '^[1-9][0-9]{0,18}$', maxLength: 19 }),
+})
+
+export const IdempotencyHeaders = Type.Object({
+  'idempotency-key': Type.Optional(Type.String({ minLength: 1, maxLength: 255, pattern: '^[\\x21-\\x7e]+$' })),
+})

@@ -1,0 +1,28 @@
+import { defineConfig } from 'vitest/config'
+
+// Unit tests need nothing running; integration tests talk to real Postgres (and later Redis)
+// through the throwaway databases that test/helpers/postgres.ts creates and drops.
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['test/**/*.test.ts'],
+          exclude: ['test/**/*.int.test.ts'],
+        },
+      },
+      {
+        test: {
+          name: 'integration',
+          include: ['test/**/*.int.test.ts'],
+          globalSetup: ['test/helpers/globalSetup.ts'],
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+          pool: 'forks',
+          maxWorkers: 2,
+        },
+      },
+    ],
+  },
+})
