@@ -1,5 +1,3 @@
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
@@ -8,12 +6,8 @@ import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { buildPetsService } from './app.ts'
 import { loadPetsConfig } from './config.ts'
+import { PETS_MIGRATIONS } from './migrations.ts'
 import { createPetRepository } from './repository/petRepository.ts'
-
-export const PETS_MIGRATIONS = {
-  schema: 'pets',
-  directory: path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'migrations'),
-}
 
 const logger = createLogger('pets-service')
 

@@ -1,0 +1,64 @@
+import type { AddressInfo } from 'node:net'
+import type { FastifyInstance } from 'fastify'
+import { pino } from 'pino'
+import type pg from 'pg'
+import { Registry } from 'prom-client'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { createPool } from '../../common/src/database/pool.ts'
+import { buildPetsService } from '../../pets-service/src/app.ts'
+import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
+import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
+
+export const TEST_INTERNAL_TOKEN = 'test-internal-token-0123456789abcdef'
+
+export interface RunningPetsService {
+  app: FastifyInstance
+  pool: pg.Pool
+  /** Base URL of the real HTTP listener, e.g. http://127.0.0.1:41234 */
+  url: string
+  /** fetch against the service with the internal credential unless `headers` overrides it. */
+  request(pathAndQuery: string, init?: RequestInit): Promise<Response>
+  close(): Promise<void>
+}
+
+/** Starts the pets-service on an ephemeral port against `databaseUrl`, migrations applied. */
+export async function startPetsService(
+  databaseUrl: string,
+  options: { logStream?: NodeJS.WritableStream } = {},
+): Promise<RunningPetsService> {
+  const pool = createPool({ connectionString: databaseUrl, applicationName: 'pets-service-test' })
+  await migrate(pool, PETS_MIGRATIONS)
+  const logger = options.logStream ? pino(options.logStream) : pino({ level: 'silent' })
+  const app = await buildPetsService({
+    pets: createPetRepository(pool),
+    internalToken: TEST_INTERNAL_TOKEN,
+    logger,
+    registry: new Registry(),
+  })
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = app.server.address() as AddressInfo
+  const url = `http://127.0.0.1:${port}`
+  return {
+    app,
+    pool,
+    url,
+    request: (pathAndQuery, init = {}) =>
+      fetch(`${url}${pathAndQuery}`, {
+        ...init,
+        headers: { 'x-internal-token': TEST_INTERNAL_TOKEN, ...(init.headers as Record<string, string>) },
+      }),
+    async close() {
+      await app.close()
+      await pool.end()
+    },
+  }
+}
+
+/** POST /pets with a JSON body and the internal credential. */
+export function jsonPost(body: unknown, headers: Record<string, string> = {}): RequestInit {
+  return {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  }
+}
