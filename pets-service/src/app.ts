@@ -37,6 +37,9 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     return503OnClosing: true,
   })
   useStrictBodyValidation(app)
+  // The catalogue speaks JSON only: without this, Fastify would parse text/plain bodies and
+  // answer 400 where 415 Unsupported Media Type is the truth.
+  app.removeContentTypeParser('text/plain')
 
   await app.register(requestContext)
   await app.register(httpMetrics, { registry: deps.registry })

@@ -5,6 +5,9 @@ import { consumerId, publicPrefix } from '../http/forwarded.ts'
 import type { NewPetRow, PetRepository } from '../repository/petRepository.ts'
 import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, Pet } from '../schemas/pet.ts'
 
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/
+
 /** DESIGN: the name is trimmed and must then hold 1 to 100 characters; status defaults to available. */
 export function normaliseNewPet(body: NewPet): NewPetRow {
   const name = body.name.trim()
@@ -12,8 +15,9 @@ export function normaliseNewPet(body: NewPet): NewPetRow {
   if (length < 1 || length > NAME_MAX_LENGTH) {
     throw petsErrors.create('validation_failed', `body/name must hold 1 to ${NAME_MAX_LENGTH} characters once trimmed`)
   }
-  if (!name.isWellFormed()) {
-    throw petsErrors.create('validation_failed', 'body/name must be valid Unicode text')
+  // Control characters have no place in a name, and Postgres text cannot hold NUL at all.
+  if (CONTROL_CHARACTER.test(name) || !name.isWellFormed()) {
+    throw petsErrors.create('validation_failed', 'body/name must be printable Unicode text')
   }
   return { name, categoryId: body.categoryId, status: body.status ?? 'available' }
 }

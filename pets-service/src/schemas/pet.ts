@@ -11,12 +11,11 @@ const Id = Type.Integer({ minimum: 1, maximum: MAX_SAFE_ID })
 
 export const NAME_MAX_LENGTH = 100
 
-// The raw name may carry surrounding whitespace that is trimmed away; control characters
-// (NUL above all, which Postgres text cannot hold) are refused. The trimmed length is
-// checked after parsing (see normaliseNewPet).
+// The raw name may carry surrounding whitespace that is trimmed away; the trimmed name's
+// length and characters are checked after parsing (see normaliseNewPet).
 export const NewPet = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: 1_000, pattern: '^[^\\u0000-\\u001f\\u007f]*$' }),
+    name: Type.String({ minLength: 1, maxLength: 1_000 }),
     categoryId: Id,
     status: Type.Optional(PetStatus),
   },

@@ -1,0 +1,317 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { expectErrorResponse } from '../helpers/assertions.ts'
+import { jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+
+export interface CatalogueDatabase {
+  url: string
+  drop(): Promise<void>
+}
+
+type Pet = { id: number; name: string; categoryId: number; status: string }
+
+/**
+ * Every row of the spec's tables for listPets, createPet and getPet, and every DESIGN decision,
+ * through real HTTP against a real Postgres. Run once on a Postgres server and once on the
+ * embedded PGlite path.
+ */
+export function describeCatalogue(label: string, openDatabase: () => Promise<CatalogueDatabase>) {
+  describe(`pets-service catalogue on ${label}`, () => {
+    let database: CatalogueDatabase
+    let service: RunningPetsService
+
+    beforeAll(async () => {
+      database = await openDatabase()
+      service = await startPetsService(database.url)
+    })
+    afterAll(async () => {
+      await service?.close()
+      await database?.drop()
+    })
+    beforeEach(async () => {
+      await service.pool.query('TRUNCATE pets.pets RESTART IDENTITY CASCADE')
+    })
+
+    async function createPet(body: Record<string, unknown>, headers: Record<string, string> = {}): Promise<Pet> {
+      const response = await service.request('/pets', jsonPost(body, headers))
+      expect(response.status, await response.clone().text()).toBe(201)
+      return (await response.json()) as Pet
+    }
+
+    async function seed(count: number, status = 'available'): Promise<Pet[]> {
+      const pets: Pet[] = []
+      for (let i = 1; i <= count; i++) pets.push(await createPet({ name: `pet ${i}`, categoryId: i, status }))
+      return pets
+    }
+
+    async function storedCount(): Promise<number> {
+      const { rows } = await service.pool.query<{ count: string }>('SELECT count(*) FROM pets.pets')
+      return Number(rows[0]?.count)
+    }
+
+    describe('POST /pets', () => {
+      it('answers 201 with the stored pet, its assigned id and a Location header', async () => {
+        const response = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 3, status: 'pending' }))
+        expect(response.status).toBe(201)
+        expect(response.headers.get('content-type')).toMatch(/^application\/json/)
+        const pet = (await response.json()) as Pet
+        expect(pet).toEqual({ id: expect.any(Number), name: 'Rex', categoryId: 3, status: 'pending' })
+        expect(response.headers.get('location')).toBe(`/pets/${pet.id}`)
+      })
+
+      it('prefixes Location with the public path the gateway forwards', async () => {
+        const response = await service.request(
+          '/pets',
+          jsonPost({ name: 'Rex', categoryId: 3 }, { 'x-forwarded-prefix': '/v1' }),
+        )
+        const pet = (await response.json()) as Pet
+        expect(response.headers.get('location')).toBe(`/v1/pets/${pet.id}`)
+      })
+
+      it('defaults status to available and trims the name', async () => {
+        const pet = await createPet({ name: '  Bella \t', categoryId: 1 })
+        expect(pet).toMatchObject({ name: 'Bella', status: 'available' })
+      })
+
+      it('accepts a 100-character name and categoryId 2^53 - 1 exactly', async () => {
+        const name = 'n'.repeat(100)
+        const pet = await createPet({ name, categoryId: Number.MAX_SAFE_INTEGER })
+        expect(pet).toMatchObject({ name, categoryId: 9007199254740991 })
+        const stored = await service.pool.query('SELECT category_id::text AS c FROM pets.pets WHERE id = $1', [pet.id])
+        expect(stored.rows[0].c).toBe('9007199254740991')
+      })
+
+      it.each([
+        ['name missing', '{"categoryId":1}'],
+        ['categoryId missing', '{"name":"Rex"}'],
+        ['an empty name', '{"name":"","categoryId":1}'],
+        ['a name of only spaces', '{"name":"   ","categoryId":1}'],
+        ['a name of 101 characters', JSON.stringify({ name: 'n'.repeat(101), categoryId: 1 })],
+        ['a name with a NUL character', '{"name":"Re\\u0000x","categoryId":1}'],
+        ['a name with a line break inside', '{"name":"Re\\nx","categoryId":1}'],
+        ['a name with a lone surrogate', '{"name":"Re\\ud800x","categoryId":1}'],
+        ['a name that is a number', '{"name":12,"categoryId":1}'],
+        ['categoryId 0', '{"name":"Rex","categoryId":0}'],
+        ['a negative categoryId', '{"name":"Rex","categoryId":-4}'],
+        ['a fractional categoryId', '{"name":"Rex","categoryId":1.5}'],
+        ['categoryId as a string', '{"name":"Rex","categoryId":"7"}'],
+        ['categoryId 2^53', '{"name":"Rex","categoryId":9007199254740992}'],
+        ['categoryId 2^53 + 1 (would round)', '{"name":"Rex","categoryId":9007199254740993}'],
+        ['categoryId beyond int64', '{"name":"Rex","categoryId":99999999999999999999999}'],
+        ['an unknown status', '{"name":"Rex","categoryId":1,"status":"adopted"}'],
+        ['a client-chosen id', '{"id":5,"name":"Rex","categoryId":1}'],
+        ['an unknown field', '{"name":"Rex","categoryId":1,"colour":"brown"}'],
+        ['an array body', '[{"name":"Rex","categoryId":1}]'],
+        ['a null body', 'null'],
+      ])('refuses %s with 400 validation_failed and stores nothing', async (_case, body) => {
+        await expectErrorResponse(await service.request('/pets', jsonPost(body)), 400, 'validation_failed')
+        expect(await storedCount()).toBe(0)
+      })
+
+      it.each([
+        ['malformed JSON', '{"name": "Rex",'],
+        ['an empty body', ''],
+        ['a __proto__ key (prototype poisoning)', '{"name":"Rex","categoryId":1,"__proto__":{"admin":true}}'],
+      ])('refuses %s with 400 invalid_json and stores nothing', async (_case, body) => {
+        await expectErrorResponse(await service.request('/pets', jsonPost(body)), 400, 'invalid_json')
+        expect(await storedCount()).toBe(0)
+      })
+
+      it('refuses a body that is not application/json with 415', async () => {
+        const response = await service.request('/pets', {
+          method: 'POST',
+          headers: { 'content-type': 'text/plain' },
+          body: 'name=Rex',
+        })
+        await expectErrorResponse(response, 415, 'unsupported_media_type')
+      })
+
+      it('refuses a body over 1 MiB with 413', async () => {
+        const body = JSON.stringify({ name: 'Rex', categoryId: 1, pad: 'x'.repeat(1_048_576) })
+        await expectErrorResponse(await service.request('/pets', jsonPost(body)), 413, 'payload_too_large')
+        expect(await storedCount()).toBe(0)
+      })
+
+      describe('Idempotency-Key', () => {
+        it('returns the first pet for a retried request and creates no second row', async () => {
+          const headers = { 'idempotency-key': 'order-42' }
+          const first = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 1 }, headers))
+          const retry = await service.request('/pets', jsonPost({ name: ' Rex ', categoryId: 1 }, headers))
+          expect(first.status).toBe(201)
+          expect(retry.status).toBe(201)
+          expect(await retry.json()).toEqual(await first.json())
+          expect(retry.headers.get('idempotent-replayed')).toBe('true')
+          expect(retry.headers.get('location')).toBe(first.headers.get('location'))
+          expect(await storedCount()).toBe(1)
+        })
+
+        it('answers 422 when the same key comes with a different body', async () => {
+          const headers = { 'idempotency-key': 'order-43' }
+          await createPet({ name: 'Rex', categoryId: 1 }, headers)
+          const response = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 2 }, headers))
+          await expectErrorResponse(response, 422, 'idempotency_key_reused')
+          expect(await storedCount()).toBe(1)
+        })
+
+        it('creates exactly one pet when ten retries race', async () => {
+          const headers = { 'idempotency-key': 'race-1' }
+          const responses = await Promise.all(
+            Array.from({ length: 10 }, () => service.request('/pets', jsonPost({ name: 'Rex', categoryId: 1 }, headers))),
+          )
+          const bodies = await Promise.all(responses.map((response) => response.json()))
+          expect(responses.map((response) => response.status)).toEqual(Array(10).fill(201))
+          expect(new Set(bodies.map((body) => (body as Pet).id)).size).toBe(1)
+          expect(await storedCount()).toBe(1)
+        })
+
+        it('keeps keys of different consumers apart', async () => {
+          const body = { name: 'Rex', categoryId: 1 }
+          const a = await createPet(body, { 'idempotency-key': 'shared', 'x-consumer-id': 'key_a' })
+          const b = await createPet(body, { 'idempotency-key': 'shared', 'x-consumer-id': 'key_b' })
+          expect(a.id).not.toBe(b.id)
+          expect(await storedCount()).toBe(2)
+        })
+
+        it.each([['a key with spaces', 'two words'], ['a key over 255 characters', 'k'.repeat(256)]])(
+          'refuses %s with 400',
+          async (_case, key) => {
+            const response = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 1 }, { 'idempotency-key': key }))
+            await expectErrorResponse(response, 400, 'validation_failed')
+            expect(await storedCount()).toBe(0)
+          },
+        )
+      })
+    })
+
+    describe('GET /pets', () => {
+      it('answers a bare JSON array of pets in id order, 20 by default', async () => {
+        const pets = await seed(25)
+        const response = await service.request('/pets')
+        expect(response.status).toBe(200)
+        expect(response.headers.get('content-type')).toMatch(/^application\/json/)
+        expect(await response.json()).toEqual(pets.slice(0, 20))
+      })
+
+      it('answers an empty array when the catalogue is empty, without a next link', async () => {
+        const response = await service.request('/pets')
+        expect(response.status).toBe(200)
+        expect(await response.json()).toEqual([])
+        expect(response.headers.get('link')).toBeNull()
+      })
+
+      it.each([1, 100])('honours limit=%i', async (limit) => {
+        await seed(limit === 1 ? 3 : 101)
+        const response = await service.request(`/pets?limit=${limit}`)
+        expect(((await response.json()) as Pet[]).length).toBe(limit)
+      })
+
+      it('filters by status', async () => {
+        await seed(2, 'available')
+        const sold = await seed(3, 'sold')
+        const response = await service.request('/pets?status=sold')
+        expect(await response.json()).toEqual(sold)
+      })
+
+      it.each([
+        ['limit=0'],
+        ['limit=101'],
+        ['limit=abc'],
+        ['limit=1.5'],
+        ['limit=-1'],
+        ['limit=1&limit=2'],
+        ['status=adopted'],
+        ['cursor=not-a-cursor'],
+        ['cursor=' + Buffer.from('p1:0').toString('base64url')],
+        ['colour=brown'],
+      ])('refuses ?%s with 400 validation_failed', async (query) => {
+        await expectErrorResponse(await service.request(`/pets?${query}`), 400, 'validation_failed')
+      })
+
+      it('links the next page until the last one, which has no link', async () => {
+        const pets = await seed(5)
+        const first = await service.request('/pets?limit=2', { headers: { 'x-forwarded-prefix': '/v1' } })
+        const link = first.headers.get('link')
+        expect(link).toMatch(/^<\/v1\/pets\?limit=2&cursor=[A-Za-z0-9_-]+>; rel="next"$/)
+        expect(await first.json()).toEqual(pets.slice(0, 2))
+        const last = await service.request('/pets?limit=5')
+        expect(last.headers.get('link')).toBeNull()
+      })
+
+      it('keeps the status filter in the next link', async () => {
+        await seed(3, 'sold')
+        const response = await service.request('/pets?limit=1&status=sold')
+        expect(response.headers.get('link')).toMatch(/status=sold/)
+      })
+
+      it('walks the whole catalogue without gaps or repeats while pets are being added', async () => {
+        const existing = await seed(23)
+        const seen: Pet[] = []
+        let next: string | undefined = '/pets?limit=4'
+        let added = 0
+        while (next) {
+          const response: Response = await service.request(next)
+          expect(response.status).toBe(200)
+          seen.push(...((await response.json()) as Pet[]))
+          // Someone adds a pet between every two pages.
+          await createPet({ name: `late ${added++}`, categoryId: 1 })
+          next = /^<([^>]+)>; rel="next"$/.exec(response.headers.get('link') ?? '')?.[1]
+        }
+        const ids = seen.map((pet) => pet.id)
+        expect(new Set(ids).size).toBe(ids.length)
+        expect(seen.slice(0, existing.length)).toEqual(existing)
+        expect(ids).toEqual([...ids].sort((a, b) => a - b))
+      })
+    })
+
+    describe('GET /pets/{petId}', () => {
+      it('answers 200 with the pet and the deprecation headers', async () => {
+        const pet = await createPet({ name: 'Rex', categoryId: 2 })
+        const response = await service.request(`/pets/${pet.id}`, { headers: { 'x-forwarded-prefix': '/v1' } })
+        expect(response.status).toBe(200)
+        expect(await response.json()).toEqual(pet)
+        expect(response.headers.get('deprecation')).toMatch(/^@\d+$/)
+        expect(response.headers.get('sunset')).toBe('Thu, 05 Dec 2030 00:00:00 GMT')
+        expect(response.headers.get('link')).toBe('</v1/pets>; rel="successor-version"')
+      })
+
+      it('answers 404 pet_not_found, with the deprecation headers, for an absent pet', async () => {
+        const response = await service.request('/pets/424242')
+        expect(response.headers.get('sunset')).toBe('Thu, 05 Dec 2030 00:00:00 GMT')
+        await expectErrorResponse(response, 404, 'pet_not_found')
+      })
+
+      it('answers 404 for a well-formed int64 id above 2^53 - 1', async () => {
+        await expectErrorResponse(await service.request('/pets/9007199254740993'), 404, 'pet_not_found')
+      })
+
+      it.each(['abc', '0', '-1', '1.5', '007', '1e3', '9223372036854775808', '99999999999999999999'])(
+        'answers 400 for the malformed id %s',
+        async (petId) => {
+          await expectErrorResponse(await service.request(`/pets/${petId}`), 400, 'validation_failed')
+        },
+      )
+    })
+
+    describe('every answer', () => {
+      it('answers an unknown route with a 404 Error body', async () => {
+        await expectErrorResponse(await service.request('/store/orders'), 404, 'not_found')
+        await expectErrorResponse(await service.request('/pets', { method: 'DELETE' }), 404, 'not_found')
+      })
+
+      it('refuses callers without the internal credential with 401', async () => {
+        const missing = await fetch(`${service.url}/pets`)
+        await expectErrorResponse(missing, 401, 'unauthorized')
+        const wrong = await fetch(`${service.url}/pets`, { headers: { 'x-internal-token': 'guess' } })
+        await expectErrorResponse(wrong, 401, 'unauthorized')
+        const unknownRoute = await fetch(`${service.url}/nowhere`)
+        await expectErrorResponse(unknownRoute, 401, 'unauthorized')
+      })
+
+      it('echoes the caller request id, or issues one', async () => {
+        const given = await service.request('/pets', { headers: { 'x-request-id': 'req-123' } })
+        expect(given.headers.get('x-request-id')).toBe('req-123')
+        const issued = await service.request('/pets')
+        expect(issued.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+      })
+    })
+  })
+}
