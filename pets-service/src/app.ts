@@ -1,7 +1,8 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
 import { errorBodies } from '../../common/src/http/errorHandler.ts'
-import { requestContext, requestIdFrom } from '../../common/src/http/requestContext.ts'
+import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
+import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { petsFrameworkErrors } from './errors.ts'
@@ -27,7 +28,7 @@ export const BODY_LIMIT_BYTES = 1_048_576
 export async function buildPetsService(deps: PetsServiceDependencies): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.logger,
-    disableRequestLogging: true,
+    logController: singleLineRequestLogging(),
     genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
     // Slow or stalled clients are cut off instead of holding sockets forever.
@@ -42,6 +43,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   app.removeContentTypeParser('text/plain')
 
   await app.register(requestContext)
+  await app.register(gracefulClose)
   await app.register(httpMetrics, { registry: deps.registry })
   await app.register(errorBodies, { codes: petsFrameworkErrors })
   await app.register(internalAuth, { token: deps.internalToken })

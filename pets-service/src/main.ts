@@ -1,9 +1,10 @@
-import { Gauge, Registry, collectDefaultMetrics } from 'prom-client'
+import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
+import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildPetsService } from './app.ts'
 import { loadPetsConfig } from './config.ts'
 import { PETS_MIGRATIONS } from './migrations.ts'
@@ -18,17 +19,7 @@ async function main(): Promise<void> {
 
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
-  new Gauge({
-    name: 'pg_pool_connections',
-    help: 'Postgres pool connections by state.',
-    labelNames: ['state'],
-    registers: [registry],
-    collect() {
-      this.set({ state: 'total' }, pool.totalCount)
-      this.set({ state: 'idle' }, pool.idleCount)
-      this.set({ state: 'waiting' }, pool.waitingCount)
-    },
-  })
+  registerPoolMetrics(registry, pool)
 
   const pets = createPetRepository(pool)
   const app = await buildPetsService({ pets, internalToken: config.internalToken, logger, registry })

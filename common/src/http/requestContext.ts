@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { LogController, type FastifyInstance, type FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -8,6 +8,11 @@ const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 export function requestIdFrom(request: { headers: Record<string, string | string[] | undefined> }): string {
   const incoming = request.headers['x-request-id']
   return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID()
+}
+
+/** Turns off Fastify's two lines per request; `requestContext` writes one instead. */
+export function singleLineRequestLogging(): LogController {
+  return new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' })
 }
 
 /**

@@ -1,4 +1,5 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import { singleLineRequestLogging } from '../http/requestContext.ts'
 import type { Registry } from 'prom-client'
 
 export type DependencyCheck = () => Promise<void>

@@ -1,0 +1,232 @@
+import net from 'node:net'
+import { Writable } from 'node:stream'
+import { pino } from 'pino'
+import { Registry } from 'prom-client'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { createPool } from '../../common/src/database/pool.ts'
+import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
+import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
+import { buildPetsService } from '../../pets-service/src/app.ts'
+import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
+import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
+import { expectErrorResponse } from '../helpers/assertions.ts'
+import { TEST_INTERNAL_TOKEN, jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+const auth = { 'x-internal-token': TEST_INTERNAL_TOKEN }
+
+/** A Postgres address where nothing listens (connection refused). */
+async function refusedPostgresUrl(): Promise<string> {
+  const server = net.createServer().listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  const { port } = server.address() as net.AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return `postgres://postgres@127.0.0.1:${port}/postgres`
+}
+
+/** A Postgres address that accepts connections and never answers (a hung server). */
+async function hungPostgres(): Promise<{ url: string; close(): void }> {
+  const sockets: net.Socket[] = []
+  const server = net.createServer((socket) => sockets.push(socket)).listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  const { port } = server.address() as net.AddressInfo
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    close: () => {
+      sockets.forEach((socket) => socket.destroy())
+      server.close()
+    },
+  }
+}
+
+async function serviceOn(databaseUrl: string) {
+  const pool = createPool({ connectionString: databaseUrl, applicationName: 'test', connectionTimeoutMillis: 1_000 })
+  const registry = new Registry()
+  const app = await buildPetsService({
+    pets: createPetRepository(pool),
+    internalToken: TEST_INTERNAL_TOKEN,
+    logger: pino({ level: 'silent' }),
+    registry,
+  })
+  return { app, pool, registry }
+}
+
+describe('pets-service when Postgres is unavailable', () => {
+  it.each([
+    ['refuses connections', async () => ({ url: await refusedPostgresUrl(), close: () => undefined })],
+    ['accepts connections but never answers', hungPostgres],
+  ])('answers 503 service_unavailable with Retry-After within the connection timeout when Postgres %s', async (_case, open) => {
+    const postgres = await open()
+    const { app, pool } = await serviceOn(postgres.url)
+    try {
+      for (const request of [
+        { method: 'GET' as const, url: '/pets' },
+        { method: 'GET' as const, url: '/pets/1' },
+        { method: 'POST' as const, url: '/pets', payload: { name: 'Rex', categoryId: 1 } },
+      ]) {
+        const started = Date.now()
+        const response = await app.inject({ ...request, headers: auth })
+        expect(Date.now() - started).toBeLessThan(3_000)
+        expect(response.statusCode).toBe(503)
+        expect(response.headers['retry-after']).toBe('5')
+        expect(response.json()).toEqual({
+          code: 'service_unavailable',
+          message: expect.not.stringMatching(/ECONNREFUSED|timeout|127\.0\.0\.1/),
+          status: 503,
+        })
+      }
+    } finally {
+      await app.close()
+      await pool.end()
+      postgres.close()
+    }
+  })
+})
+
+describe('pets-service operations', () => {
+  let database: TestDatabase
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+  })
+  afterAll(async () => {
+    await database?.drop()
+  })
+
+  it('applies each migration exactly once when two instances start together', async () => {
+    const pools = [0, 1].map(() => createPool({ connectionString: database.url, applicationName: 'migrate-test' }))
+    try {
+      const applied = await Promise.all(pools.map((pool) => migrate(pool, PETS_MIGRATIONS)))
+      expect(applied.flat().sort()).toEqual([1, 2])
+      const { rows } = await pools[0]!.query('SELECT version FROM pets.schema_migrations ORDER BY version')
+      expect(rows).toEqual([{ version: 1 }, { version: 2 }])
+      expect(await migrate(pools[0]!, PETS_MIGRATIONS)).toEqual([])
+    } finally {
+      await Promise.all(pools.map((pool) => pool.end()))
+    }
+  })
+
+  it('serves liveness, readiness with each dependency state, and Prometheus metrics', async () => {
+    const { app, pool, registry } = await serviceOn(database.url)
+    registerPoolMetrics(registry, pool)
+    let accepting = true
+    const ops = buildOpsServer({
+      registry,
+      logger: pino({ level: 'silent' }),
+      isAccepting: () => accepting,
+      dependencies: { postgres: async () => void (await pool.query('SELECT 1')) },
+    })
+    try {
+      expect((await ops.inject('/healthz')).statusCode).toBe(200)
+      const ready = await ops.inject('/readyz')
+      expect(ready.statusCode).toBe(200)
+      expect(ready.json()).toEqual({ status: 'ready', dependencies: { postgres: 'up' } })
+
+      await app.inject({ method: 'GET', url: '/pets', headers: auth })
+      const metrics = await ops.inject('/metrics')
+      expect(metrics.headers['content-type']).toMatch(/^text\/plain/)
+      expect(metrics.body).toMatch(/http_requests_total\{method="GET",route="\/pets",status_class="2xx"\} 1/)
+      expect(metrics.body).toMatch(/http_request_duration_seconds_bucket\{le="0.1",method="GET",route="\/pets",status_class="2xx"\}/)
+      expect(metrics.body).toMatch(/pg_pool_connections\{state="idle"\} \d+/)
+
+      accepting = false
+      const draining = await ops.inject('/readyz')
+      expect(draining.statusCode).toBe(503)
+      expect(draining.json()).toMatchObject({ status: 'shutting_down' })
+    } finally {
+      await ops.close()
+      await app.close()
+      await pool.end()
+    }
+  })
+
+  it('reports not ready, naming Postgres, while Postgres is unreachable', async () => {
+    const pool = createPool({ connectionString: await refusedPostgresUrl(), applicationName: 'test' })
+    const ops = buildOpsServer({
+      registry: new Registry(),
+      logger: pino({ level: 'silent' }),
+      isAccepting: () => true,
+      dependencies: { postgres: async () => void (await pool.query('SELECT 1')) },
+    })
+    const ready = await ops.inject('/readyz')
+    expect(ready.statusCode).toBe(503)
+    expect(ready.json()).toEqual({ status: 'not_ready', dependencies: { postgres: 'down' } })
+    await ops.close()
+    await pool.end()
+  })
+
+  describe('logs', () => {
+    let service: RunningPetsService
+    const lines: Record<string, unknown>[] = []
+
+    beforeAll(async () => {
+      const sink = new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line))
+          done()
+        },
+      })
+      service = await startPetsService(database.url, { logStream: sink })
+    })
+    afterAll(async () => {
+      await service?.close()
+    })
+
+    it('writes one JSON line per request with its request id, route, status and duration', async () => {
+      await service.request('/pets/77', { headers: { 'x-request-id': 'log-test-1' } })
+      await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 1 }, { 'x-request-id': 'log-test-2' }))
+      const first = lines.filter((line) => line.requestId === 'log-test-1')
+      expect(first).toEqual([
+        expect.objectContaining({ method: 'GET', route: '/pets/:petId', status: 404, durationMs: expect.any(Number) }),
+      ])
+      expect(lines.filter((line) => line.requestId === 'log-test-2')).toEqual([
+        expect.objectContaining({ method: 'POST', route: '/pets', status: 201 }),
+      ])
+    })
+
+    it('never writes the internal credential', async () => {
+      await fetch(`${service.url}/pets`, { headers: { 'x-internal-token': 'wrong-token-in-a-log?' } })
+      const text = lines.map((line) => JSON.stringify(line)).join('\n')
+      expect(text).not.toContain(TEST_INTERNAL_TOKEN)
+      expect(text).not.toContain('wrong-token-in-a-log?')
+      expect(lines.some((line) => line.status === 401)).toBe(true)
+    })
+  })
+
+  it('finishes a request in flight when it closes, then lets go of the connection', async () => {
+    const { app, pool } = await serviceOn(database.url)
+    await migrate(pool, PETS_MIGRATIONS)
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as net.AddressInfo
+    const client = await pool.connect()
+    try {
+      // Hold a lock so one request is in flight when the drain starts.
+      await client.query('BEGIN')
+      await client.query('LOCK TABLE pets.pets IN ACCESS EXCLUSIVE MODE')
+      const inFlight = fetch(`http://127.0.0.1:${port}/pets`, { headers: auth })
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      const closing = app.close()
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      await client.query('COMMIT')
+      const response = await inFlight
+      expect(response.status).toBe(200)
+      expect(response.headers.get('connection')).toBe('close')
+      await closing
+      await expect(fetch(`http://127.0.0.1:${port}/pets`, { headers: auth })).rejects.toThrow()
+    } finally {
+      client.release()
+      await pool.end()
+    }
+  })
+
+  it('refuses a create with 400 before touching Postgres when the body is invalid', async () => {
+    const service = await startPetsService(database.url)
+    try {
+      await expectErrorResponse(await service.request('/pets', jsonPost({ name: '' })), 400, 'validation_failed')
+    } finally {
+      await service.close()
+    }
+  })
+})
