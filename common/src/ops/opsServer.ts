@@ -28,7 +28,11 @@ async function withTimeout(check: DependencyCheck, millis: number): Promise<void
 
 /** The ops port: liveness, readiness with each dependency's state, and Prometheus metrics. */
 export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
-  const ops = Fastify({ loggerInstance: options.logger.child({ port: 'ops' }) as FastifyBaseLogger, disableRequestLogging: true })
+  const ops = Fastify({
+    loggerInstance: options.logger.child({ port: 'ops' }) as FastifyBaseLogger,
+    // Scrapes and probes every few seconds would drown the access log.
+    logController: singleLineRequestLogging(),
+  })
   const timeout = options.checkTimeoutMillis ?? 1_000
 
   ops.get('/healthz', async () => ({ status: 'ok' }))
