@@ -1,0 +1,47 @@
+import { describe, expect, it } from 'vitest'
+import { ApiError } from '../../common/src/http/apiError.ts'
+import { toApiError } from '../../common/src/http/errorHandler.ts'
+import { petsErrors, petsFrameworkErrors } from '../../pets-service/src/errors.ts'
+
+function fastifyError(code: string, statusCode: number, message = 'boom') {
+  return Object.assign(new Error(message), { code, statusCode })
+}
+
+describe('errors as clients see them', () => {
+  it.each([
+    ['FST_ERR_CTP_BODY_TOO_LARGE', 413, 'payload_too_large'],
+    ['FST_ERR_CTP_INVALID_MEDIA_TYPE', 415, 'unsupported_media_type'],
+    ['FST_ERR_CTP_EMPTY_JSON_BODY', 400, 'invalid_json'],
+    ['FST_ERR_CTP_INVALID_CONTENT_LENGTH', 400, 'invalid_json'],
+    ['FST_ERR_BAD_URL', 400, 'bad_request'],
+  ])('maps Fastify %s to %i %s', (code, status, expected) => {
+    const error = toApiError(fastifyError(code, status), petsFrameworkErrors)
+    expect(error.toBody()).toEqual({ code: expected, message: expect.any(String), status: petsErrors[expected as 'bad_request'].status })
+  })
+
+  it('turns a schema failure into validation_failed carrying the reason', () => {
+    const error = Object.assign(new Error('body/name must be string'), { validation: [{}], statusCode: 400 })
+    expect(toApiError(error, petsFrameworkErrors).toBody()).toEqual({
+      code: 'validation_failed',
+      message: 'body/name must be string',
+      status: 400,
+    })
+  })
+
+  it('hides the detail of an unexpected error behind internal_error', () => {
+    const body = toApiError(new TypeError('cannot read x of undefined at repo.ts:3'), petsFrameworkErrors).toBody()
+    expect(body).toEqual({ code: 'internal_error', message: 'Something went wrong on our side.', status: 500 })
+  })
+
+  it('answers 503 with Retry-After when Postgres is unreachable', () => {
+    const error = toApiError(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }), petsFrameworkErrors)
+    expect(error.toBody()).toEqual({ code: 'service_unavailable', message: expect.not.stringContaining('5432'), status: 503 })
+    expect(error.headers).toEqual({ 'retry-after': '5' })
+  })
+
+  it('passes a declared ApiError through unchanged', () => {
+    const declared = petsErrors.create('pet_not_found')
+    expect(toApiError(declared, petsFrameworkErrors)).toBe(declared)
+    expect(declared).toBeInstanceOf(ApiError)
+  })
+})
