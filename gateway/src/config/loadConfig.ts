@@ -1,0 +1,173 @@
+import { readFileSync } from 'node:fs'
+import { Ajv, type ErrorObject } from 'ajv'
+import { LineCounter, isNode, parseDocument, type Document } from 'yaml'
+import { portFromEnv } from '../../../common/src/env.ts'
+import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
+
+export const DEFAULT_CONFIG_PATH = 'config/gateway.yaml'
+
+export type PlanLimit = number | 'custom'
+
+export interface GatewayConfig {
+  server: { host: string; port: number; opsHost: string; opsPort: number }
+  upstreams: {
+    pets: { url: string; timeoutMillis: number }
+    orders?: { url: string; timeoutMillis: number }
+  }
+  keyCache: { maxEntries: number; ttlMillis: number; negativeTtlMillis: number }
+  plans: Readonly<Record<string, { perMinute: PlanLimit; perDay: PlanLimit }>>
+  anonymous: { perMinute: number }
+  bans: { strikes: number; ladderSeconds: number[] }
+  onStoreFailure: 'open' | 'closed'
+}
+
+/** A config file that cannot be used; each problem names the file, line and key. */
+export class ConfigError extends Error {
+  readonly problems: string[]
+  constructor(problems: string[]) {
+    super(`invalid gateway config:\n  ${problems.join('\n  ')}`)
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+const validate = new Ajv({ allErrors: true, strict: false, verbose: true }).compile(GatewayConfigSchema)
+const DEFAULT_TIMEOUT_SECONDS = 10
+const UNIT_SECONDS = { s: 1, m: 60, h: 3_600, d: 86_400 } as const
+
+export function durationSeconds(text: string): number {
+  const unit = text.at(-1) as keyof typeof UNIT_SECONDS
+  return Number(text.slice(0, -1)) * UNIT_SECONDS[unit]
+}
+
+function describe(error: ErrorObject): { path: string[]; message: string } {
+  const path = error.instancePath.split('/').slice(1).map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'))
+  if (error.keyword === 'additionalProperties') {
+    return { path: [...path, String(error.params.additionalProperty)], message: 'unknown key' }
+  }
+  if (error.keyword === 'required') {
+    return { path: [...path, String(error.params.missingProperty)], message: 'is required' }
+  }
+  if (error.keyword === 'anyOf' || error.keyword === 'const') {
+    return { path, message: 'must be a positive integer or "custom"' }
+  }
+  if (error.keyword === 'enum') {
+    return { path, message: `must be one of ${(error.params.allowedValues as string[]).join(', ')}` }
+  }
+  if (error.keyword === 'pattern' && error.parentSchema?.description) {
+    return { path, message: `must be a duration ${error.parentSchema.description}` }
+  }
+  return { path, message: error.message ?? 'is invalid' }
+}
+
+/** The line of the deepest node of `path` that exists in the document. */
+function lineOf(document: Document, lines: LineCounter, path: string[]): number {
+  for (let depth = path.length; depth >= 0; depth--) {
+    const node = depth === 0 ? document.contents : document.getIn(path.slice(0, depth), true)
+    if (isNode(node) && node.range) {
+      // For an unknown key, point at the key itself rather than its value.
+      return lines.linePos(node.range[0]).line
+    }
+  }
+  return 1
+}
+
+function keyLine(document: Document, lines: LineCounter, path: string[]): number {
+  const parent = path.length > 1 ? document.getIn(path.slice(0, -1), true) : document.contents
+  const last = path.at(-1)
+  if (parent && typeof parent === 'object' && 'items' in parent && Array.isArray(parent.items)) {
+    for (const item of parent.items as unknown[]) {
+      const key = (item as { key?: { value?: unknown; range?: [number, number, number] } }).key
+      if (key && key.value === last && key.range) return lines.linePos(key.range[0]).line
+    }
+  }
+  return lineOf(document, lines, path)
+}
+
+/** Parses and validates a config text; every problem is reported, not only the first. */
+export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): GatewayConfigFile {
+  const lines = new LineCounter()
+  const document = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false })
+  if (document.errors.length > 0) {
+    throw new ConfigError(
+      document.errors.map((error) => `${source}:${lines.linePos(error.pos[0]).line}: ${error.message.split('\n')[0]}`),
+    )
+  }
+  const value: unknown = document.toJS()
+  if (!validate(value)) {
+    const errors = validate.errors ?? []
+    // anyOf also reports each failed branch at the same path; its own summary is the clearer one.
+    const summarised = new Set(errors.filter((error) => error.keyword === 'anyOf').map((error) => error.instancePath))
+    const problems = errors
+      .filter((error) => error.keyword === 'anyOf' || !summarised.has(error.instancePath))
+      .map(describe)
+      .map(({ path, message }) => ({ line: keyLine(document, lines, path), text: `${path.join('.') || '(root)'} ${message}` }))
+      .filter((problem, index, all) => all.findIndex((other) => other.text === problem.text) === index)
+      .sort((a, b) => a.line - b.line)
+      .map(({ line, text }) => `${source}:${line}: ${text}`)
+    throw new ConfigError(problems)
+  }
+  const config = value as GatewayConfigFile
+  const problems = crossChecks(config).map(({ path, message }) => `${source}:${keyLine(document, lines, path)}: ${path.join('.')} ${message}`)
+  if (problems.length > 0) throw new ConfigError(problems)
+  return config
+}
+
+/** Rules a JSON schema cannot express. */
+function crossChecks(config: GatewayConfigFile): { path: string[]; message: string }[] {
+  const problems: { path: string[]; message: string }[] = []
+  for (const [name, plan] of Object.entries(config.plans)) {
+    if (typeof plan.perMinute === 'number' && typeof plan.perDay === 'number' && plan.perDay < plan.perMinute) {
+      problems.push({ path: ['plans', name, 'perDay'], message: 'must be at least perMinute' })
+    }
+  }
+  return problems
+}
+
+/** Applies the environment overrides documented in the README; env wins over the file. */
+export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  const upstream = (entry: { url: string; timeoutSeconds?: number }, urlOverride?: string) => ({
+    url: urlOverride || entry.url,
+    timeoutMillis: Math.round((entry.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1_000),
+  })
+  const config: GatewayConfig = {
+    server: {
+      host: env.GATEWAY_HOST || file.server.host,
+      port: portFromEnv('GATEWAY_PORT', file.server.port, env),
+      opsHost: env.GATEWAY_OPS_HOST || file.server.opsHost,
+      opsPort: portFromEnv('GATEWAY_OPS_PORT', file.server.opsPort, env),
+    },
+    upstreams: {
+      pets: upstream(file.upstreams.pets, env.PETS_URL),
+      ...(file.upstreams.orders ? { orders: upstream(file.upstreams.orders) } : {}),
+    },
+    keyCache: {
+      maxEntries: file.keyCache.maxEntries,
+      ttlMillis: file.keyCache.ttlSeconds * 1_000,
+      negativeTtlMillis: file.keyCache.negativeTtlSeconds * 1_000,
+    },
+    plans: file.plans,
+    anonymous: file.anonymous,
+    bans: { strikes: file.bans.strikes, ladderSeconds: file.bans.ladder.map(durationSeconds) },
+    onStoreFailure: file.onStoreFailure,
+  }
+  return deepFreeze(config)
+}
+
+export function loadGatewayConfig(path = process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, env = process.env): GatewayConfig {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (error) {
+    throw new ConfigError([`${path}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`])
+  }
+  return resolveGatewayConfig(parseGatewayConfig(text, path), env)
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    Object.values(value).forEach(deepFreeze)
+    Object.freeze(value)
+  }
+  return value
+}

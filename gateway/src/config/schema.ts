@@ -1,0 +1,60 @@
+import { Type, type Static } from 'typebox'
+
+const Port = Type.Integer({ minimum: 0, maximum: 65_535 })
+const Limit = Type.Integer({ minimum: 1, maximum: 1_000_000_000 })
+const CustomOrLimit = Type.Union([Limit, Type.Literal('custom')])
+const Duration = Type.String({ pattern: '^[1-9][0-9]*(s|m|h|d)$', description: 'like 60s, 5m, 1h, 24h' })
+const HttpUrl = Type.String({ pattern: '^https?://[^\\s/]+(/[^\\s]*)?$' })
+
+const Upstream = Type.Object(
+  {
+    url: HttpUrl,
+    timeoutSeconds: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 300 })),
+  },
+  { additionalProperties: false },
+)
+
+const Plan = Type.Object({ perMinute: CustomOrLimit, perDay: CustomOrLimit }, { additionalProperties: false })
+
+/** config/gateway.yaml. Every object refuses unknown keys so a typo never passes silently. */
+export const GatewayConfigSchema = Type.Object(
+  {
+    server: Type.Object(
+      {
+        host: Type.String({ minLength: 1 }),
+        port: Port,
+        opsHost: Type.String({ minLength: 1 }),
+        opsPort: Port,
+      },
+      { additionalProperties: false },
+    ),
+    upstreams: Type.Object(
+      { pets: Upstream, orders: Type.Optional(Upstream) },
+      { additionalProperties: false },
+    ),
+    keyCache: Type.Object(
+      {
+        maxEntries: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
+        ttlSeconds: Type.Number({ exclusiveMinimum: 0, maximum: 3_600 }),
+        negativeTtlSeconds: Type.Number({ exclusiveMinimum: 0, maximum: 3_600 }),
+      },
+      { additionalProperties: false },
+    ),
+    plans: Type.Record(Type.String({ pattern: '^[a-z][a-z0-9_-]{0,31}$' }), Plan, {
+      minProperties: 1,
+      additionalProperties: false,
+    }),
+    anonymous: Type.Object({ perMinute: Limit }, { additionalProperties: false }),
+    bans: Type.Object(
+      {
+        strikes: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
+        ladder: Type.Array(Duration, { minItems: 1, maxItems: 20 }),
+      },
+      { additionalProperties: false },
+    ),
+    onStoreFailure: Type.Enum(['open', 'closed']),
+  },
+  { additionalProperties: false },
+)
+
+export type GatewayConfigFile = Static<typeof GatewayConfigSchema>

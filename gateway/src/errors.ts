@@ -1,0 +1,33 @@
+import { defineErrorCodes } from '../../common/src/http/apiError.ts'
+import type { FrameworkErrorCodes } from '../../common/src/http/errorHandler.ts'
+
+/**
+ * Every code the gateway itself answers with. Answers from the pets-service (validation_failed,
+ * pet_not_found, …) pass through unchanged; the README lists both sets.
+ */
+export const gatewayErrors = defineErrorCodes({
+  bad_request: { status: 400, message: 'The request could not be understood.' },
+  missing_api_key: { status: 401, message: 'Send your API key as "Authorization: Bearer <key>".' },
+  invalid_api_key: { status: 401, message: 'The API key is not valid.' },
+  not_found: { status: 404, message: 'No route matches this method and path.' },
+  payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
+  internal_error: { status: 500, message: 'Something went wrong on our side.' },
+  not_implemented: { status: 501, message: 'This operation is not available yet.' },
+  bad_gateway: { status: 502, message: 'The catalogue service could not be reached or answered badly.' },
+  service_unavailable: { status: 503, message: 'The service is temporarily unavailable; retry shortly.' },
+  upstream_timeout: { status: 504, message: 'The catalogue service did not answer in time.' },
+})
+
+export type GatewayErrorCode = ReturnType<typeof gatewayErrors.codes>[number]
+
+export const RETRY_AFTER_UNAVAILABLE = '5'
+
+export const gatewayFrameworkErrors: FrameworkErrorCodes = {
+  validation: (message) => gatewayErrors.create('bad_request', message),
+  invalidJson: (message) => gatewayErrors.create('bad_request', message),
+  notFound: () => gatewayErrors.create('not_found'),
+  payloadTooLarge: () => gatewayErrors.create('payload_too_large'),
+  unsupportedMediaType: () => gatewayErrors.create('bad_request'),
+  badRequest: () => gatewayErrors.create('bad_request'),
+  serverError: (error) => gatewayErrors.create('internal_error', undefined, { cause: error }),
+}

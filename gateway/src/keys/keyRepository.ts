@@ -1,0 +1,116 @@
+import type pg from 'pg'
+import { displayPrefix, generateApiKey, generateKeyId, hashApiKey } from './apiKeyFormat.ts'
+
+export interface ApiKeyRecord {
+  id: string
+  displayPrefix: string
+  name: string
+  plan: string
+  perMinute: number | null
+  perDay: number | null
+  createdAt: Date
+  expiresAt: Date | null
+  revokedAt: Date | null
+}
+
+export interface NewApiKey {
+  name: string
+  plan: string
+  perMinute?: number | null
+  perDay?: number | null
+  expiresAt?: Date | null
+}
+
+const COLUMNS = `id, display_prefix AS "displayPrefix", name, plan, per_minute AS "perMinute",
+  per_day AS "perDay", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt"`
+
+export function isUsable(record: ApiKeyRecord, now = new Date()): boolean {
+  return record.revokedAt === null && (record.expiresAt === null || record.expiresAt > now)
+}
+
+/** SQL for the gateway schema's API keys; everything else works with ApiKeyRecord. */
+export function createKeyRepository(pool: pg.Pool) {
+  async function updateOne(sql: string, params: unknown[]): Promise<ApiKeyRecord | undefined> {
+    const { rows } = await pool.query<ApiKeyRecord>(`${sql} RETURNING ${COLUMNS}`, params)
+    return rows[0]
+  }
+
+  return {
+    /** Creates a key; the plaintext is returned here and nowhere else, ever. */
+    async create(input: NewApiKey): Promise<{ record: ApiKeyRecord; key: string }> {
+      const key = generateApiKey()
+      const { rows } = await pool.query<ApiKeyRecord>(
+        `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan, per_minute, per_day, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${COLUMNS}`,
+        [
+          generateKeyId(),
+          hashApiKey(key),
+          displayPrefix(key),
+          input.name,
+          input.plan,
+          input.perMinute ?? null,
+          input.perDay ?? null,
+          input.expiresAt ?? null,
+        ],
+      )
+      return { record: rows[0] as ApiKeyRecord, key }
+    },
+
+    async findByHash(hash: Buffer): Promise<ApiKeyRecord | undefined> {
+      const { rows } = await pool.query<ApiKeyRecord>(`SELECT ${COLUMNS} FROM gateway.api_keys WHERE key_hash = $1`, [hash])
+      return rows[0]
+    },
+
+    async findById(id: string): Promise<ApiKeyRecord | undefined> {
+      const { rows } = await pool.query<ApiKeyRecord>(`SELECT ${COLUMNS} FROM gateway.api_keys WHERE id = $1`, [id])
+      return rows[0]
+    },
+
+    async list(): Promise<ApiKeyRecord[]> {
+      const { rows } = await pool.query<ApiKeyRecord>(`SELECT ${COLUMNS} FROM gateway.api_keys ORDER BY created_at, id`)
+      return rows
+    },
+
+    async count(): Promise<number> {
+      const { rows } = await pool.query<{ count: string }>('SELECT count(*) FROM gateway.api_keys')
+      return Number(rows[0]?.count ?? 0)
+    },
+
+    revoke: (id: string) =>
+      updateOne(
+        `UPDATE gateway.api_keys SET revoked_at = COALESCE(revoked_at, now()), updated_at = now() WHERE id = $1`,
+        [id],
+      ),
+
+    setPlan: (id: string, plan: string) =>
+      updateOne(`UPDATE gateway.api_keys SET plan = $2, updated_at = now() WHERE id = $1`, [id, plan]),
+
+    setLimits: (id: string, perMinute: number | null, perDay: number | null) =>
+      updateOne(`UPDATE gateway.api_keys SET per_minute = $2, per_day = $3, updated_at = now() WHERE id = $1`, [
+        id,
+        perMinute,
+        perDay,
+      ]),
+
+    /** The newest entry of the change log, where a starting gateway begins to follow it. */
+    async latestChangeId(): Promise<number> {
+      const { rows } = await pool.query<{ id: number | null }>('SELECT max(id) AS id FROM gateway.api_key_changes')
+      return rows[0]?.id ?? 0
+    },
+
+    async changesSince(id: number): Promise<{ id: number; keyHash: Buffer }[]> {
+      const { rows } = await pool.query<{ id: number; keyHash: Buffer }>(
+        `SELECT id, key_hash AS "keyHash" FROM gateway.api_key_changes WHERE id > $1 ORDER BY id LIMIT 1000`,
+        [id],
+      )
+      return rows
+    },
+
+    /** The change log only needs to outlive the cache TTL; a day is generous. */
+    async purgeChanges(): Promise<void> {
+      await pool.query(`DELETE FROM gateway.api_key_changes WHERE changed_at < now() - interval '1 day'`)
+    },
+  }
+}
+
+export type KeyRepository = ReturnType<typeof createKeyRepository>

@@ -1,0 +1,72 @@
+import { Registry, collectDefaultMetrics } from 'prom-client'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { createPool } from '../../common/src/database/pool.ts'
+import { requiredEnv } from '../../common/src/env.ts'
+import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import { createLogger } from '../../common/src/logger.ts'
+import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
+import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
+import { buildGateway } from './app.ts'
+import { ConfigError, loadGatewayConfig } from './config/loadConfig.ts'
+import { createKeyCache } from './keys/keyCache.ts'
+import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
+import { createKeyRepository } from './keys/keyRepository.ts'
+import { GATEWAY_MIGRATIONS } from './migrations.ts'
+import { upstreamAnswers } from './upstreamCheck.ts'
+
+const logger = createLogger('gateway')
+
+async function main(): Promise<void> {
+  const config = loadGatewayConfig()
+  const databaseUrl = requiredEnv('DATABASE_URL')
+  const internalToken = requiredEnv('INTERNAL_TOKEN')
+
+  const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', logger })
+  await migrate(pool, GATEWAY_MIGRATIONS, logger)
+  const repository = createKeyRepository(pool)
+  const keys = createKeyCache(repository, config.keyCache)
+  const changes = await startKeyChangeFeed({
+    repository,
+    connectionString: databaseUrl,
+    onChange: (keyHash) => keys.invalidate(keyHash),
+    logger,
+  })
+  const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
+  purge.unref()
+
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry })
+  registerPoolMetrics(registry, pool)
+
+  const app = await buildGateway({ config, keys, internalToken, logger, registry })
+  let accepting = true
+  const ops = buildOpsServer({
+    registry,
+    logger,
+    isAccepting: () => accepting,
+    dependencies: {
+      postgres: async () => void (await pool.query('SELECT 1')),
+      upstream: upstreamAnswers(config.upstreams.pets.url),
+    },
+  })
+  await ops.listen({ host: config.server.opsHost, port: config.server.opsPort })
+  await app.listen({ host: config.server.host, port: config.server.port })
+
+  onShutdownSignal(logger, [
+    { name: 'stop accepting', run: async () => (accepting = false) },
+    { name: 'drain requests', run: () => app.close() },
+    { name: 'stop key change feed', run: () => changes.stop() },
+    { name: 'close ops port', run: () => ops.close() },
+    { name: 'close Postgres pool', run: () => pool.end() },
+  ])
+}
+
+main().catch((error: unknown) => {
+  if (error instanceof ConfigError) {
+    logger.fatal({ problems: error.problems }, 'gateway config is invalid')
+    console.error(error.message)
+  } else {
+    logger.fatal({ err: error }, 'gateway failed to start')
+  }
+  process.exit(1)
+})

@@ -1,0 +1,25 @@
+import type { FastifyInstance } from 'fastify'
+import { gatewayErrors } from '../errors.ts'
+import { upstreamProxy } from '../proxy/upstreamProxy.ts'
+
+/**
+ * GET /v1/store/orders: the spec names it and nothing more. It is authenticated (and limited)
+ * like every route, then answered 501 until config/gateway.yaml names an orders upstream.
+ */
+export async function storeOrdersRoute(
+  app: FastifyInstance,
+  options: { upstream?: { url: string; timeoutMillis: number }; internalToken: string },
+): Promise<void> {
+  if (options.upstream) {
+    await app.register(upstreamProxy, {
+      ...options.upstream,
+      internalToken: options.internalToken,
+      publicPath: '/v1/store/orders',
+      upstreamPath: '/store/orders',
+    })
+    return
+  }
+  app.get('/v1/store/orders', async () => {
+    throw gatewayErrors.create('not_implemented', 'Store orders are not available yet.')
+  })
+}

@@ -1,0 +1,127 @@
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { KEY_PREFIX, generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { expectErrorResponse } from '../helpers/assertions.ts'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+describe('gateway authentication', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+  let second: RunningGateway
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
+    second = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
+  })
+  afterAll(async () => {
+    await second?.close()
+    await gateway?.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  async function expectUnauthorized(response: Response, code: string) {
+    expect(response.headers.get('www-authenticate')).toMatch(/^Bearer realm="animal-adoption-store"/)
+    return expectErrorResponse(response, 401, code)
+  }
+
+  it('lets a valid key through to the catalogue', async () => {
+    const { key } = await gateway.createKey()
+    const response = await gateway.request('/v1/pets', { key })
+    expect(response.status).toBe(200)
+    expect(await response.json()).toEqual([])
+  })
+
+  it('answers 401 missing_api_key without an Authorization header', async () => {
+    await expectUnauthorized(await gateway.request('/v1/pets'), 'missing_api_key')
+  })
+
+  it('answers 401 missing_api_key for an empty bearer token', async () => {
+    await expectUnauthorized(await gateway.request('/v1/pets', { headers: { authorization: 'Bearer ' } }), 'missing_api_key')
+  })
+
+  it('never reads a key from the query string', async () => {
+    const { key } = await gateway.createKey()
+    await expectUnauthorized(await gateway.request(`/v1/pets?api_key=${key}`), 'missing_api_key')
+    await expectUnauthorized(await gateway.request(`/v1/pets?access_token=${key}`), 'missing_api_key')
+  })
+
+  it.each([
+    ['another scheme', (key: string) => `Basic ${Buffer.from(`${key}:`).toString('base64')}`],
+    ['the key without a scheme', (key: string) => key],
+    ['a token with a bad checksum', (key: string) => `Bearer ${key.slice(0, -1)}${key.endsWith('A') ? 'B' : 'A'}`],
+    ['a truncated key', (key: string) => `Bearer ${key.slice(0, -3)}`],
+    ['a key with a different prefix', (key: string) => `Bearer sk_${key.slice(KEY_PREFIX.length)}`],
+    ['two tokens', (key: string) => `Bearer ${key} ${key}`],
+  ])('answers 401 invalid_api_key for %s', async (_case, header) => {
+    const { key } = await gateway.createKey()
+    await expectUnauthorized(await gateway.request('/v1/pets', { headers: { authorization: header(key) } }), 'invalid_api_key')
+  })
+
+  it('answers 401 invalid_api_key for a well-formed key that was never issued', async () => {
+    await expectUnauthorized(await gateway.request('/v1/pets', { key: generateApiKey() }), 'invalid_api_key')
+  })
+
+  it('refuses a malformed key without asking Postgres', async () => {
+    const lookups = vi.spyOn(gateway.keys, 'findByHash')
+    const response = await gateway.request('/v1/pets', { headers: { authorization: 'Bearer aas_notakey' } })
+    await expectUnauthorized(response, 'invalid_api_key')
+    expect(lookups).not.toHaveBeenCalled()
+    lookups.mockRestore()
+  })
+
+  it('remembers unknown keys, so guessing the same key twice asks Postgres once', async () => {
+    const lookups = vi.spyOn(gateway.keys, 'findByHash')
+    const guess = generateApiKey()
+    await gateway.request('/v1/pets', { key: guess })
+    await gateway.request('/v1/pets', { key: guess })
+    expect(lookups).toHaveBeenCalledTimes(1)
+    lookups.mockRestore()
+  })
+
+  it('answers 401 invalid_api_key for an expired key', async () => {
+    const { key } = await gateway.createKey({ expiresAt: new Date(Date.now() - 1_000) })
+    await expectUnauthorized(await gateway.request('/v1/pets', { key }), 'invalid_api_key')
+  })
+
+  it('refuses a revoked key on every running gateway within 2 seconds', async () => {
+    const { id, key } = await gateway.createKey()
+    expect((await gateway.request('/v1/pets', { key })).status).toBe(200)
+    expect((await second.request('/v1/pets', { key })).status).toBe(200)
+    await gateway.keys.revoke(id)
+    const revokedAt = Date.now()
+    await vi.waitFor(
+      async () => {
+        expect((await gateway.request('/v1/pets', { key })).status).toBe(401)
+        expect((await second.request('/v1/pets', { key })).status).toBe(401)
+      },
+      { timeout: 2_000, interval: 50 },
+    )
+    expect(Date.now() - revokedAt).toBeLessThan(2_000)
+  })
+
+  it('sees a plan change on every running gateway within 2 seconds', async () => {
+    const { id, key } = await gateway.createKey({ plan: 'free' })
+    await second.request('/v1/pets', { key })
+    expect((await second.cache.lookup(key))?.plan).toBe('free')
+    await gateway.keys.setPlan(id, 'pro')
+    await vi.waitFor(async () => expect((await second.cache.lookup(key))?.plan).toBe('pro'), { timeout: 2_000, interval: 50 })
+  })
+
+  it('authenticates unknown paths too, then answers 404 not_found', async () => {
+    await expectUnauthorized(await gateway.request('/v1/nowhere'), 'missing_api_key')
+    const { key } = await gateway.createKey()
+    await expectErrorResponse(await gateway.request('/v1/nowhere', { key }), 404, 'not_found')
+  })
+
+  it('answers GET /v1/store/orders with 501 not_implemented after authentication', async () => {
+    await expectUnauthorized(await gateway.request('/v1/store/orders'), 'missing_api_key')
+    const { key } = await gateway.createKey()
+    await expectErrorResponse(await gateway.request('/v1/store/orders', { key }), 501, 'not_implemented')
+  })
+})
