@@ -1,0 +1,98 @@
+import { Writable } from 'node:stream'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { refusingUpstream, silentUpstream } from '../helpers/fakeUpstreams.ts'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+function capture() {
+  const lines: string[] = []
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(...chunk.toString().split('\n').filter(Boolean))
+      done()
+    },
+  })
+  return { lines, stream }
+}
+
+describe('gateway logs', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  const gatewayLog = capture()
+  const petsLog = capture()
+  const gateways: RunningGateway[] = []
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url, { logStream: petsLog.stream })
+    gateways.push(await startGateway({ databaseUrl: database.url, petsUrl: pets.url, logStream: gatewayLog.stream }))
+  })
+  afterAll(async () => {
+    for (const gateway of gateways) await gateway.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it('write one line per request with request id, method, route, status, duration, key id and plan', async () => {
+    const gateway = gateways[0]!
+    const { key, id } = await gateway.createKey({ plan: 'pro' })
+    await gateway.request('/v1/pets', { key, headers: { 'x-request-id': 'log-line-1' } })
+    const lines = gatewayLog.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+    expect(lines.filter((line) => line.requestId === 'log-line-1')).toEqual([
+      expect.objectContaining({
+        method: 'GET',
+        route: '/v1/pets',
+        status: 200,
+        durationMs: expect.any(Number),
+        keyId: id,
+        plan: 'pro',
+      }),
+    ])
+  })
+
+  it('never contain a key, on any path: success, 401, 404, upstream failures', async () => {
+    const gateway = gateways[0]!
+    const { key: valid } = await gateway.createKey()
+    const { key: revoked, id: revokedId } = await gateway.createKey()
+    await gateway.keys.revoke(revokedId)
+    const unknown = generateApiKey()
+    const malformed = `${valid.slice(0, -2)}zz`
+    const sent = [valid, revoked, unknown, malformed]
+    const json = { method: 'POST', headers: { 'content-type': 'application/json' } }
+
+    for (const key of sent) {
+      await gateway.request('/v1/pets', { key })
+      await gateway.request('/v1/pets', { key, ...json, body: '{"name":"Rex","categoryId":1}' })
+      await gateway.request('/v1/pets', { key, ...json, body: '{"broken' })
+      await gateway.request('/v1/pets/12345', { key })
+      await gateway.request('/v1/nowhere', { key })
+      await gateway.request('/v1/store/orders', { key })
+      await gateway.request(`/v1/pets?api_key=${key}`)
+    }
+    for (const upstream of [await refusingUpstream(), await silentUpstream()]) {
+      const failing = await startGateway({
+        databaseUrl: database.url,
+        petsUrl: upstream.url,
+        logStream: gatewayLog.stream,
+        configure: (file) => {
+          file.upstreams.pets.timeoutSeconds = 0.3
+        },
+      })
+      gateways.push(failing)
+      expect((await failing.request('/v1/pets', { key: valid })).status).toBeGreaterThanOrEqual(502)
+      await upstream.close()
+    }
+
+    const everything = [...gatewayLog.lines, ...petsLog.lines].join('\n')
+    expect(gatewayLog.lines.length).toBeGreaterThan(30)
+    expect(everything).toContain('upstream request failed')
+    for (const key of sent) {
+      expect(everything).not.toContain(key)
+      // Nor the random body alone, in case something strips the prefix.
+      expect(everything).not.toContain(key.slice(4, 30))
+    }
+  })
+})

@@ -1,0 +1,185 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { expectErrorResponse } from '../helpers/assertions.ts'
+import {
+  garbageUpstream,
+  recordingUpstream,
+  refusingUpstream,
+  silentUpstream,
+  type TestUpstream,
+} from '../helpers/fakeUpstreams.ts'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+const json = (body: unknown, headers: Record<string, string> = {}) => ({
+  method: 'POST',
+  headers: { 'content-type': 'application/json', ...headers },
+  body: JSON.stringify(body),
+})
+
+describe('gateway proxy to the real pets-service', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+  let key: string
+  let keyId: string
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
+    ;({ key, id: keyId } = await gateway.createKey())
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it('creates a pet: 201, the pet, and a Location under /v1', async () => {
+    const response = await gateway.request('/v1/pets', { key, ...json({ name: 'Rex', categoryId: 2 }) })
+    expect(response.status).toBe(201)
+    const pet = (await response.json()) as { id: number }
+    expect(pet).toEqual({ id: expect.any(Number), name: 'Rex', categoryId: 2, status: 'available' })
+    expect(response.headers.get('location')).toBe(`/v1/pets/${pet.id}`)
+    const fetched = await gateway.request(`/v1/pets/${pet.id}`, { key })
+    expect(await fetched.json()).toEqual(pet)
+    expect(fetched.headers.get('sunset')).toBe('Thu, 05 Dec 2030 00:00:00 GMT')
+    expect(fetched.headers.get('deprecation')).toMatch(/^@\d+$/)
+    expect(fetched.headers.get('link')).toBe('</v1/pets>; rel="successor-version"')
+  })
+
+  it('lists with a next link a client can follow through the gateway', async () => {
+    for (let i = 0; i < 3; i++) await gateway.request('/v1/pets', { key, ...json({ name: `p${i}`, categoryId: 1 }) })
+    const first = await gateway.request('/v1/pets?limit=2', { key })
+    const next = /^<([^>]+)>; rel="next"$/.exec(first.headers.get('link') ?? '')?.[1]
+    expect(next).toMatch(/^\/v1\/pets\?limit=2&cursor=/)
+    const second = await gateway.request(next!, { key })
+    expect(second.status).toBe(200)
+    const ids = [...((await first.json()) as { id: number }[]), ...((await second.json()) as { id: number }[])].map((p) => p.id)
+    expect(new Set(ids).size).toBe(4)
+  })
+
+  it('passes the upstream Error bodies through unchanged', async () => {
+    const invalid = await gateway.request('/v1/pets', { key, ...json({ name: '', categoryId: 1 }) })
+    const direct = await pets.request('/pets', json({ name: '', categoryId: 1 }))
+    expect(await invalid.json()).toEqual(await direct.json())
+    expect(invalid.status).toBe(400)
+    await expectErrorResponse(await gateway.request('/v1/pets/999999', { key }), 404, 'pet_not_found')
+    await expectErrorResponse(await gateway.request('/v1/pets/abc', { key }), 400, 'validation_failed')
+  })
+
+  it('scopes Idempotency-Key to the calling key', async () => {
+    const other = await gateway.createKey()
+    const headers = { 'idempotency-key': 'same-key' }
+    const a = await gateway.request('/v1/pets', { key, ...json({ name: 'Idem', categoryId: 1 }, headers) })
+    const again = await gateway.request('/v1/pets', { key, ...json({ name: 'Idem', categoryId: 1 }, headers) })
+    const b = await gateway.request('/v1/pets', { key: other.key, ...json({ name: 'Idem', categoryId: 1 }, headers) })
+    const [pa, pAgain, pb] = (await Promise.all([a.json(), again.json(), b.json()])) as { id: number }[]
+    expect(pAgain!.id).toBe(pa!.id)
+    expect(pb!.id).not.toBe(pa!.id)
+  })
+
+  it('refuses a body over 1 MiB with 413 payload_too_large', async () => {
+    const body = JSON.stringify({ name: 'x'.repeat(1_048_577), categoryId: 1 })
+    const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body })
+    await expectErrorResponse(response, 413, 'payload_too_large')
+  })
+
+  it('answers with the request id it gave the upstream', async () => {
+    const response = await gateway.request('/v1/pets', { key, headers: { 'x-request-id': 'client-chosen-1' } })
+    expect(response.headers.get('x-request-id')).toBe('client-chosen-1')
+    expect(keyId).toMatch(/^key_/)
+  })
+})
+
+describe('gateway proxy header hygiene and upstream failures', () => {
+  let database: TestDatabase
+  let upstream: TestUpstream
+  let gateway: RunningGateway | undefined
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+  })
+  afterEach(async () => {
+    await gateway?.close()
+    await upstream?.close()
+    gateway = undefined
+  })
+  afterAll(async () => {
+    await database?.drop()
+  })
+
+  async function gatewayTo(target: TestUpstream, timeoutSeconds = 10) {
+    upstream = target
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: target.url,
+      configure: (file) => {
+        file.upstreams.pets.timeoutSeconds = timeoutSeconds
+      },
+    })
+    return { gateway, ...(await gateway.createKey()) }
+  }
+
+  it('adds the internal credential, request id and caller id, and strips client copies and the API key', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key, id } = await gatewayTo(recorder)
+    const response = await gateway.request('/v1/pets?limit=5', {
+      key,
+      headers: {
+        'x-internal-token': 'forged',
+        'x-consumer-id': 'key_someone_else',
+        'x-forwarded-prefix': '/evil',
+        'x-forwarded-for': '6.6.6.6',
+      },
+    })
+    expect(await response.json()).toEqual({ path: '/pets?limit=5', method: 'GET' })
+    const seen = recorder.requests[0]!
+    expect(seen['x-internal-token']).toBe(TEST_INTERNAL_TOKEN)
+    expect(seen['x-consumer-id']).toBe(id)
+    expect(seen['x-forwarded-prefix']).toBe('/v1')
+    expect(seen['x-forwarded-for']).toBe('127.0.0.1')
+    expect(seen['x-request-id']).toBe(response.headers.get('x-request-id'))
+    expect(seen.authorization).toBeUndefined()
+  })
+
+  it('forwards a JSON body byte for byte', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const body = '{"name":"Rex",  "categoryId":1}'
+    await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json; charset=utf-8' }, body })
+    expect(recorder.bodies[0]).toBe(body)
+    expect(recorder.requests[0]!['content-type']).toBe('application/json; charset=utf-8')
+  })
+
+  it('does not contact the upstream for a body over 1 MiB', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: 'x'.repeat(1_048_577) })
+    await expectErrorResponse(response, 413, 'payload_too_large')
+    expect(recorder.requests).toHaveLength(0)
+  })
+
+  it('answers 502 bad_gateway when the upstream refuses connections', async () => {
+    const { gateway, key } = await gatewayTo(await refusingUpstream())
+    await expectErrorResponse(await gateway.request('/v1/pets', { key }), 502, 'bad_gateway')
+  })
+
+  it('answers 504 upstream_timeout when the upstream stays silent past the timeout', async () => {
+    const { gateway, key } = await gatewayTo(await silentUpstream(), 0.5)
+    const started = Date.now()
+    await expectErrorResponse(await gateway.request('/v1/pets', { key }), 504, 'upstream_timeout')
+    expect(Date.now() - started).toBeGreaterThanOrEqual(450)
+    expect(Date.now() - started).toBeLessThan(3_000)
+  })
+
+  it('answers 502 for an upstream reply with broken headers, and keeps serving', async () => {
+    const { gateway, key } = await gatewayTo(await garbageUpstream())
+    for (let i = 0; i < 3; i++) {
+      await expectErrorResponse(await gateway.request('/v1/pets', { key }), 502, 'bad_gateway')
+    }
+    await expectErrorResponse(await gateway.request('/v1/store/orders', { key }), 501, 'not_implemented')
+  })
+})

@@ -1,0 +1,73 @@
+import http from 'node:http'
+import net from 'node:net'
+
+/**
+ * Upstreams that misbehave on purpose, each a real server on an ephemeral loopback port, for
+ * the proxy's failure tests. The catalogue itself is always the real pets-service.
+ */
+export interface TestUpstream {
+  url: string
+  close(): Promise<void>
+}
+
+async function listen(server: net.Server): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`
+}
+
+function closer(server: net.Server, sockets: Set<net.Socket>) {
+  server.on('connection', (socket) => {
+    sockets.add(socket)
+    socket.on('close', () => sockets.delete(socket))
+  })
+  return () =>
+    new Promise<void>((resolve) => {
+      for (const socket of sockets) socket.destroy()
+      server.close(() => resolve())
+    })
+}
+
+/** Answers 200 with what it received, and remembers every request. */
+export async function recordingUpstream(): Promise<TestUpstream & { requests: http.IncomingHttpHeaders[]; bodies: string[] }> {
+  const requests: http.IncomingHttpHeaders[] = []
+  const bodies: string[] = []
+  const server = http.createServer((request, response) => {
+    const chunks: Buffer[] = []
+    request.on('data', (chunk: Buffer) => chunks.push(chunk))
+    request.on('end', () => {
+      requests.push(request.headers)
+      bodies.push(Buffer.concat(chunks).toString())
+      response.setHeader('content-type', 'application/json')
+      response.end(JSON.stringify({ path: request.url, method: request.method }))
+    })
+  })
+  const sockets = new Set<net.Socket>()
+  const close = closer(server, sockets)
+  return { url: await listen(server), close, requests, bodies }
+}
+
+/** Accepts connections and never answers. */
+export async function silentUpstream(): Promise<TestUpstream> {
+  const server = net.createServer(() => undefined)
+  const sockets = new Set<net.Socket>()
+  const close = closer(server, sockets)
+  return { url: await listen(server), close }
+}
+
+/** Answers every request with bytes that are not HTTP. */
+export async function garbageUpstream(): Promise<TestUpstream> {
+  const server = net.createServer((socket) => {
+    socket.once('data', () => socket.end('HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\x00\x01 broken\r\n\r\n'))
+  })
+  const sockets = new Set<net.Socket>()
+  const close = closer(server, sockets)
+  return { url: await listen(server), close }
+}
+
+/** An address where nothing listens. */
+export async function refusingUpstream(): Promise<TestUpstream> {
+  const server = net.createServer()
+  const url = await listen(server)
+  await new Promise((resolve) => server.close(resolve))
+  return { url, close: async () => undefined }
+}
