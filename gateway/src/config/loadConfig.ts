@@ -55,7 +55,7 @@ function describe(error: ErrorObject): { path: string[]; message: string } {
     return { path, message: `must be one of ${(error.params.allowedValues as string[]).join(', ')}` }
   }
   if (error.keyword === 'pattern' && error.parentSchema?.description) {
-    return { path, message: `must be a duration ${error.parentSchema.description}` }
+    return { path, message: `must be ${error.parentSchema.description}` }
   }
   return { path, message: error.message ?? 'is invalid' }
 }

@@ -3,8 +3,8 @@ import { Type, type Static } from 'typebox'
 const Port = Type.Integer({ minimum: 0, maximum: 65_535 })
 const Limit = Type.Integer({ minimum: 1, maximum: 1_000_000_000 })
 const CustomOrLimit = Type.Union([Limit, Type.Literal('custom')])
-const Duration = Type.String({ pattern: '^[1-9][0-9]*(s|m|h|d)$', description: 'like 60s, 5m, 1h, 24h' })
-const HttpUrl = Type.String({ pattern: '^https?://[^\\s/]+(/[^\\s]*)?$' })
+const Duration = Type.String({ pattern: '^[1-9][0-9]*(s|m|h|d)$', description: 'a duration like 60s, 5m, 1h, 24h' })
+const HttpUrl = Type.String({ pattern: '^https?://[^\\s/]+(/[^\\s]*)?$', description: 'an http:// or https:// URL' })
 
 const Upstream = Type.Object(
   {

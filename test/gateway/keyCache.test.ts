@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest'
+import { generateApiKey, hashApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { createKeyCache } from '../../gateway/src/keys/keyCache.ts'
+import type { ApiKeyRecord } from '../../gateway/src/keys/keyRepository.ts'
+
+function record(id: string, plan = 'free'): ApiKeyRecord {
+  return { id, displayPrefix: 'aas_x', name: 'n', plan, perMinute: null, perDay: null, createdAt: new Date(), expiresAt: null, revokedAt: null }
+}
+
+/** A key table in a Map, counting lookups: the cache's behaviour is what is under test here. */
+function table() {
+  const rows = new Map<string, ApiKeyRecord>()
+  const calls = { count: 0 }
+  return {
+    rows,
+    calls,
+    async findByHash(hash: Buffer) {
+      calls.count++
+      await new Promise((resolve) => setTimeout(resolve, 5))
+      return rows.get(hash.toString('hex'))
+    },
+  }
+}
+
+const options = { maxEntries: 3, ttlMillis: 60_000, negativeTtlMillis: 60_000 }
+
+describe('the key cache', () => {
+  it('asks the table once per key, then answers from memory', async () => {
+    const keys = table()
+    const key = generateApiKey()
+    keys.rows.set(hashApiKey(key).toString('hex'), record('key_a'))
+    const cache = createKeyCache(keys, options)
+    expect((await cache.lookup(key))?.id).toBe('key_a')
+    expect((await cache.lookup(key))?.id).toBe('key_a')
+    expect(keys.calls.count).toBe(1)
+    expect(cache.stats).toEqual({ hits: 1, misses: 1 })
+  })
+
+  it('shares one lookup among concurrent requests for the same new key', async () => {
+    const keys = table()
+    const cache = createKeyCache(keys, options)
+    const key = generateApiKey()
+    await Promise.all(Array.from({ length: 50 }, () => cache.lookup(key)))
+    expect(keys.calls.count).toBe(1)
+  })
+
+  it('remembers unknown keys', async () => {
+    const keys = table()
+    const cache = createKeyCache(keys, options)
+    const key = generateApiKey()
+    expect(await cache.lookup(key)).toBeUndefined()
+    expect(await cache.lookup(key)).toBeUndefined()
+    expect(keys.calls.count).toBe(1)
+  })
+
+  it('holds at most maxEntries keys', async () => {
+    const cache = createKeyCache(table(), options)
+    for (let i = 0; i < 10; i++) await cache.lookup(generateApiKey())
+    expect(cache.size).toBe(3)
+  })
+
+  it('reads a key again after its change is announced', async () => {
+    const keys = table()
+    const key = generateApiKey()
+    const hash = hashApiKey(key)
+    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    const cache = createKeyCache(keys, options)
+    await cache.lookup(key)
+    keys.rows.set(hash.toString('hex'), record('key_a', 'pro'))
+    cache.invalidate(hash)
+    expect((await cache.lookup(key))?.plan).toBe('pro')
+  })
+
+  it('returns the state after a change that lands while a lookup is in flight', async () => {
+    const keys = table()
+    const key = generateApiKey()
+    const hash = hashApiKey(key)
+    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    const cache = createKeyCache(keys, options)
+    const inFlight = cache.lookup(key)
+    keys.rows.set(hash.toString('hex'), record('key_a', 'pro'))
+    cache.invalidate(hash)
+    expect((await inFlight)?.plan).toBe('pro')
+  })
+})
