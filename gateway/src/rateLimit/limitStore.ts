@@ -1,0 +1,67 @@
+/**
+ * The rate-limit store: ban check, both sliding windows and strike counting as one atomic step
+ * per request. Two implementations share these semantics and one conformance suite: Redis
+ * (one Lua script, one round trip) and an in-process store for the single-process default.
+ */
+export interface WindowSpec {
+  /** Requests allowed in any rolling span of `windowMillis`. */
+  limit: number
+  windowMillis: number
+  /** Resolution: the window is `windowMillis / bucketMillis` buckets plus the current one. */
+  bucketMillis: number
+}
+
+export interface BanPolicy {
+  /** Limited requests within `strikeWindowMillis` that trigger a ban. */
+  strikes: number
+  strikeWindowMillis: number
+  /** Ban lengths; each new ban while the previous is remembered climbs one step. */
+  ladderMillis: number[]
+  /** How long a ban is remembered for climbing the ladder (24 h). */
+  memoryMillis: number
+}
+
+export interface LimitRequest {
+  /** API key id; never the key. */
+  keyId: string
+  minute: WindowSpec
+  day: WindowSpec
+  bans: BanPolicy
+  /** Tests only: a fixed store time in ms. Production leaves it unset and the store reads its own clock (Redis TIME). */
+  nowMillis?: number
+}
+
+export interface WindowState {
+  limit: number
+  /** Requests still allowed now; never negative. */
+  remaining: number
+  /** Store time (ms) when the oldest counted request leaves the window. */
+  resetMillis: number
+}
+
+export type LimitOutcome = 'admitted' | 'limited' | 'banned'
+
+export interface LimitDecision {
+  outcome: LimitOutcome
+  /** The store's clock at the decision, in ms. */
+  nowMillis: number
+  minute: WindowState
+  day: WindowState
+  /** For limited and banned: ms until a request would really be admitted (or the ban ends). */
+  retryAfterMillis: number
+  /** For banned: the ladder step (0-based) of the ban in force. */
+  banStep: number
+}
+
+export interface LimitStore {
+  readonly kind: 'redis' | 'memory'
+  consume(request: LimitRequest): Promise<LimitDecision>
+  /** Lifts a ban and clears strikes; the ladder step reached is kept. */
+  unban(keyId: string): Promise<void>
+  close(): Promise<void>
+}
+
+/** Every Redis key of one API key shares this hash tag, so one Cluster slot holds them all. */
+export function limitKey(keyId: string): string {
+  return `rl:{${keyId}}`
+}

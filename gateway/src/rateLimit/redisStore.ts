@@ -1,0 +1,112 @@
+import { Cluster, Redis, type RedisOptions, type Result } from 'ioredis'
+import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './limitStore.ts'
+import { limitKey } from './limitStore.ts'
+import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
+
+type RedisClient = Redis | Cluster
+
+type ScriptReply = [number, number, number, number, number, number, number, number]
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    slidingWindow(key: string, ...args: (string | number)[]): Result<ScriptReply, Context>
+    unbanKey(key: string): Result<number, Context>
+  }
+}
+
+const OUTCOMES: LimitOutcome[] = ['admitted', 'limited', 'banned']
+
+export interface RedisConnection {
+  /** redis://… for one server, or a list of host:port seeds for Redis Cluster. */
+  url?: string
+  clusterNodes?: string[]
+  /** Key prefix, so tests and several deployments can share a server safely. */
+  keyPrefix?: string
+  /** Budget for one command; past it the request is answered per onStoreFailure. */
+  commandTimeoutMillis: number
+}
+
+/**
+ * Commands fail fast instead of queueing while Redis is away (no offline queue, no retries):
+ * the caller answers within its time budget and the client reconnects in the background.
+ */
+export function connectRedis(connection: RedisConnection): RedisClient {
+  const options: RedisOptions = {
+    commandTimeout: connection.commandTimeoutMillis,
+    connectTimeout: 1_000,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    keyPrefix: connection.keyPrefix,
+    retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1_000),
+    lazyConnect: false,
+  }
+  const client = connection.clusterNodes?.length
+    ? new Cluster(
+        connection.clusterNodes.map((node) => {
+          const [host, port] = node.split(':')
+          return { host: host ?? '127.0.0.1', port: Number(port ?? 6379) }
+        }),
+        { redisOptions: options, keyPrefix: connection.keyPrefix, enableOfflineQueue: false, clusterRetryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 1_000) },
+      )
+    : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
+  // Errors surface on the commands that hit them; the connection-level event only needs a listener.
+  client.on('error', () => undefined)
+  // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (after a restart or failover).
+  client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
+  client.defineCommand('unbanKey', { numberOfKeys: 1, lua: UNBAN_LUA })
+  return client
+}
+
+export function createRedisStore(client: RedisClient): LimitStore {
+  return {
+    kind: 'redis',
+    async consume(request: LimitRequest): Promise<LimitDecision> {
+      const { minute, day, bans } = request
+      const reply = await client.slidingWindow(
+        limitKey(request.keyId),
+        request.nowMillis ?? 0,
+        minute.limit,
+        minute.windowMillis,
+        minute.bucketMillis,
+        day.limit,
+        day.windowMillis,
+        day.bucketMillis,
+        bans.strikes,
+        bans.strikeWindowMillis,
+        bans.memoryMillis,
+        bans.ladderMillis.join(','),
+      )
+      const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep] = reply
+      return {
+        outcome: OUTCOMES[outcome] ?? 'limited',
+        nowMillis: now,
+        minute: { limit: minute.limit, remaining: minuteRemaining, resetMillis: minuteReset },
+        day: { limit: day.limit, remaining: dayRemaining, resetMillis: dayReset },
+        retryAfterMillis: retryAfter,
+        banStep,
+      }
+    },
+    async unban(keyId: string) {
+      await client.unbanKey(limitKey(keyId))
+    },
+    async close() {
+      client.disconnect()
+    },
+  }
+}
+
+/** Resolves once the client can take commands; false if it could not within the timeout. */
+export async function redisReady(client: RedisClient, timeoutMillis = 5_000): Promise<boolean> {
+  if (client.status === 'ready') return true
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      client.off('ready', onReady)
+      resolve(false)
+    }, timeoutMillis)
+    const onReady = () => {
+      clearTimeout(timer)
+      resolve(true)
+    }
+    client.once('ready', onReady)
+  })
+}

@@ -1,0 +1,200 @@
+import { randomBytes } from 'node:crypto'
+import fc from 'fast-check'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { LimitRequest, LimitStore, WindowSpec } from '../../../gateway/src/rateLimit/limitStore.ts'
+
+export interface StoreUnderTest {
+  store: LimitStore
+  /** Redis only: the TTL (ms) and MEMORY USAGE of a key's state. */
+  inspect?: (keyId: string) => Promise<{ pttl: number; bytes: number }>
+  close(): Promise<void>
+}
+
+const T0 = 1_800_000_000_000
+const noBans = { strikes: 1_000_000, strikeWindowMillis: 60_000, ladderMillis: [60_000], memoryMillis: 86_400_000 }
+const freePlan = {
+  minute: { limit: 60, windowMillis: 60_000, bucketMillis: 5_000 },
+  day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+}
+
+function request(keyId: string, nowMillis: number, overrides: Partial<LimitRequest> = {}): LimitRequest {
+  return { keyId, nowMillis, ...freePlan, bans: noBans, ...overrides }
+}
+
+const newKeyId = () => `key_${randomBytes(6).toString('hex')}`
+
+/**
+ * The reference model: the conservative bucketed window, written the obvious way over a list of
+ * admission times. The stores must agree with it on every decision and every remaining count.
+ */
+function modelCount(admitted: number[], spec: WindowSpec, now: number): number {
+  const buckets = Math.floor(spec.windowMillis / spec.bucketMillis)
+  const current = Math.floor(now / spec.bucketMillis)
+  return admitted.filter((time) => Math.floor(time / spec.bucketMillis) >= current - buckets).length
+}
+
+/** The semantics both stores promise, run against each of them. */
+export function describeLimitStore(label: string, open: () => Promise<StoreUnderTest>) {
+  describe(`rate-limit store conformance: ${label}`, () => {
+    let subject: StoreUnderTest
+    beforeAll(async () => {
+      subject = await open()
+    })
+    afterAll(async () => {
+      await subject?.close()
+    })
+
+    it('admits up to the minute limit, then limits with the time until a request would be admitted', async () => {
+      const keyId = newKeyId()
+      for (let i = 0; i < 60; i++) {
+        const decision = await subject.store.consume(request(keyId, T0 + i * 100))
+        expect(decision.outcome).toBe('admitted')
+        expect(decision.minute.remaining).toBe(59 - i)
+        expect(decision.day.remaining).toBe(999 - i)
+      }
+      const limited = await subject.store.consume(request(keyId, T0 + 6_000))
+      expect(limited.outcome).toBe('limited')
+      expect(limited.minute.remaining).toBe(0)
+      // All 60 landed in the bucket starting at T0; they all leave it at T0 + 65 s.
+      expect(limited.nowMillis + limited.retryAfterMillis).toBe(T0 + 65_000)
+      expect((await subject.store.consume(request(keyId, T0 + 64_999))).outcome).toBe('limited')
+      expect((await subject.store.consume(request(keyId, T0 + 65_000))).outcome).toBe('admitted')
+    })
+
+    it('charges nothing to either window for a rejected request', async () => {
+      const keyId = newKeyId()
+      const plan = { ...freePlan, minute: { ...freePlan.minute, limit: 2 } }
+      await subject.store.consume(request(keyId, T0, plan))
+      await subject.store.consume(request(keyId, T0, plan))
+      for (let i = 0; i < 5; i++) {
+        const limited = await subject.store.consume(request(keyId, T0 + 1, plan))
+        expect(limited.outcome).toBe('limited')
+        expect(limited.day.remaining).toBe(998)
+      }
+    })
+
+    it('limits on the day window when the day is spent, whatever the minute says', async () => {
+      const keyId = newKeyId()
+      const plan = { ...freePlan, day: { limit: 3, windowMillis: 86_400_000, bucketMillis: 3_600_000 } }
+      for (let i = 0; i < 3; i++) expect((await subject.store.consume(request(keyId, T0 + i * 61_000, plan))).outcome).toBe('admitted')
+      const limited = await subject.store.consume(request(keyId, T0 + 10 * 61_000, plan))
+      expect(limited).toMatchObject({ outcome: 'limited', day: { remaining: 0 } })
+      expect(limited.minute.remaining).toBe(60)
+      expect(limited.nowMillis + limited.retryAfterMillis).toBe(T0 + 86_400_000 + 3_600_000)
+    })
+
+    it('never lets a rolling window hold more than the limit, and agrees with the model on every decision', async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.integer({ min: 1, max: 8 }),
+          fc.integer({ min: 2, max: 10 }),
+          fc.array(fc.integer({ min: 0, max: 700 }), { minLength: 1, maxLength: 80 }),
+          async (limit, buckets, gaps) => {
+            const keyId = newKeyId()
+            const minute: WindowSpec = { limit, windowMillis: buckets * 100, bucketMillis: 100 }
+            const day: WindowSpec = { limit: limit * 3, windowMillis: buckets * 500, bucketMillis: 500 }
+            const admitted: number[] = []
+            let now = T0
+            for (const gap of gaps) {
+              now += gap
+              const expectedMinute = modelCount(admitted, minute, now)
+              const expectedDay = modelCount(admitted, day, now)
+              const shouldAdmit = expectedMinute < minute.limit && expectedDay < day.limit
+              const decision = await subject.store.consume({ keyId, nowMillis: now, minute, day, bans: noBans })
+              expect(decision.outcome).toBe(shouldAdmit ? 'admitted' : 'limited')
+              if (decision.outcome === 'admitted') admitted.push(now)
+              expect(decision.minute.remaining).toBe(Math.max(minute.limit - modelCount(admitted, minute, now), 0))
+              expect(decision.day.remaining).toBe(Math.max(day.limit - modelCount(admitted, day, now), 0))
+              if (decision.outcome === 'limited') {
+                // Retry-After is never early: just before it, the model still refuses.
+                const at = now + decision.retryAfterMillis
+                expect(decision.retryAfterMillis).toBeGreaterThan(0)
+                const before = at - 1
+                expect(modelCount(admitted, minute, before) >= minute.limit || modelCount(admitted, day, before) >= day.limit).toBe(true)
+                expect(modelCount(admitted, minute, at) < minute.limit && modelCount(admitted, day, at) < day.limit).toBe(true)
+              }
+            }
+            for (const spec of [minute, day]) {
+              for (const end of admitted) {
+                const inSpan = admitted.filter((time) => time > end - spec.windowMillis && time <= end).length
+                expect(inSpan).toBeLessThanOrEqual(spec.limit)
+              }
+            }
+          },
+        ),
+        { numRuns: 60 },
+      )
+    })
+
+    it('bans after the strike threshold, climbing the ladder with each new ban within the memory', async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 3, strikeWindowMillis: 60_000, ladderMillis: [10_000, 50_000, 90_000], memoryMillis: 86_400_000 }
+      const plan = { ...freePlan, minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans }
+      expect((await subject.store.consume(request(keyId, T0, plan))).outcome).toBe('admitted')
+      expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('limited')
+      expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('limited')
+      const banned = await subject.store.consume(request(keyId, T0 + 3, plan))
+      expect(banned).toMatchObject({ outcome: 'banned', retryAfterMillis: 10_000, banStep: 0 })
+      const during = await subject.store.consume(request(keyId, T0 + 5_000, plan))
+      expect(during).toMatchObject({ outcome: 'banned', retryAfterMillis: 5_003, banStep: 0 })
+
+      // After the first ban ends the window is still full: three more strikes, the second step.
+      let now = T0 + 10_003
+      for (let i = 0; i < 2; i++) expect((await subject.store.consume(request(keyId, now++, plan))).outcome).toBe('limited')
+      expect(await subject.store.consume(request(keyId, now, plan))).toMatchObject({ outcome: 'banned', retryAfterMillis: 50_000, banStep: 1 })
+    })
+
+    it('forgets the ladder step once the ban memory has passed', async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 1, strikeWindowMillis: 1_000, ladderMillis: [1_000, 5_000], memoryMillis: 10_000 }
+      const plan = { ...freePlan, minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, day: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans }
+      await subject.store.consume(request(keyId, T0, plan))
+      expect(await subject.store.consume(request(keyId, T0 + 1, plan))).toMatchObject({ outcome: 'banned', banStep: 0 })
+      expect(await subject.store.consume(request(keyId, T0 + 2_000, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+      expect(await subject.store.consume(request(keyId, T0 + 30_000, plan))).toMatchObject({ outcome: 'banned', banStep: 0 })
+    })
+
+    it('lifts a ban on unban, clears the strikes and keeps the ladder step', async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 2, strikeWindowMillis: 60_000, ladderMillis: [10_000, 50_000], memoryMillis: 86_400_000 }
+      const plan = { ...freePlan, minute: { limit: 1, windowMillis: 1_000, bucketMillis: 100 }, bans }
+      await subject.store.consume(request(keyId, T0, plan))
+      await subject.store.consume(request(keyId, T0 + 1, plan))
+      expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('banned')
+      await subject.store.unban(keyId)
+      expect((await subject.store.consume(request(keyId, T0 + 3_000, plan))).outcome).toBe('admitted')
+      // One strike after the unban is not enough to ban again (strikes were cleared)...
+      expect((await subject.store.consume(request(keyId, T0 + 3_001, plan))).outcome).toBe('limited')
+      // ...the second is, and the ban is the ladder's second step.
+      expect(await subject.store.consume(request(keyId, T0 + 3_002, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+    })
+
+    it('starts a key over when the window shape changes in config', async () => {
+      const keyId = newKeyId()
+      await subject.store.consume(request(keyId, T0))
+      const reshaped = { ...freePlan, minute: { limit: 60, windowMillis: 60_000, bucketMillis: 1_000 } }
+      expect(await subject.store.consume(request(keyId, T0 + 1, reshaped))).toMatchObject({ outcome: 'admitted' })
+    })
+
+    if (label !== 'in-process memory') {
+      it('keeps one key under 400 bytes with both windows and strikes, with a TTL', async () => {
+        const keyId = `key_${randomBytes(9).toString('base64url')}`
+        const business = {
+          minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
+          day: { limit: 100_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+          bans: { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000, 300_000, 900_000, 3_600_000, 86_400_000], memoryMillis: 86_400_000 },
+        }
+        for (let i = 0; i < 30; i++) await subject.store.consume({ keyId, ...business })
+        const { pttl, bytes } = await subject.inspect!(keyId)
+        expect(pttl).toBeGreaterThan(0)
+        expect(pttl).toBeLessThanOrEqual(86_400_000 + 3_600_000)
+        expect(bytes).toBeLessThanOrEqual(400)
+      })
+
+      it('uses the store clock (Redis TIME) when no time is given', async () => {
+        const decision = await subject.store.consume({ keyId: newKeyId(), ...freePlan, bans: noBans })
+        expect(Math.abs(decision.nowMillis - Date.now())).toBeLessThan(5_000)
+      })
+    }
+  })
+}

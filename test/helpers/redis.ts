@@ -1,0 +1,107 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { Redis } from 'ioredis'
+
+/**
+ * Redis for the tests: REDIS_URL when set, else the local server on 127.0.0.1:6379. Every test
+ * writes under its own key prefix and deletes only that prefix afterwards.
+ */
+export const TEST_REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
+
+export function testKeyPrefix(): string {
+  return `aas-test:${randomBytes(4).toString('hex')}:`
+}
+
+export async function deleteKeysWithPrefix(prefix: string, url = TEST_REDIS_URL): Promise<void> {
+  const redis = new Redis(url)
+  try {
+    let cursor = '0'
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+      cursor = next
+      if (keys.length > 0) await redis.del(...keys)
+    } while (cursor !== '0')
+  } finally {
+    redis.disconnect()
+  }
+}
+
+export async function freePort(): Promise<number> {
+  const server = net.createServer().listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  const { port } = server.address() as net.AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+export interface TestCluster {
+  nodes: string[]
+  processes: ChildProcess[]
+  stop(): Promise<void>
+}
+
+/** A three-master Redis Cluster on loopback ports, made with the machine's redis-server. */
+export async function startRedisCluster(): Promise<TestCluster> {
+  const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-cluster-'))
+  const ports = [await freePort(), await freePort(), await freePort()]
+  const processes = ports.map((port) =>
+    spawn(
+      'redis-server',
+      [
+        '--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
+        '--cluster-config-file', path.join(directory, `nodes-${port}.conf`), '--dir', directory,
+        '--save', '', '--appendonly', 'no', '--cluster-node-timeout', '2000',
+      ],
+      { stdio: 'ignore' },
+    ),
+  )
+  const nodes = ports.map((port) => `127.0.0.1:${port}`)
+  for (const port of ports) await waitFor(async () => (await ping(port)) === 'PONG')
+  const created = spawnSync('redis-cli', ['--cluster', 'create', ...nodes, '--cluster-replicas', '0', '--cluster-yes'], {
+    encoding: 'utf8',
+    timeout: 30_000,
+  })
+  if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stderr || created.stdout}`)
+  await waitFor(async () => {
+    const redis = new Redis({ port: ports[0], host: '127.0.0.1', lazyConnect: true })
+    try {
+      await redis.connect()
+      return (await redis.cluster('INFO')).includes('cluster_state:ok')
+    } finally {
+      redis.disconnect()
+    }
+  })
+  return {
+    nodes,
+    processes,
+    async stop() {
+      for (const child of processes) child.kill('SIGKILL')
+      rmSync(directory, { recursive: true, force: true })
+    },
+  }
+}
+
+async function ping(port: number): Promise<string | undefined> {
+  const redis = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null })
+  try {
+    await redis.connect()
+    return await redis.ping()
+  } catch {
+    return undefined
+  } finally {
+    redis.disconnect()
+  }
+}
+
+async function waitFor(condition: () => Promise<boolean>, timeoutMillis = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMillis
+  while (Date.now() < deadline) {
+    if (await condition().catch(() => false)) return
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error('timed out waiting for Redis')
+}
