@@ -29,6 +29,11 @@ describe('gateway config', () => {
     })
     expect(config.bans.ladderSeconds).toEqual([60, 300, 900, 3600, 86400])
     expect(config.upstreams.pets).toEqual({ url: 'http://127.0.0.1:3001', timeoutMillis: 10_000 })
+    expect(config.windows).toEqual({
+      minute: { lengthMillis: 60_000, bucketMillis: 5_000 },
+      day: { lengthMillis: 86_400_000, bucketMillis: 3_600_000 },
+    })
+    expect(config.redis).toEqual({ commandTimeoutMillis: 50, keyPrefix: '' })
     expect(Object.isFrozen(config.plans.free)).toBe(true)
   })
 
@@ -37,6 +42,8 @@ describe('gateway config', () => {
     const config = resolveGatewayConfig(file, { GATEWAY_PORT: '18080', GATEWAY_HOST: '127.0.0.1', GATEWAY_OPS_PORT: '19464', PETS_URL: 'http://pets:3001' })
     expect(config.server).toMatchObject({ host: '127.0.0.1', port: 18080, opsPort: 19464 })
     expect(config.upstreams.pets.url).toBe('http://pets:3001')
+    const clustered = resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: 'redis-a:7000, redis-b:7000', REDIS_URL: 'redis://r:6379' })
+    expect(clustered.redis).toMatchObject({ url: 'redis://r:6379', clusterNodes: ['redis-a:7000', 'redis-b:7000'] })
     expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: 'eighty' })).toThrow(/GATEWAY_PORT/)
   })
 
@@ -52,6 +59,13 @@ describe('gateway config', () => {
       'test/fixtures/config/bad-values.yaml:8: anonymous.perMinute must be >= 1',
       'test/fixtures/config/bad-values.yaml:9: bans.ladder.1 must be a duration like 60s, 5m, 1h, 24h',
       'test/fixtures/config/bad-values.yaml:10: onStoreFailure must be one of open, closed',
+    ])
+  })
+
+  it('refuses window buckets that do not divide the window or would cost too much memory', () => {
+    expect(problemsOf('bad-window.yaml')).toEqual([
+      'test/fixtures/config/bad-window.yaml:8: windows.minute.bucket must divide the window length',
+      'test/fixtures/config/bad-window.yaml:9: windows.day.bucket must leave at most 60 buckets in the window',
     ])
   })
 

@@ -9,16 +9,24 @@ export const DEFAULT_CONFIG_PATH = 'config/gateway.yaml'
 export type PlanLimit = number | 'custom'
 
 export interface GatewayConfig {
-  server: { host: string; port: number; opsHost: string; opsPort: number }
+  server: { host: string; port: number; opsHost: string; opsPort: number; trustedProxies: string[] }
   upstreams: {
     pets: { url: string; timeoutMillis: number }
     orders?: { url: string; timeoutMillis: number }
   }
   keyCache: { maxEntries: number; ttlMillis: number; negativeTtlMillis: number }
   plans: Readonly<Record<string, { perMinute: PlanLimit; perDay: PlanLimit }>>
+  windows: { minute: { lengthMillis: number; bucketMillis: number }; day: { lengthMillis: number; bucketMillis: number } }
   anonymous: { perMinute: number }
   bans: { strikes: number; ladderSeconds: number[] }
   onStoreFailure: 'open' | 'closed'
+  redis: {
+    /** REDIS_URL; with neither this nor clusterNodes the in-process store is used. */
+    url?: string
+    clusterNodes?: string[]
+    commandTimeoutMillis: number
+    keyPrefix: string
+  }
 }
 
 /** A config file that cannot be used; each problem names the file, line and key. */
@@ -113,9 +121,25 @@ export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): 
   return config
 }
 
+const windowOf = (shape: { length: string; bucket: string }) => ({
+  lengthMillis: durationSeconds(shape.length) * 1_000,
+  bucketMillis: durationSeconds(shape.bucket) * 1_000,
+})
+
+/** Most buckets a window may have: each costs 4 bytes of Redis memory per active key. */
+export const MAX_BUCKETS = 60
+
 /** Rules a JSON schema cannot express. */
 function crossChecks(config: GatewayConfigFile): { path: string[]; message: string }[] {
   const problems: { path: string[]; message: string }[] = []
+  for (const name of ['minute', 'day'] as const) {
+    const { lengthMillis, bucketMillis } = windowOf(config.windows[name])
+    if (lengthMillis % bucketMillis !== 0) {
+      problems.push({ path: ['windows', name, 'bucket'], message: 'must divide the window length' })
+    } else if (lengthMillis / bucketMillis > MAX_BUCKETS) {
+      problems.push({ path: ['windows', name, 'bucket'], message: `must leave at most ${MAX_BUCKETS} buckets in the window` })
+    }
+  }
   for (const [name, plan] of Object.entries(config.plans)) {
     if (typeof plan.perMinute === 'number' && typeof plan.perDay === 'number' && plan.perDay < plan.perMinute) {
       problems.push({ path: ['plans', name, 'perDay'], message: 'must be at least perMinute' })
@@ -136,6 +160,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
       port: portFromEnv('GATEWAY_PORT', file.server.port, env),
       opsHost: env.GATEWAY_OPS_HOST || file.server.opsHost,
       opsPort: portFromEnv('GATEWAY_OPS_PORT', file.server.opsPort, env),
+      trustedProxies: file.server.trustedProxies ?? [],
     },
     upstreams: {
       pets: upstream(file.upstreams.pets, env.PETS_URL),
@@ -147,9 +172,19 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
       negativeTtlMillis: file.keyCache.negativeTtlSeconds * 1_000,
     },
     plans: file.plans,
+    windows: {
+      minute: windowOf(file.windows.minute),
+      day: windowOf(file.windows.day),
+    },
     anonymous: file.anonymous,
     bans: { strikes: file.bans.strikes, ladderSeconds: file.bans.ladder.map(durationSeconds) },
     onStoreFailure: file.onStoreFailure,
+    redis: {
+      ...(env.REDIS_URL ? { url: env.REDIS_URL } : {}),
+      ...(env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.split(',').map((node) => node.trim()).filter(Boolean) } : {}),
+      commandTimeoutMillis: file.redis.commandTimeoutMillis,
+      keyPrefix: file.redis.keyPrefix,
+    },
   }
   return deepFreeze(config)
 }

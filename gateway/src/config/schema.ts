@@ -14,6 +14,9 @@ const Upstream = Type.Object(
   { additionalProperties: false },
 )
 
+// A sliding window: its length and the bucket size that bounds under-admission.
+const WindowShape = Type.Object({ length: Duration, bucket: Duration }, { additionalProperties: false })
+
 const Plan = Type.Object({ perMinute: CustomOrLimit, perDay: CustomOrLimit }, { additionalProperties: false })
 
 /** config/gateway.yaml. Every object refuses unknown keys so a typo never passes silently. */
@@ -25,6 +28,7 @@ export const GatewayConfigSchema = Type.Object(
         port: Port,
         opsHost: Type.String({ minLength: 1 }),
         opsPort: Port,
+        trustedProxies: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { maxItems: 100 })),
       },
       { additionalProperties: false },
     ),
@@ -44,6 +48,13 @@ export const GatewayConfigSchema = Type.Object(
       minProperties: 1,
       additionalProperties: false,
     }),
+    windows: Type.Object(
+      {
+        minute: WindowShape,
+        day: WindowShape,
+      },
+      { additionalProperties: false },
+    ),
     anonymous: Type.Object({ perMinute: Limit }, { additionalProperties: false }),
     bans: Type.Object(
       {
@@ -53,6 +64,13 @@ export const GatewayConfigSchema = Type.Object(
       { additionalProperties: false },
     ),
     onStoreFailure: Type.Enum(['open', 'closed']),
+    redis: Type.Object(
+      {
+        commandTimeoutMillis: Type.Integer({ minimum: 1, maximum: 10_000 }),
+        keyPrefix: Type.String({ maxLength: 64, pattern: '^[A-Za-z0-9:_-]*$' }),
+      },
+      { additionalProperties: false },
+    ),
   },
   { additionalProperties: false },
 )
