@@ -4,16 +4,21 @@ import { errorBodies } from '../../common/src/http/errorHandler.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
-import { authenticate } from './auth/authenticate.ts'
+import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
 import { gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import { BODY_LIMIT_BYTES, upstreamProxy } from './proxy/upstreamProxy.ts'
+import type { Limiter } from './rateLimit/limiter.ts'
+import { rateLimit, type RateLimitObserver } from './rateLimit/rateLimit.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
 
 export interface GatewayDependencies {
-  config: GatewayConfig
+  /** The config in force; reloads replace it, and the limits follow on the next request. */
+  config: () => GatewayConfig
   keys: KeyCache
+  limiter: Limiter
+  observer?: RateLimitObserver
   internalToken: string
   logger: FastifyBaseLogger
   registry: Registry
@@ -22,13 +27,18 @@ export interface GatewayDependencies {
 /**
  * The gateway's request pipeline, in the order every request goes through it:
  *   1. request id and one access-log line (key id and plan, never the key);
- *   2. authentication of the bearer key (format and checksum first, then the key cache);
- *   3. rate limiting (arrives with the rate-limit issue, between 2 and 4);
- *   4. the proxy to the upstream that owns the path, with header hygiene;
- *   5. one Error body shape for everything that fails on the way.
+ *   2a. identify the bearer key (format and checksum first, then the key cache);
+ *   3.  rate limit: ban, minute and day windows, strikes in one store call for a key,
+ *       the per-IP anonymous limit otherwise; headers on every answer;
+ *   2b. refuse the request whose key was missing or invalid (after it was charged to its IP);
+ *   4.  the proxy to the upstream that owns the path, with header hygiene;
+ *   5.  one Error body shape for everything that fails on the way.
  */
 export async function buildGateway(deps: GatewayDependencies): Promise<FastifyInstance> {
+  const boot = deps.config()
   const app = Fastify({
+    // Only the configured load balancers may speak for the client's address.
+    trustProxy: boot.server.trustedProxies.length > 0 ? [...boot.server.trustedProxies] : false,
     loggerInstance: deps.logger,
     logController: singleLineRequestLogging(),
     genReqId: requestIdFrom,
@@ -47,15 +57,25 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(httpMetrics, { registry: deps.registry })
   // 5 (registered early so every stage's failure takes the same shape)
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })
-  // 2
+  // 2a
   await app.register(authenticate, { keys: deps.keys })
+  // 3
+  await app.register(rateLimit, {
+    config: deps.config,
+    store: deps.limiter.store,
+    bans: deps.limiter.bans,
+    anonymous: () => deps.limiter.anonymous(),
+    observer: deps.observer,
+  })
+  // 2b
+  await app.register(requireAuthentication)
   // 4
   await app.register(upstreamProxy, {
-    ...deps.config.upstreams.pets,
+    ...boot.upstreams.pets,
     internalToken: deps.internalToken,
     publicPath: '/v1/pets',
     upstreamPath: '/pets',
   })
-  await app.register(storeOrdersRoute, { upstream: deps.config.upstreams.orders, internalToken: deps.internalToken })
+  await app.register(storeOrdersRoute, { upstream: boot.upstreams.orders, internalToken: deps.internalToken })
   return app
 }

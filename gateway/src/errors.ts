@@ -11,6 +11,11 @@ export const gatewayErrors = defineErrorCodes({
   invalid_api_key: { status: 401, message: 'The API key is not valid.' },
   not_found: { status: 404, message: 'No route matches this method and path.' },
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
+  rate_limited: { status: 429, message: 'Too many requests; retry after the time in Retry-After.' },
+  api_key_banned: {
+    status: 429,
+    message: 'This API key is temporarily banned for sending requests while rate limited; retry after the time in Retry-After.',
+  },
   internal_error: { status: 500, message: 'Something went wrong on our side.' },
   not_implemented: { status: 501, message: 'This operation is not available yet.' },
   bad_gateway: { status: 502, message: 'The catalogue service could not be reached or answered badly.' },

@@ -7,17 +7,20 @@ import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from './app.ts'
-import { ConfigError, loadGatewayConfig } from './config/loadConfig.ts'
+import { createConfigSource } from './config/configSource.ts'
+import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
 import { createKeyCache } from './keys/keyCache.ts'
 import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
 import { createKeyRepository } from './keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
+import { createLimiter } from './rateLimit/limiter.ts'
 import { upstreamAnswers } from './upstreamCheck.ts'
 
 const logger = createLogger('gateway')
 
 async function main(): Promise<void> {
-  const config = loadGatewayConfig()
+  const configSource = createConfigSource(process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, process.env, logger)
+  const config = configSource.get()
   const databaseUrl = requiredEnv('DATABASE_URL')
   const internalToken = requiredEnv('INTERNAL_TOKEN')
 
@@ -25,10 +28,19 @@ async function main(): Promise<void> {
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
   const repository = createKeyRepository(pool)
   const keys = createKeyCache(repository, config.keyCache)
+  const limiter = createLimiter({ config: configSource.get, logger })
+  if (!(await limiter.ready())) logger.warn('Redis is not reachable yet; limits follow onStoreFailure until it is')
   const changes = await startKeyChangeFeed({
     repository,
     connectionString: databaseUrl,
-    onChange: (keyHash) => keys.invalidate(keyHash),
+    onChange: (change) => {
+      keys.invalidate(change.keyHash)
+      if (change.kind === 'unban') {
+        limiter.bans.forget(change.keyId)
+        limiter.store.unban(change.keyId).catch((error: unknown) => logger.error({ err: error, keyId: change.keyId }, 'unban failed'))
+        logger.info({ keyId: change.keyId }, 'API key unbanned')
+      }
+    },
     logger,
   })
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
@@ -38,7 +50,8 @@ async function main(): Promise<void> {
   collectDefaultMetrics({ register: registry })
   registerPoolMetrics(registry, pool)
 
-  const app = await buildGateway({ config, keys, internalToken, logger, registry })
+  const app = await buildGateway({ config: configSource.get, keys, limiter, internalToken, logger, registry })
+  const stopWatching = configSource.watch()
   let accepting = true
   const ops = buildOpsServer({
     registry,
@@ -56,6 +69,8 @@ async function main(): Promise<void> {
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain requests', run: () => app.close() },
     { name: 'stop key change feed', run: () => changes.stop() },
+    { name: 'stop config watch', run: async () => stopWatching() },
+    { name: 'close rate-limit store', run: () => limiter.close() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end() },
   ])

@@ -13,6 +13,7 @@ import { createKeyCache, type KeyCache } from '../../gateway/src/keys/keyCache.t
 import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
 import { createKeyRepository, type KeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import { createLimiter, type Limiter } from '../../gateway/src/rateLimit/limiter.ts'
 import { TEST_INTERNAL_TOKEN } from './petsService.ts'
 
 export interface GatewayOptions {
@@ -22,6 +23,10 @@ export interface GatewayOptions {
   /** Adjusts the repository's config/gateway.yaml before it is resolved. */
   configure?: (file: GatewayConfigFile) => void
   logStream?: NodeJS.WritableStream
+  /** Environment the config is resolved with (REDIS_URL, …); PETS_URL is set from petsUrl. */
+  env?: NodeJS.ProcessEnv
+  /** Local clock for the ban cache (a skewed gateway in the tests). */
+  clock?: () => number
 }
 
 export interface RunningGateway {
@@ -31,33 +36,55 @@ export interface RunningGateway {
   pool: pg.Pool
   keys: KeyRepository
   cache: KeyCache
+  limiter: Limiter
   /** Issues a key through the same repository the CLI uses and returns its plaintext. */
   createKey(input?: Partial<NewApiKey>): Promise<{ id: string; key: string }>
   request(pathAndQuery: string, init?: RequestInit & { key?: string }): Promise<Response>
   close(): Promise<void>
 }
 
-export function testGatewayConfig(petsUrl: string, configure?: (file: GatewayConfigFile) => void): GatewayConfig {
+export function testGatewayConfig(
+  petsUrl: string,
+  configure?: (file: GatewayConfigFile) => void,
+  env: NodeJS.ProcessEnv = {},
+): GatewayConfig {
   const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
+  // Every test client is 127.0.0.1; tests of the anonymous limit set their own.
+  file.anonymous.perMinute = 100_000
   configure?.(file)
-  return resolveGatewayConfig(file, { PETS_URL: petsUrl })
+  return resolveGatewayConfig(file, { ...env, PETS_URL: petsUrl })
 }
 
 /** A real gateway on an ephemeral port, with its own key cache and change feed. */
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
-  const config = testGatewayConfig(options.petsUrl, options.configure)
+  const config = testGatewayConfig(options.petsUrl, options.configure, options.env)
   const pool = createPool({ connectionString: options.databaseUrl, applicationName: 'gateway-test' })
   await migrate(pool, GATEWAY_MIGRATIONS)
   const logger = options.logStream ? pino(options.logStream) : pino({ level: 'silent' })
   const keys = createKeyRepository(pool)
   const cache = createKeyCache(keys, config.keyCache)
+  const limiter = createLimiter({ config: () => config, logger, clock: options.clock })
+  await limiter.ready()
   const feed = await startKeyChangeFeed({
     repository: keys,
     connectionString: options.databaseUrl,
-    onChange: (hash) => cache.invalidate(hash),
+    onChange: (change) => {
+      cache.invalidate(change.keyHash)
+      if (change.kind === 'unban') {
+        limiter.bans.forget(change.keyId)
+        void limiter.store.unban(change.keyId)
+      }
+    },
     logger,
   })
-  const app = await buildGateway({ config, keys: cache, internalToken: TEST_INTERNAL_TOKEN, logger, registry: new Registry() })
+  const app = await buildGateway({
+    config: () => config,
+    keys: cache,
+    limiter,
+    internalToken: TEST_INTERNAL_TOKEN,
+    logger,
+    registry: new Registry(),
+  })
   await app.listen({ host: '127.0.0.1', port: 0 })
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
   return {
@@ -67,6 +94,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     pool,
     keys,
     cache,
+    limiter,
     async createKey(input = {}) {
       const { record, key } = await keys.create({ name: 'test', plan: 'free', ...input })
       return { id: record.id, key }
@@ -80,6 +108,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     async close() {
       await app.close()
       await feed.stop()
+      await limiter.close()
       await pool.end()
     },
   }

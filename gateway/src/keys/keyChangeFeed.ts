@@ -1,12 +1,12 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
-import type { KeyRepository } from './keyRepository.ts'
+import type { KeyChange, KeyRepository } from './keyRepository.ts'
 
 export interface KeyChangeFeedOptions {
   repository: Pick<KeyRepository, 'latestChangeId' | 'changesSince'>
   /** For the LISTEN connection; when LISTEN is unavailable the periodic read still works. */
   connectionString: string
-  onChange: (keyHash: Buffer) => void
+  onChange: (change: KeyChange) => void
   logger: Logger
   /** Catch-up period: the bound on propagation when notifications are lost. */
   pollMillis?: number
@@ -36,7 +36,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
         again = false
         try {
           for (const change of await repository.changesSince(lastId)) {
-            options.onChange(change.keyHash)
+            options.onChange(change)
             lastId = change.id
           }
         } catch (error) {

@@ -13,6 +13,13 @@ export interface ApiKeyRecord {
   revokedAt: Date | null
 }
 
+export interface KeyChange {
+  id: number
+  keyId: string
+  keyHash: Buffer
+  kind: 'updated' | 'unban'
+}
+
 export interface NewApiKey {
   name: string
   plan: string
@@ -98,12 +105,26 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows[0]?.id ?? 0
     },
 
-    async changesSince(id: number): Promise<{ id: number; keyHash: Buffer }[]> {
-      const { rows } = await pool.query<{ id: number; keyHash: Buffer }>(
-        `SELECT id, key_hash AS "keyHash" FROM gateway.api_key_changes WHERE id > $1 ORDER BY id LIMIT 1000`,
+    async changesSince(id: number): Promise<KeyChange[]> {
+      const { rows } = await pool.query<KeyChange>(
+        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes
+          WHERE id > $1 ORDER BY id LIMIT 1000`,
         [id],
       )
       return rows
+    },
+
+    /** Asks every gateway to lift the key's ban; returns false when no such key exists. */
+    async requestUnban(id: string): Promise<boolean> {
+      const { rowCount } = await pool.query(
+        `WITH change AS (
+           INSERT INTO gateway.api_key_changes (key_id, key_hash, kind)
+           SELECT id, key_hash, 'unban' FROM gateway.api_keys WHERE id = $1 RETURNING key_id
+         )
+         SELECT pg_notify('gateway_api_key_changes', key_id) FROM change`,
+        [id],
+      )
+      return (rowCount ?? 0) > 0
     },
 
     /** The change log only needs to outlive the cache TTL; a day is generous. */

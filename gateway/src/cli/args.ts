@@ -1,0 +1,110 @@
+import { parseArgs } from 'node:util'
+import { UsageError } from './errors.ts'
+import { parseExpires, parseLimits, parseName, type Limits } from './values.ts'
+
+export const USAGE = `Usage: npm run keys -- <command> [options]
+
+Commands:
+  create --plan <plan> --name <name> [--per-minute N --per-day N] [--expires <when>]
+                          create a key and print it; it is shown this once, never again
+  list                    every key: id, prefix, name, plan, limits, state, created
+  show <id>               one key
+  revoke <id>             revoke a key; every running gateway refuses it within 2 s
+  set-plan <id> <plan> [--per-minute N --per-day N]
+                          move a key to another plan (custom limits it has are kept)
+  set-limits <id> --per-minute N --per-day N
+                          give a key custom limits in place of its plan's
+  set-limits <id> --clear return a key to its plan's limits
+
+Options:
+  --per-minute N, --per-day N
+                          custom limits, given together, per-day at least per-minute;
+                          required by a plan whose limits are "custom" (enterprise)
+  --expires <when>        a duration (12h, 30d, 8w) or an ISO date (2026-12-31,
+                          2026-12-31T18:00:00Z); without it the key does not expire
+  --json                  print exactly one JSON object on stdout and nothing else
+  -h, --help              this text
+
+Plans come from the gateway config (GATEWAY_CONFIG, default config/gateway.yaml).
+Database: DATABASE_URL, or else the embedded database of a running \`npm start\`
+(found through <DATA_DIR or ./data>/embedded-postgres.json).
+Exit status: 0 done, 1 failed (unknown key id, no database, ...), 2 bad arguments.
+`
+
+export type Command =
+  | { name: 'help' }
+  | { name: 'create'; plan: string; keyName: string; limits?: Limits; expiresAt: Date | null; json: boolean }
+  | { name: 'list'; json: boolean }
+  | { name: 'show' | 'revoke'; id: string; json: boolean }
+  | { name: 'set-plan'; id: string; plan: string; limits?: Limits; json: boolean }
+  | { name: 'set-limits'; id: string; limits: Limits | null; json: boolean }
+
+type OptionSpec = Record<string, { type: 'string' | 'boolean'; short?: string }>
+
+const COMMON: OptionSpec = { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }
+const LIMITS: OptionSpec = { 'per-minute': { type: 'string' }, 'per-day': { type: 'string' } }
+
+const COMMANDS: Record<string, { positionals: string[]; options: OptionSpec }> = {
+  create: { positionals: [], options: { plan: { type: 'string' }, name: { type: 'string' }, expires: { type: 'string' }, ...LIMITS } },
+  list: { positionals: [], options: {} },
+  show: { positionals: ['id'], options: {} },
+  revoke: { positionals: ['id'], options: {} },
+  'set-plan': { positionals: ['id', 'plan'], options: LIMITS },
+  'set-limits': { positionals: ['id'], options: { ...LIMITS, clear: { type: 'boolean' } } },
+}
+
+/** Turns the command line (after `npm run keys --`) into a Command; bad arguments throw UsageError. */
+export function parseCommand(argv: string[], now = new Date()): Command {
+  const [name, ...rest] = argv
+  if (name === undefined) throw new UsageError('no command given')
+  if (name === 'help' || name === '--help' || name === '-h') return { name: 'help' }
+  const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
+  if (!spec) throw new UsageError(`unknown command "${name}"`)
+
+  let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] }
+  try {
+    parsed = parseArgs({ args: rest, options: { ...COMMON, ...spec.options }, strict: true, allowPositionals: true })
+  } catch (error) {
+    throw new UsageError(`${name}: ${(error as Error).message.replace(/\s*\n\s*/g, ' ')}`)
+  }
+  const { values, positionals } = parsed
+  if (values.help) return { name: 'help' }
+  if (positionals.length !== spec.positionals.length) {
+    const expected = spec.positionals.length === 0 ? 'no arguments' : spec.positionals.map((p) => `<${p}>`).join(' ')
+    throw new UsageError(`${name} takes ${expected}, got ${positionals.length === 0 ? 'none' : positionals.join(' ')}`)
+  }
+  const text = (option: string) => values[option] as string | undefined
+  const json = values.json === true
+  const [id = '', second = ''] = positionals
+  const limits = parseLimits(text('per-minute'), text('per-day'))
+
+  switch (name) {
+    case 'create': {
+      const plan = text('plan')
+      const keyName = text('name')
+      if (plan === undefined) throw new UsageError('create needs --plan <plan>')
+      if (keyName === undefined) throw new UsageError('create needs --name <name> (who or what the key is for)')
+      const expires = text('expires')
+      return {
+        name,
+        plan,
+        keyName: parseName(keyName),
+        ...(limits ? { limits } : {}),
+        expiresAt: expires === undefined ? null : parseExpires(expires, now),
+        json,
+      }
+    }
+    case 'list':
+      return { name, json }
+    case 'show':
+    case 'revoke':
+      return { name, id, json }
+    case 'set-plan':
+      return { name, id, plan: second, ...(limits ? { limits } : {}), json }
+    default: {
+      if (values.clear && limits) throw new UsageError('set-limits takes either --clear or --per-minute and --per-day, not both')
+      if (!values.clear && !limits) throw new UsageError('set-limits needs --per-minute N --per-day N, or --clear')
+      return { name: 'set-limits', id, limits: limits ?? null, json }
+    }
+  }
+}

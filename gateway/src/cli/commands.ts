@@ -1,0 +1,143 @@
+import type { ApiKeyRecord, KeyRepository } from '../keys/keyRepository.ts'
+import type { Command } from './args.ts'
+import { CliError, UsageError } from './errors.ts'
+import { describeLimits, hasCustomLimits, keyDetails, keyJson, keyTable, type Plans } from './format.ts'
+
+export interface Output {
+  out(text: string): void
+  err(text: string): void
+}
+
+export interface CommandDeps {
+  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits'>
+  /** The gateway config's plans; undefined only for `revoke` when the config cannot be read. */
+  plans: Plans | undefined
+  output: Output
+  now?: () => Date
+}
+
+type Plan = Plans[string]
+const isCustomPlan = (plan: Plan) => plan.perMinute === 'custom' || plan.perDay === 'custom'
+
+function requirePlan(plans: Plans | undefined, name: string): Plan {
+  if (!plans) throw new CliError('the gateway config is needed for this command')
+  const plan = Object.hasOwn(plans, name) ? plans[name] : undefined
+  if (!plan) {
+    throw new UsageError(`unknown plan "${name}"; the plans in the gateway config are: ${Object.keys(plans).join(', ')}`)
+  }
+  return plan
+}
+
+const needsLimits = (planName: string) =>
+  new UsageError(`plan "${planName}" has custom limits: give the key --per-minute N and --per-day N`)
+
+/** Checks what can be checked without the database, so bad arguments fail before connecting. */
+export function checkCommand(command: Command, plans: Plans | undefined): void {
+  if (command.name === 'create') {
+    if (isCustomPlan(requirePlan(plans, command.plan)) && !command.limits) throw needsLimits(command.plan)
+  } else if (command.name === 'set-plan') {
+    requirePlan(plans, command.plan)
+  }
+}
+
+async function existing(deps: CommandDeps, id: string): Promise<ApiKeyRecord> {
+  const record = await deps.repository.findById(id)
+  if (!record) throw new CliError(`no API key with id "${id}" (\`npm run keys -- list\` shows the ids)`)
+  return record
+}
+
+/** A key that vanished between two statements (deleted by hand): same answer as an unknown id. */
+function present(record: ApiKeyRecord | undefined, id: string): ApiKeyRecord {
+  if (!record) throw new CliError(`no API key with id "${id}"`)
+  return record
+}
+
+export async function runCommand(command: Command, deps: CommandDeps): Promise<void> {
+  const now = deps.now?.() ?? new Date()
+  const { output, plans, repository } = deps
+  const report = (record: ApiKeyRecord, json: boolean, headline: string) => {
+    if (json) output.out(`${JSON.stringify(keyJson(record, plans, now))}\n`)
+    else output.out(`${headline}\n${keyDetails(record, plans, now)}`)
+  }
+  /** Remarks that are not the result: stdout for a person, stderr when stdout is JSON. */
+  const note = (json: boolean, text: string) => (json ? output.err(`note: ${text}\n`) : output.out(`\nNote: ${text}\n`))
+  checkCommand(command, plans)
+
+  switch (command.name) {
+    case 'help':
+      return
+    case 'create': {
+      const { record, key } = await repository.create({
+        name: command.keyName,
+        plan: command.plan,
+        perMinute: command.limits?.perMinute ?? null,
+        perDay: command.limits?.perDay ?? null,
+        expiresAt: command.expiresAt,
+      })
+      if (command.json) {
+        const { id, ...rest } = keyJson(record, plans, now)
+        output.out(`${JSON.stringify({ id, key, ...rest })}\n`)
+        return
+      }
+      output.out(
+        `Created API key ${record.id} "${record.name}" on plan ${record.plan} (${describeLimits(record, plans)}).\n\n` +
+          `  ${key}\n\n` +
+          'Store this key now: it is shown only this once and cannot be shown again (only its hash is kept).\n',
+      )
+      return
+    }
+    case 'list': {
+      const records = await repository.list()
+      if (command.json) output.out(`${JSON.stringify({ keys: records.map((record) => keyJson(record, plans, now)) })}\n`)
+      else if (records.length === 0) output.out('No API keys yet. Create one: npm run keys -- create --plan <plan> --name <name>\n')
+      else output.out(keyTable(records, plans, now))
+      return
+    }
+    case 'show':
+      return report(await existing(deps, command.id), command.json, `API key ${command.id}`)
+    case 'revoke': {
+      const before = await existing(deps, command.id)
+      const record = present(await repository.revoke(command.id), command.id)
+      const headline = before.revokedAt
+        ? `API key ${record.id} was already revoked.`
+        : `Revoked API key ${record.id}: every running gateway refuses it within 2 s.`
+      return report(record, command.json, headline)
+    }
+    case 'set-plan': {
+      const plan = requirePlan(plans, command.plan)
+      const before = await existing(deps, command.id)
+      const hasBoth = before.perMinute !== null && before.perDay !== null
+      if (isCustomPlan(plan) && !command.limits && !hasBoth) throw needsLimits(command.plan)
+      // Limits before plan: a gateway reading in between never sees a custom plan without limits.
+      if (command.limits) await repository.setLimits(command.id, command.limits.perMinute, command.limits.perDay)
+      const record = present(await repository.setPlan(command.id, command.plan), command.id)
+      report(record, command.json, `API key ${record.id} is now on plan ${record.plan}.`)
+      if (!isCustomPlan(plan) && !command.limits && hasCustomLimits(record)) {
+        note(
+          command.json,
+          `the key keeps its custom limits, which take the place of plan ${record.plan}'s; ` +
+            `\`npm run keys -- set-limits ${record.id} --clear\` gives it the plan's limits.`,
+        )
+      }
+      return
+    }
+    case 'set-limits': {
+      const before = await existing(deps, command.id)
+      const plan = plans && Object.hasOwn(plans, before.plan) ? plans[before.plan] : undefined
+      if (command.limits === null && plan && isCustomPlan(plan)) {
+        throw new UsageError(
+          `plan "${before.plan}" has no limits of its own ("custom"), so the key's limits cannot be cleared; ` +
+            'move it to another plan first (set-plan)',
+        )
+      }
+      const record = present(
+        await repository.setLimits(command.id, command.limits?.perMinute ?? null, command.limits?.perDay ?? null),
+        command.id,
+      )
+      const headline = command.limits
+        ? `API key ${record.id} now has custom limits.`
+        : `API key ${record.id} now has the limits of plan ${record.plan}.`
+      return report(record, command.json, headline)
+    }
+  }
+}

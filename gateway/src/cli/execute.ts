@@ -1,0 +1,52 @@
+import { migrate } from '../../../common/src/database/migrate.ts'
+import { createPool, isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
+import { ConfigError, loadGatewayConfig } from '../config/loadConfig.ts'
+import { createKeyRepository } from '../keys/keyRepository.ts'
+import { GATEWAY_MIGRATIONS } from '../migrations.ts'
+import type { Command } from './args.ts'
+import { checkCommand, runCommand, type Output } from './commands.ts'
+import { locateDatabase, printableUrl, type DatabaseLocation } from './database.ts'
+import { CliError, explain } from './errors.ts'
+import type { Plans } from './format.ts'
+
+/** The config's plans. Revoking must work even while someone is mid-way through editing the config. */
+function loadPlans(command: Command, output: Output): Plans | undefined {
+  try {
+    return loadGatewayConfig().plans
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error
+    if (command.name !== 'revoke') throw new CliError(error.message)
+    output.err(`warning: ${error.message}\n(revoking anyway)\n`)
+    return undefined
+  }
+}
+
+function databaseError(error: unknown, location: DatabaseLocation): unknown {
+  if (error instanceof CliError) return error
+  const where = location.source === 'DATABASE_URL' ? `DATABASE_URL (${printableUrl(location.url)})` : location.source
+  const what = isDatabaseUnavailable(error) ? 'cannot reach Postgres' : 'cannot prepare the gateway schema'
+  return new CliError(`${what} at ${where}: ${explain(error)}`)
+}
+
+/**
+ * Everything after argument parsing: config, database, migrations, the command. Kept apart from
+ * the entry point so `--help` and bad arguments answer without loading pg, ajv and the schema.
+ */
+export async function execute(command: Command, output: Output, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const plans = loadPlans(command, output)
+  checkCommand(command, plans)
+  const location = await locateDatabase(env)
+  const pool = createPool({ connectionString: location.url, applicationName: 'keys-cli', max: 2, connectionTimeoutMillis: 5_000 })
+  try {
+    try {
+      await migrate(pool, GATEWAY_MIGRATIONS)
+    } catch (error) {
+      throw databaseError(error, location)
+    }
+    await runCommand(command, { repository: createKeyRepository(pool), plans, output })
+  } catch (error) {
+    throw isDatabaseUnavailable(error) ? databaseError(error, location) : error
+  } finally {
+    await pool.end()
+  }
+}

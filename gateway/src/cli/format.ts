@@ -1,0 +1,99 @@
+import type { GatewayConfig } from '../config/loadConfig.ts'
+import type { ApiKeyRecord } from '../keys/keyRepository.ts'
+
+export type Plans = GatewayConfig['plans']
+export type KeyState = 'active' | 'revoked' | 'expired'
+
+export function keyState(record: ApiKeyRecord, now: Date): KeyState {
+  if (record.revokedAt !== null) return 'revoked'
+  if (record.expiresAt !== null && record.expiresAt <= now) return 'expired'
+  return 'active'
+}
+
+export function hasCustomLimits(record: ApiKeyRecord): boolean {
+  return record.perMinute !== null || record.perDay !== null
+}
+
+/** The limits that apply to the key: its own where set, else its plan's; null when neither is known. */
+export function effectiveLimits(record: ApiKeyRecord, plans: Plans | undefined) {
+  const plan = plans && Object.hasOwn(plans, record.plan) ? plans[record.plan] : undefined
+  const fromPlan = (limit: number | 'custom' | undefined) => (typeof limit === 'number' ? limit : null)
+  return {
+    perMinute: record.perMinute ?? fromPlan(plan?.perMinute),
+    perDay: record.perDay ?? fromPlan(plan?.perDay),
+  }
+}
+
+const iso = (date: Date | null) => (date === null ? null : date.toISOString())
+
+/** What --json prints for a key: never the key itself nor its hash. */
+export function keyJson(record: ApiKeyRecord, plans: Plans | undefined, now: Date) {
+  const limits = effectiveLimits(record, plans)
+  return {
+    id: record.id,
+    prefix: record.displayPrefix,
+    name: record.name,
+    plan: record.plan,
+    perMinute: limits.perMinute,
+    perDay: limits.perDay,
+    customLimits: hasCustomLimits(record),
+    state: keyState(record, now),
+    createdAt: iso(record.createdAt),
+    expiresAt: iso(record.expiresAt),
+    revokedAt: iso(record.revokedAt),
+  }
+}
+
+const count = (value: number | null) => (value === null ? '?' : value.toLocaleString('en-US'))
+
+export function describeLimits(record: ApiKeyRecord, plans: Plans | undefined): string {
+  const limits = effectiveLimits(record, plans)
+  return `${count(limits.perMinute)}/min, ${count(limits.perDay)}/day${hasCustomLimits(record) ? ' (custom)' : ''}`
+}
+
+export function describeTime(date: Date | null, none = 'never'): string {
+  return date === null ? none : `${date.toISOString().slice(0, 19).replace('T', ' ')} UTC`
+}
+
+/** Names come from operators; keep the table one line per key. */
+const printable = (text: string, max: number) => {
+  // eslint-disable-next-line no-control-regex
+  const clean = text.replace(/[\u0000-\u001f\u007f]/g, ' ')
+  return clean.length > max ? `${clean.slice(0, max - 1)}…` : clean
+}
+
+export function shortPrefix(record: ApiKeyRecord): string {
+  return `${record.displayPrefix}…`
+}
+
+export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date): string {
+  const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED']
+  const rows = records.map((record) => [
+    record.id,
+    shortPrefix(record),
+    printable(record.name, 32),
+    record.plan,
+    describeLimits(record, plans),
+    keyState(record, now),
+    describeTime(record.createdAt).slice(0, 16),
+  ])
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)))
+  const line = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column] ?? 0)).join('  ').trimEnd()
+  return [line(header), ...rows.map(line)].join('\n') + '\n'
+}
+
+/** `show` and the confirmation after each change: one field per line. */
+export function keyDetails(record: ApiKeyRecord, plans: Plans | undefined, now: Date): string {
+  const fields: [string, string][] = [
+    ['id', record.id],
+    ['prefix', shortPrefix(record)],
+    ['name', printable(record.name, 200)],
+    ['plan', record.plan],
+    ['limits', describeLimits(record, plans)],
+    ['state', keyState(record, now)],
+    ['created', describeTime(record.createdAt)],
+    ['expires', describeTime(record.expiresAt)],
+    ['revoked', describeTime(record.revokedAt, '-')],
+  ]
+  return fields.map(([label, value]) => `  ${label.padEnd(8)} ${value}`).join('\n') + '\n'
+}

@@ -1,0 +1,69 @@
+import { UsageError } from './errors.ts'
+
+/** Custom per-key limits; always given together, per-day at least per-minute. */
+export interface Limits {
+  perMinute: number
+  perDay: number
+}
+
+/** The largest value the key table's integer columns hold. */
+const MAX_LIMIT = 2_147_483_647
+const NAME_MAX = 200
+
+export function parseLimit(option: string, raw: string): number {
+  const value = /^\d+$/.test(raw) ? Number(raw) : Number.NaN
+  if (!(value >= 1 && value <= MAX_LIMIT)) {
+    throw new UsageError(`--${option} must be a whole number from 1 to ${MAX_LIMIT}, got "${raw}"`)
+  }
+  return value
+}
+
+/** `--per-minute` and `--per-day`: both or neither. */
+export function parseLimits(perMinute: string | undefined, perDay: string | undefined): Limits | undefined {
+  if (perMinute === undefined && perDay === undefined) return undefined
+  if (perMinute === undefined || perDay === undefined) {
+    throw new UsageError('--per-minute and --per-day go together: give both')
+  }
+  const limits = { perMinute: parseLimit('per-minute', perMinute), perDay: parseLimit('per-day', perDay) }
+  if (limits.perDay < limits.perMinute) {
+    throw new UsageError(`--per-day (${limits.perDay}) must be at least --per-minute (${limits.perMinute})`)
+  }
+  return limits
+}
+
+export function parseName(raw: string): string {
+  const name = raw.trim()
+  if (name.length === 0 || name.length > NAME_MAX) {
+    throw new UsageError(`--name must be 1 to ${NAME_MAX} characters, got ${name.length}`)
+  }
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f]/.test(name)) throw new UsageError('--name must not contain control characters')
+  return name
+}
+
+const DURATION = /^(\d{1,6})([hdw])$/
+const UNIT_MILLIS = { h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const
+const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/
+
+/** `--expires`: a duration from now (12h, 30d, 8w) or an ISO date or date-time in the future. */
+export function parseExpires(raw: string, now: Date): Date {
+  const duration = DURATION.exec(raw)
+  let date: Date
+  if (duration) {
+    date = new Date(now.getTime() + Number(duration[1]) * UNIT_MILLIS[duration[2] as keyof typeof UNIT_MILLIS])
+  } else {
+    const iso = ISO.exec(raw)
+    date = iso && validDay(Number(iso[1]), Number(iso[2]), Number(iso[3])) ? new Date(raw) : new Date(Number.NaN)
+  }
+  if (Number.isNaN(date.getTime()) || date.getUTCFullYear() > 9999) {
+    throw new UsageError(
+      `--expires must be a duration (12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`,
+    )
+  }
+  if (date <= now) throw new UsageError(`--expires ${raw} is not in the future`)
+  return date
+}
+
+function validDay(year: number, month: number, day: number): boolean {
+  return month >= 1 && month <= 12 && day >= 1 && day <= new Date(Date.UTC(year, month, 0)).getUTCDate()
+}

@@ -1,0 +1,69 @@
+import type { Logger } from 'pino'
+import type { GatewayConfig } from '../config/loadConfig.ts'
+import { createAnonymousLimiter, type AnonymousLimiter } from './anonymousLimiter.ts'
+import { createBanCache, type BanCache } from './banCache.ts'
+import { createMemoryStore } from './memoryStore.ts'
+import { connectRedis, createRedisStore, redisReady } from './redisStore.ts'
+import { createResilientStore, type ResilientStore } from './resilientStore.ts'
+
+export interface Limiter {
+  store: ResilientStore
+  bans: BanCache
+  /** The per-IP limiter for the config in force (rebuilt when a reload changes its shape). */
+  anonymous(): AnonymousLimiter
+  /** Where limits live: a Redis server, a Redis Cluster, or this process. */
+  storeKind: 'redis' | 'cluster' | 'memory'
+  ready(): Promise<boolean>
+  close(): Promise<void>
+}
+
+export interface LimiterOptions {
+  config: () => GatewayConfig
+  logger: Logger
+  onStoreFailure?: (error: unknown) => void
+  /** Local monotonic clock for the ban cache (tests skew it). */
+  clock?: () => number
+}
+
+/**
+ * Builds the rate-limit machinery from config: Redis (or Cluster) when REDIS_URL or
+ * REDIS_CLUSTER_NODES names one, with the per-process store as the onStoreFailure=open
+ * fallback; else the in-process store alone, valid for a single gateway.
+ */
+export function createLimiter(options: LimiterOptions): Limiter {
+  const boot = options.config()
+  const { url, clusterNodes, commandTimeoutMillis, keyPrefix } = boot.redis
+  const redis = url || clusterNodes?.length ? connectRedis({ url, clusterNodes, commandTimeoutMillis, keyPrefix }) : undefined
+  if (!redis) {
+    options.logger.warn(
+      'no REDIS_URL or REDIS_CLUSTER_NODES: rate limits are kept in this process, valid for a single gateway only',
+    )
+  }
+  const primary = redis ? createRedisStore(redis) : createMemoryStore()
+  const store = createResilientStore({
+    primary,
+    fallback: redis && boot.onStoreFailure === 'open' ? createMemoryStore() : undefined,
+    logger: options.logger,
+    onFailure: options.onStoreFailure,
+  })
+
+  let anonymousShape = ''
+  let anonymous: AnonymousLimiter | undefined
+  return {
+    store,
+    bans: createBanCache({ clock: options.clock }),
+    anonymous() {
+      const config = options.config()
+      const windowSeconds = Math.max(Math.round(config.windows.minute.lengthMillis / 1_000), 1)
+      const shape = `${config.anonymous.perMinute}/${windowSeconds}`
+      if (!anonymous || shape !== anonymousShape) {
+        anonymous = createAnonymousLimiter({ perMinute: config.anonymous.perMinute, windowSeconds, redis })
+        anonymousShape = shape
+      }
+      return anonymous
+    },
+    storeKind: !redis ? 'memory' : clusterNodes?.length ? 'cluster' : 'redis',
+    ready: () => (redis ? redisReady(redis, 2_000) : Promise.resolve(true)),
+    close: () => store.close(),
+  }
+}

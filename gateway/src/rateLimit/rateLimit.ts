@@ -1,0 +1,102 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import type { GatewayConfig } from '../config/loadConfig.ts'
+import { gatewayErrors } from '../errors.ts'
+import type { AnonymousLimiter } from './anonymousLimiter.ts'
+import type { BanCache } from './banCache.ts'
+import type { LimitOutcome } from './limitStore.ts'
+import { banPolicy, limitsFor } from './planLimits.ts'
+import { rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
+import { StoreUnavailableError, type ResilientStore } from './resilientStore.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Rate-limit headers of this request's decision, written on whatever answer it gets. */
+    rateLimitHeaders: Record<string, string> | null
+  }
+}
+
+export interface RateLimitObserver {
+  decision?(plan: string, outcome: LimitOutcome | 'anonymous_admitted' | 'anonymous_limited', degraded: boolean): void
+}
+
+export interface RateLimitOptions {
+  /** The live config (replaced atomically on reload). */
+  config: () => GatewayConfig
+  store: ResilientStore
+  bans: BanCache
+  anonymous: () => AnonymousLimiter
+  observer?: RateLimitObserver
+}
+
+const RETRY_AFTER_STORE_DOWN = '1'
+
+/**
+ * Stage 3: the limits. A key known to be banned is answered from the local ban cache; any
+ * other key costs one store call (ban check, both windows, strikes). Requests without a valid
+ * key are limited per client IP. Every answer, whatever its status, carries the headers.
+ */
+export const rateLimit = fp(
+  async (app: FastifyInstance, options: RateLimitOptions) => {
+    app.decorateRequest('rateLimitHeaders', null)
+
+    async function limitAnonymous(request: FastifyRequest) {
+      const result = await options.anonymous().consume(request.ip)
+      const now = Date.now()
+      request.rateLimitHeaders = rateLimitHeaders(
+        [{ name: 'anonymous', limit: result.limit, remaining: result.remaining, resetMillis: now + result.resetInMillis, windowSeconds: result.windowSeconds }],
+        now,
+      )
+      options.observer?.decision?.('anonymous', result.admitted ? 'anonymous_admitted' : 'anonymous_limited', false)
+      if (!result.admitted) {
+        throw gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(result.resetInMillis) } })
+      }
+    }
+
+    app.addHook('onRequest', async (request) => {
+      const key = request.apiKey
+      if (!key) return limitAnonymous(request)
+      const config = options.config()
+      const limits = limitsFor(key, config)
+      const windows = (minute: { remaining: number; resetMillis: number }, day: { remaining: number; resetMillis: number }): NamedWindow[] => [
+        { name: 'minute', limit: limits.minute.limit, windowSeconds: limits.minute.windowMillis / 1_000, ...minute },
+        { name: 'day', limit: limits.day.limit, windowSeconds: limits.day.windowMillis / 1_000, ...day },
+      ]
+
+      const knownBan = options.bans.lookup(key.id)
+      if (knownBan) {
+        const now = Date.now()
+        const end = { remaining: 0, resetMillis: now + knownBan.millisLeft }
+        request.rateLimitHeaders = rateLimitHeaders(windows(end, end), now)
+        options.observer?.decision?.(key.plan, 'banned', false)
+        throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(knownBan.millisLeft) } })
+      }
+
+      let decision
+      try {
+        decision = await options.store.consume({ keyId: key.id, ...limits, bans: banPolicy(config) })
+      } catch (error) {
+        if (!(error instanceof StoreUnavailableError)) throw error
+        throw gatewayErrors.create('service_unavailable', 'Rate limits cannot be checked right now; retry shortly.', {
+          headers: { 'retry-after': RETRY_AFTER_STORE_DOWN },
+          cause: error,
+        })
+      }
+      request.rateLimitHeaders = rateLimitHeaders(windows(decision.minute, decision.day), decision.nowMillis)
+      options.observer?.decision?.(key.plan, decision.outcome, decision.degraded)
+      if (decision.outcome === 'banned') {
+        options.bans.remember(key.id, decision.retryAfterMillis, decision.banStep)
+        throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })
+      }
+      if (decision.outcome === 'limited') {
+        throw gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })
+      }
+    })
+
+    app.addHook('onSend', async (request, reply, payload) => {
+      if (request.rateLimitHeaders) reply.headers(request.rateLimitHeaders)
+      return payload
+    })
+  },
+  { name: 'rate-limit', dependencies: ['authenticate'] },
+)

@@ -1,0 +1,212 @@
+import { readFileSync, rmSync } from 'node:fs'
+import { access, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import net from 'node:net'
+import path from 'node:path'
+import { PGlite } from '@electric-sql/pglite'
+
+/**
+ * The embedded database's files under the data directory (`DATA_DIR`, default `./data`):
+ *
+ *   pglite/                   PGlite's Postgres data directory
+ *   embedded-postgres.json    `{ url, pid }` while an `npm start` owns the data directory, so
+ *                             other commands (the keys CLI) can find the running database
+ */
+export const DISCOVERY_FILE = 'embedded-postgres.json'
+export const PGLITE_FOLDER = 'pglite'
+
+export interface EmbeddedDatabaseRecord {
+  /** Where the running `npm start` serves Postgres (it may still be starting). */
+  url: string
+  /** The `npm start` process that owns the data directory. */
+  pid: number
+}
+
+export function discoveryFilePath(dataDir: string): string {
+  return path.join(dataDir, DISCOVERY_FILE)
+}
+
+export function embeddedUrl(host: string, port: number): string {
+  return `postgres://postgres@${host}:${port}/postgres?sslmode=disable`
+}
+
+/** The record in the discovery file, or undefined when there is none or it is unreadable. */
+export async function readDiscoveryFile(dataDir: string): Promise<EmbeddedDatabaseRecord | undefined> {
+  let text: string
+  try {
+    text = await readFile(discoveryFilePath(dataDir), 'utf8')
+  } catch {
+    return undefined
+  }
+  try {
+    const parsed = JSON.parse(text) as Partial<EmbeddedDatabaseRecord>
+    if (typeof parsed.url === 'string' && Number.isInteger(parsed.pid) && (parsed.pid ?? 0) > 0) {
+      return { url: parsed.url, pid: parsed.pid as number }
+    }
+  } catch {
+    // A file cut short by a crash while it was written: treated like no file.
+  }
+  return undefined
+}
+
+export function processIsAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: the process exists but belongs to someone else.
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/** True when something accepts TCP connections at the URL's host and port. */
+export function answers(url: string, timeoutMillis = 1_000): Promise<boolean> {
+  const { hostname, port } = new URL(url)
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: hostname, port: Number(port || 5432) })
+    const done = (result: boolean) => {
+      socket.destroy()
+      resolve(result)
+    }
+    socket.setTimeout(timeoutMillis, () => done(false))
+    socket.once('connect', () => done(true))
+    socket.once('error', () => done(false))
+  })
+}
+
+/**
+ * The embedded database a running `npm start` serves from `dataDir`, or undefined when none
+ * runs. For commands such as the keys CLI that must use the same database while the stack runs.
+ */
+export async function findRunningEmbeddedDatabase(dataDir: string): Promise<EmbeddedDatabaseRecord | undefined> {
+  const record = await readDiscoveryFile(dataDir)
+  if (!record || !processIsAlive(record.pid) || !(await answers(record.url))) return undefined
+  return record
+}
+
+export class DataDirectoryInUseError extends Error {}
+
+const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
+
+/**
+ * Makes this process the owner of `dataDir` by creating the discovery file exclusively. PGlite
+ * is one process's database: two processes on the same files would corrupt them. A file left
+ * by a run that did not stop cleanly (crash, SIGKILL, power loss) is recognised as stale and
+ * replaced; `onStale` is told so the user learns about it.
+ */
+export async function claimDataDirectory(
+  dataDir: string,
+  record: EmbeddedDatabaseRecord,
+  options: { onStale?: (previous: EmbeddedDatabaseRecord | undefined) => void; startingGraceMillis?: number } = {},
+): Promise<void> {
+  await mkdir(dataDir, { recursive: true })
+  const file = discoveryFilePath(dataDir)
+  for (let attempt = 0; attempt < 3; attempt += 1) {
+    try {
+      await writeFile(file, JSON.stringify(record), { flag: 'wx', mode: 0o600 })
+      return
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+    }
+    const previous = await readDiscoveryFile(dataDir)
+    if (previous && previous.pid !== record.pid && processIsAlive(previous.pid)) {
+      // Alive and serving: certainly a running `npm start`. Alive but not (yet) serving: either
+      // one that is still starting (PGlite takes seconds) or an unrelated process that reused the
+      // pid after a reboot; waiting a little tells the two apart.
+      const deadline = Date.now() + (options.startingGraceMillis ?? 15_000)
+      for (;;) {
+        if (await answers(previous.url)) {
+          throw new DataDirectoryInUseError(
+            `another npm start (pid ${previous.pid}) is already running on ${dataDir} and serves Postgres at ${previous.url}; ` +
+              'stop it first, or set DATA_DIR to use another folder',
+          )
+        }
+        if (Date.now() > deadline || !processIsAlive(previous.pid)) break
+        await sleep(250)
+      }
+    }
+    options.onStale?.(previous)
+    await rm(file, { force: true })
+  }
+  throw new DataDirectoryInUseError(`could not take ownership of ${dataDir}: ${file} keeps coming back`)
+}
+
+/** Rewrites the discovery file in place (write then rename, so readers never see half a file). */
+export async function updateDiscoveryFile(dataDir: string, record: EmbeddedDatabaseRecord): Promise<void> {
+  const file = discoveryFilePath(dataDir)
+  const temporary = `${file}.${record.pid}.tmp`
+  await writeFile(temporary, JSON.stringify(record), { mode: 0o600 })
+  await rename(temporary, file)
+}
+
+/** Removes the discovery file if this process owns it. Synchronous so it also works in an exit handler. */
+export function releaseDataDirectory(dataDir: string, pid = process.pid): void {
+  const file = discoveryFilePath(dataDir)
+  try {
+    const parsed = JSON.parse(readFileSync(file, 'utf8')) as Partial<EmbeddedDatabaseRecord>
+    if (parsed.pid !== pid) return
+  } catch {
+    return
+  }
+  rmSync(file, { force: true })
+}
+
+async function exists(file: string): Promise<boolean> {
+  try {
+    await access(file)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * Creates the PGlite data directory on the first start, crash-safely. PGlite runs initdb in
+ * memory and then copies the files out; a process killed during that copy leaves a partial
+ * folder that a later start could take for a database. So the new database is created in a
+ * staging folder, closed cleanly and only then renamed into place (a rename is atomic).
+ * A folder without PG_VERSION left by older runs is moved aside rather than deleted.
+ */
+export async function ensureDatabaseCreated(
+  pgliteDir: string,
+  onNote: (message: string) => void = () => undefined,
+): Promise<'existing' | 'created'> {
+  if (await exists(path.join(pgliteDir, 'PG_VERSION'))) return 'existing'
+  const staging = `${pgliteDir}.creating`
+  await rm(staging, { recursive: true, force: true })
+  await mkdir(staging, { recursive: true })
+  onNote(`creating the embedded database in ${pgliteDir} (first start, takes a few seconds)`)
+  const db = await PGlite.create({ dataDir: staging })
+  await db.close()
+  if (await exists(pgliteDir)) {
+    if ((await readdir(pgliteDir)).length > 0) {
+      const aside = `${pgliteDir}.incomplete-${new Date().toISOString().replaceAll(':', '-')}`
+      await rename(pgliteDir, aside)
+      onNote(`${pgliteDir} held no complete database; moved it to ${aside}`)
+    } else {
+      await rm(pgliteDir, { recursive: true, force: true })
+    }
+  }
+  await rename(staging, pgliteDir)
+  return 'created'
+}
+
+/** Fails with a clear message when host:port is taken, naming the variable that moves it. */
+export function assertPortFree(host: string, port: number, what: string, variable: string): Promise<void> {
+  if (port === 0) return Promise.resolve()
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', (error: NodeJS.ErrnoException) => {
+      if (error.code === 'EADDRINUSE') {
+        reject(
+          new Error(
+            `${host}:${port} is already in use, so ${what} cannot listen there. ` +
+              `Is another npm start running? Otherwise set ${variable} to a free port.`,
+          ),
+        )
+      } else {
+        reject(new Error(`cannot listen on ${host}:${port} for ${what}: ${error.message}`))
+      }
+    })
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve()))
+  })
+}

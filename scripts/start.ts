@@ -1,0 +1,256 @@
+/**
+ * `npm start`: the whole stack on one machine. Every service in SERVICES runs as a child
+ * process; Postgres is `DATABASE_URL` or, when that is unset, PGlite embedded in this process
+ * and served over the Postgres wire protocol, with its files under DATA_DIR (default ./data).
+ *
+ * Ctrl-C / SIGTERM: SIGTERM to each child (SIGKILL after 15 s), then the embedded database
+ * closes cleanly, then exit 0. A child exiting on its own stops everything with exit 1.
+ */
+import { randomBytes } from 'node:crypto'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
+import { portFromEnv } from '../common/src/env.ts'
+import {
+  SERVICES,
+  reachableUrl,
+  resolveListener,
+  spawnService,
+  stopChild,
+  waitUntilReady,
+  type ResolvedListener,
+  type RunningChild,
+  type ServiceSpec,
+} from './lib/childServices.ts'
+import {
+  DISCOVERY_FILE,
+  PGLITE_FOLDER,
+  assertPortFree,
+  claimDataDirectory,
+  embeddedUrl,
+  ensureDatabaseCreated,
+  releaseDataDirectory,
+  updateDiscoveryFile,
+} from './lib/embeddedDatabase.ts'
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url))
+const EMBEDDED_HOST = '127.0.0.1'
+const EMBEDDED_DEFAULT_PORT = 54329
+const CHILD_STOP_GRACE_MILLIS = 15_000
+const DATABASE_STOP_MILLIS = 10_000
+const READY_TIMEOUT_MILLIS = 90_000
+
+const say = (message: string) => console.log(`[start] ${message}`)
+const warn = (message: string) => console.warn(`[start] warning: ${message}`)
+const fail = (message: string) => console.error(`[start] error: ${message}`)
+
+const children: RunningChild[] = []
+let database: EmbeddedPostgres | undefined
+let databaseStarting: Promise<EmbeddedPostgres> | undefined
+let ownedDataDir: string | undefined
+let stopping: Promise<void> | undefined
+
+function withTimeout<T>(promise: Promise<T>, millis: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took longer than ${millis / 1000} s`)), millis)
+  })
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}
+
+/** Stops everything in order and exits; the first caller decides the exit code. */
+function shutdown(exitCode: number): Promise<void> {
+  stopping ??= (async () => {
+    let code = exitCode
+    // Reverse start order: the entry point (the gateway, once it is here) stops before what it calls.
+    for (const child of [...children].reverse()) {
+      if (child.hasExited()) continue
+      const graceful = await stopChild(child, CHILD_STOP_GRACE_MILLIS)
+      if (!graceful) {
+        fail(`${child.spec.name} did not stop within ${CHILD_STOP_GRACE_MILLIS / 1000} s and was killed`)
+        code = 1
+      }
+    }
+    try {
+      // A signal during PGlite's start: let it finish, then close it properly.
+      const db = database ?? (await databaseStarting?.catch(() => undefined))
+      if (db) await withTimeout(db.stop(), DATABASE_STOP_MILLIS, 'closing the embedded database')
+    } catch (error) {
+      fail(`the embedded database did not close cleanly: ${(error as Error).message}`)
+      code = 1
+    }
+    if (ownedDataDir) releaseDataDirectory(ownedDataDir)
+    if (code === 0) say('stopped')
+    process.exit(code)
+  })()
+  return stopping
+}
+
+function onSignal(signal: NodeJS.Signals): void {
+  if (stopping) {
+    warn(`${signal} again: killing everything now`)
+    for (const child of children) if (!child.hasExited()) child.process.kill('SIGKILL')
+    if (ownedDataDir) releaseDataDirectory(ownedDataDir)
+    process.exit(1)
+  }
+  say(`${signal}: stopping`)
+  void shutdown(0)
+}
+
+process.on('SIGINT', onSignal)
+process.on('SIGTERM', onSignal)
+process.on('SIGHUP', onSignal)
+process.on('exit', () => {
+  // Last resort on any exit path: no child outlives us, and the data directory is released.
+  for (const child of children) if (!child.hasExited()) child.process.kill('SIGKILL')
+  if (ownedDataDir) releaseDataDirectory(ownedDataDir)
+})
+for (const event of ['uncaughtException', 'unhandledRejection'] as const) {
+  process.on(event, (error: unknown) => {
+    fail(`${event}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
+    void shutdown(1)
+  })
+}
+
+/** A URL fit to print: the password, if any, is hidden. */
+function printable(url: string): string {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password) parsed.password = '***'
+    return parsed.toString()
+  } catch {
+    return '(DATABASE_URL)'
+  }
+}
+
+interface PlannedService {
+  spec: ServiceSpec
+  api: ResolvedListener
+  ops: ResolvedListener
+}
+
+async function assertServicePortsFree(planned: PlannedService[]): Promise<void> {
+  for (const { spec, api, ops } of planned) {
+    await assertPortFree(api.host, api.port, spec.name, spec.api.portVariable)
+    await assertPortFree(ops.host, ops.port, `${spec.name}'s ops port`, spec.ops.portVariable)
+  }
+}
+
+async function startDatabase(dataDir: string, port: number): Promise<EmbeddedPostgres> {
+  const pgliteDir = path.join(dataDir, PGLITE_FOLDER)
+  await ensureDatabaseCreated(pgliteDir, say)
+  databaseStarting = startEmbeddedPostgres({ dataDir: pgliteDir, host: EMBEDDED_HOST, port })
+  try {
+    database = await databaseStarting
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') {
+      throw new Error(
+        `${EMBEDDED_HOST}:${port} is already in use, so the embedded Postgres cannot listen there ` +
+          '(set EMBEDDED_POSTGRES_PORT to another port, or DATABASE_URL to use a real Postgres)',
+        { cause: error },
+      )
+    }
+    throw error
+  }
+  if (!stopping) await updateDiscoveryFile(dataDir, { url: database.url, pid: process.pid })
+  return database
+}
+
+/** What listens where, once every service answers /readyz. */
+function printReady(planned: PlannedService[], postgres: string): void {
+  const width = Math.max('Postgres'.length, ...planned.map(({ spec }) => spec.name.length))
+  say('ready:')
+  for (const { spec, api, ops } of planned) {
+    const opsUrl = `${reachableUrl(ops)} (/healthz /readyz /metrics)`
+    console.log(`[start]   ${spec.name.padEnd(width)}  ${reachableUrl(api)} (${spec.api.note}), ops ${opsUrl}`)
+  }
+  console.log(`[start]   ${'Postgres'.padEnd(width)}  ${postgres}`)
+  say('Ctrl-C stops everything')
+}
+
+async function main(): Promise<void> {
+  const env = process.env
+  const planned: PlannedService[] = SERVICES.map((spec) => ({
+    spec,
+    api: resolveListener(spec.api, env),
+    ops: resolveListener(spec.ops, env),
+  }))
+  for (const { spec, ops } of planned) {
+    if (ops.port === 0) {
+      throw new Error(`${spec.ops.portVariable}=0 is not supported by npm start: it must know where to ask /readyz`)
+    }
+  }
+
+  let databaseUrl = env.DATABASE_URL
+  let embeddedPort: number | undefined
+  const dataDir = path.resolve(env.DATA_DIR || 'data')
+  if (!databaseUrl) {
+    embeddedPort = portFromEnv('EMBEDDED_POSTGRES_PORT', EMBEDDED_DEFAULT_PORT, env)
+    warn(
+      'DATABASE_URL is not set: Postgres is PGlite embedded in this process ' +
+        `(data in ${path.join(dataDir, PGLITE_FOLDER)}). This is the single-process default for one machine; ` +
+        'set DATABASE_URL to use a real Postgres.',
+    )
+    await claimDataDirectory(
+      dataDir,
+      { url: embeddedUrl(EMBEDDED_HOST, embeddedPort), pid: process.pid },
+      {
+        onStale: (previous) =>
+          say(
+            `${path.join(dataDir, DISCOVERY_FILE)} was left by a run that did not stop cleanly` +
+              `${previous ? ` (pid ${previous.pid})` : ''}; recovering`,
+          ),
+      },
+    )
+    ownedDataDir = dataDir
+    await assertPortFree(EMBEDDED_HOST, embeddedPort, 'the embedded Postgres', 'EMBEDDED_POSTGRES_PORT')
+  }
+  // Fail in a second with a clear message rather than after PGlite's start with a child's stack trace.
+  await assertServicePortsFree(planned)
+
+  let internalToken = env.INTERNAL_TOKEN
+  if (!internalToken) {
+    internalToken = randomBytes(32).toString('base64url')
+    say('INTERNAL_TOKEN is not set: generated a random one for this run (set it to call the pets-service directly)')
+  }
+
+  if (embeddedPort !== undefined) databaseUrl = (await startDatabase(dataDir, embeddedPort)).url
+  if (stopping || !databaseUrl) return
+  // Again, now that seconds have passed: /readyz must not be answered by someone else's process.
+  await assertServicePortsFree(planned)
+
+  const childEnv: NodeJS.ProcessEnv = { ...env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken }
+  // npm start runs both ends, so the gateway's upstream follows wherever the pets-service listens.
+  const pets = planned.find(({ spec }) => spec.name === 'pets-service')
+  if (pets && !env.PETS_URL) childEnv.PETS_URL = reachableUrl(pets.api)
+  for (const { spec } of planned) {
+    const child = spawnService(spec, ROOT, childEnv)
+    children.push(child)
+    void child.exited.then(({ code, signal }) => {
+      if (stopping) return
+      const how = signal ? `signal ${signal}` : `exit code ${code}`
+      fail(`${spec.name} exited unexpectedly (${how}); stopping everything`)
+      void shutdown(1)
+    })
+  }
+  try {
+    await Promise.all(
+      planned.map(({ ops }, index) =>
+        waitUntilReady(children[index]!, `${reachableUrl(ops)}/readyz`, READY_TIMEOUT_MILLIS),
+      ),
+    )
+  } catch (error) {
+    if (stopping) return
+    throw error
+  }
+  if (stopping) return
+
+  const where = embeddedPort === undefined ? 'DATABASE_URL' : `embedded PGlite, data in ${path.join(dataDir, PGLITE_FOLDER)}`
+  printReady(planned, `${printable(databaseUrl)} (${where})`)
+}
+
+main().catch((error: unknown) => {
+  if (stopping) return
+  fail(error instanceof Error ? error.message : String(error))
+  void shutdown(1)
+})

@@ -1,0 +1,226 @@
+import { spawn } from 'node:child_process'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import type pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { createPool } from '../../common/src/database/pool.ts'
+import { hashApiKey, isWellFormedApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { createKeyRepository, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const ANY_KEY = /aas_[0-9A-Za-z]{38}/g
+
+interface Run {
+  code: number | null
+  stdout: string
+  stderr: string
+}
+
+/** `npm run keys -- …` as an operator runs it, minus npm: the real entry point in a child process. */
+function keys(args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/cli/keys.ts', ...args], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()))
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
+    child.once('error', reject)
+    child.once('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr })
+    })
+  })
+}
+
+function cleanEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const env = { ...process.env }
+  for (const name of ['DATABASE_URL', 'DATA_DIR', 'GATEWAY_CONFIG']) delete env[name]
+  return { ...env, ...extra }
+}
+
+function expectUsageError(run: Run, message: string | RegExp) {
+  expect(run.code, run.stderr).toBe(2)
+  expect(run.stdout).toBe('')
+  expect(run.stderr).toMatch(message)
+  expect(run.stderr).toContain('Usage: npm run keys --')
+  expect(run.stderr).not.toMatch(/\n\s+at /)
+}
+
+describe('keys CLI (npm run keys)', () => {
+  let database: TestDatabase
+  let pool: pg.Pool
+  let repository: KeyRepository
+  const created: string[] = []
+  const run = (...args: string[]) => keys(args, cleanEnv({ DATABASE_URL: database.url }))
+  /** The CLI migrates on its own; tests that seed rows directly must not depend on an earlier test having run it. */
+  const schema = () => migrate(pool, GATEWAY_MIGRATIONS)
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pool = createPool({ connectionString: database.url, applicationName: 'cli-test', max: 2 })
+    repository = createKeyRepository(pool)
+  })
+  afterAll(async () => {
+    await pool?.end()
+    await database?.drop()
+  })
+
+  it('creates a key on a fresh database and prints it once; the printed key is the stored one', async () => {
+    const [text, json] = await Promise.all([
+      run('create', '--plan', 'pro', '--name', 'acme'),
+      run('create', '--plan', 'enterprise', '--name', 'big co', '--per-minute', '5000', '--per-day', '2000000', '--expires', '30d', '--json'),
+    ])
+
+    expect(text.code, text.stderr).toBe(0)
+    expect(text.stderr).toBe('')
+    const printed = text.stdout.match(ANY_KEY) ?? []
+    expect(printed).toHaveLength(1)
+    const key = printed[0] as string
+    expect(isWellFormedApiKey(key)).toBe(true)
+    expect(text.stdout).toMatch(/cannot be shown again/)
+    const record = await repository.findByHash(hashApiKey(key))
+    expect(record).toMatchObject({ name: 'acme', plan: 'pro', perMinute: null, perDay: null, expiresAt: null, revokedAt: null })
+    expect(text.stdout).toContain(record?.id)
+
+    expect(json.code, json.stderr).toBe(0)
+    const body = JSON.parse(json.stdout) as Record<string, unknown>
+    expect(json.stdout.trim().split('\n')).toHaveLength(1)
+    expect(body).toMatchObject({ name: 'big co', plan: 'enterprise', perMinute: 5000, perDay: 2000000, state: 'active' })
+    expect(typeof body.id).toBe('string')
+    expect(isWellFormedApiKey(String(body.key))).toBe(true)
+    const expiresIn = Date.parse(String(body.expiresAt)) - Date.parse(String(body.createdAt))
+    expect(Math.abs(expiresIn - 30 * 86_400_000)).toBeLessThan(60_000)
+    const stored = await repository.findByHash(hashApiKey(String(body.key)))
+    expect(stored).toMatchObject({ id: body.id, perMinute: 5000, perDay: 2000000 })
+    created.push(key, String(body.key))
+  })
+
+  it('refuses bad arguments with exit 2, the reason and the usage, and creates nothing', async () => {
+    await schema()
+    const before = await repository.count()
+    const [enterprise, unknownPlan, unknownCommand] = await Promise.all([
+      run('create', '--plan', 'enterprise', '--name', 'no limits', '--json'),
+      run('create', '--plan', 'gold', '--name', 'x'),
+      run('unban', 'key_whatever'),
+    ])
+    expectUsageError(enterprise, /plan "enterprise" has custom limits.*--per-minute.*--per-day/)
+    expectUsageError(unknownPlan, /unknown plan "gold".*free, pro, business, enterprise/)
+    expectUsageError(unknownCommand, /unknown command "unban"/)
+    expect(await repository.count()).toBe(before)
+  })
+
+  it('lists keys with prefix, plan, limits and state, never the key or its hash', async () => {
+    await schema()
+    const active = await repository.create({ name: 'listed', plan: 'free' })
+    const revoked = await repository.create({ name: 'gone', plan: 'business' })
+    await repository.revoke(revoked.record.id)
+    const secrets = [...created, active.key, revoked.key]
+    const hashes = secrets.map((key) => hashApiKey(key).toString('hex'))
+
+    const [text, json] = await Promise.all([run('list'), run('list', '--json')])
+    for (const output of [text, json]) {
+      expect(output.code, output.stderr).toBe(0)
+      expect(output.stderr).toBe('')
+      expect(output.stdout.match(ANY_KEY)).toBeNull()
+      for (const secret of [...secrets, ...hashes]) expect(output.stdout).not.toContain(secret)
+    }
+    const activeLine = text.stdout.split('\n').find((line) => line.startsWith(active.record.id))
+    expect(activeLine).toContain(`${active.key.slice(0, 10)}…`)
+    expect(activeLine).toMatch(/listed\s+free\s+60\/min, 1,000\/day\s+active/)
+    expect(text.stdout.split('\n').find((line) => line.startsWith(revoked.record.id))).toMatch(/\brevoked\b/)
+
+    const { keys: listed } = JSON.parse(json.stdout) as { keys: Record<string, unknown>[] }
+    expect(listed.find((entry) => entry.id === active.record.id)).toMatchObject({
+      prefix: active.key.slice(0, 10),
+      plan: 'free',
+      perMinute: 60,
+      perDay: 1000,
+      state: 'active',
+    })
+    expect(listed.find((entry) => entry.id === revoked.record.id)).toMatchObject({ state: 'revoked' })
+    expect(listed.every((entry) => !('key' in entry) && !('hash' in entry) && !('keyHash' in entry))).toBe(true)
+  })
+
+  it('shows, revokes, moves and re-limits a key; an unknown id exits 1', async () => {
+    await schema()
+    const kept = (await repository.create({ name: 'kept', plan: 'pro' })).record
+    const gone = (await repository.create({ name: 'gone', plan: 'pro' })).record
+
+    const [show, revoke, toBusiness, toEnterprise, unknown] = await Promise.all([
+      run('show', kept.id),
+      run('revoke', gone.id, '--json'),
+      run('set-plan', kept.id, 'business', '--json'),
+      run('set-plan', gone.id, 'enterprise'),
+      run('revoke', 'key_doesNotExist', '--json'),
+    ])
+    expect(show.code, show.stderr).toBe(0)
+    expect(show.stdout).toContain(kept.id)
+    expect(show.stdout).toContain(`${kept.displayPrefix}…`)
+    expect(show.stdout).toMatch(/name\s+kept/)
+
+    expect(revoke.code, revoke.stderr).toBe(0)
+    expect(JSON.parse(revoke.stdout)).toMatchObject({ id: gone.id, state: 'revoked' })
+    expect((await repository.findById(gone.id))?.revokedAt).toBeInstanceOf(Date)
+
+    expect(toBusiness.code, toBusiness.stderr).toBe(0)
+    expect(JSON.parse(toBusiness.stdout)).toMatchObject({ id: kept.id, plan: 'business', perMinute: 1000, perDay: 100000 })
+    expect((await repository.findById(kept.id))?.plan).toBe('business')
+
+    // A key without custom limits cannot move to the plan whose limits are "custom".
+    expectUsageError(toEnterprise, /plan "enterprise" has custom limits/)
+    expect((await repository.findById(gone.id))?.plan).toBe('pro')
+
+    expect(unknown.code, unknown.stderr).toBe(1)
+    expect(unknown.stdout).toBe('')
+    expect(unknown.stderr).toMatch(/no API key with id "key_doesNotExist"/)
+    expect(unknown.stderr).not.toMatch(/\n\s+at /)
+
+    const limited = await run('set-limits', kept.id, '--per-minute', '10', '--per-day', '100', '--json')
+    expect(limited.code, limited.stderr).toBe(0)
+    expect(JSON.parse(limited.stdout)).toMatchObject({ perMinute: 10, perDay: 100, customLimits: true })
+    expect(await repository.findById(kept.id)).toMatchObject({ plan: 'business', perMinute: 10, perDay: 100 })
+
+    const cleared = await run('set-limits', kept.id, '--clear')
+    expect(cleared.code, cleared.stderr).toBe(0)
+    expect(cleared.stdout).toMatch(/limits\s+1,000\/min, 100,000\/day/)
+    expect(await repository.findById(kept.id)).toMatchObject({ perMinute: null, perDay: null })
+  })
+
+  it('without DATABASE_URL, uses the embedded database of a running npm start, or says what to do', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'found', plan: 'free' })
+    const dataDir = await mkdtemp(path.join(tmpdir(), 'keys-cli-'))
+    const emptyDir = await mkdtemp(path.join(tmpdir(), 'keys-cli-empty-'))
+    try {
+      // This test process stands in for `npm start`: the pid must belong to a live process.
+      await writeFile(path.join(dataDir, 'embedded-postgres.json'), JSON.stringify({ url: database.url, pid: process.pid }))
+      const [found, missing] = await Promise.all([
+        keys(['list', '--json'], cleanEnv({ DATA_DIR: dataDir })),
+        keys(['list', '--json'], cleanEnv({ DATA_DIR: emptyDir })),
+      ])
+      expect(found.code, found.stderr).toBe(0)
+      const { keys: listed } = JSON.parse(found.stdout) as { keys: { id: string }[] }
+      expect(listed.map((entry) => entry.id)).toContain(record.id)
+
+      expect(missing.code).toBe(1)
+      expect(missing.stdout).toBe('')
+      expect(missing.stderr).toMatch(/DATABASE_URL/)
+      expect(missing.stderr).toMatch(/npm start/)
+      expect(missing.stderr).not.toMatch(/\n\s+at /)
+    } finally {
+      await rm(dataDir, { recursive: true, force: true })
+      await rm(emptyDir, { recursive: true, force: true })
+    }
+  })
+})

@@ -1,0 +1,183 @@
+import { existsSync } from 'node:fs'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import {
+  baseEnv,
+  exitWithin,
+  freePort,
+  killAll,
+  petBody,
+  petsClient,
+  startNode,
+  TOKEN,
+  waitForPortClosed,
+  waitForOutput,
+  waitForReady,
+  type NodeProcess,
+} from './processes.ts'
+
+// `npm start` on the embedded default: PGlite in the start process, the pets-service as its child.
+// A cold PGlite start (initdb) takes several seconds, more on a busy machine.
+const READY_MILLIS = 90_000
+const STOP_MILLIS = 30_000
+
+interface Stack {
+  dataDir: string
+  petsPort: number
+  opsPort: number
+  postgresPort: number
+}
+
+const dataDirs: string[] = []
+
+async function newStack(): Promise<Stack> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-start-'))
+  dataDirs.push(dataDir)
+  return { dataDir, petsPort: await freePort(), opsPort: await freePort(), postgresPort: await freePort() }
+}
+
+function stackEnv(stack: Stack): NodeJS.ProcessEnv {
+  return {
+    ...baseEnv(),
+    DATA_DIR: stack.dataDir,
+    PETS_PORT: String(stack.petsPort),
+    PETS_OPS_PORT: String(stack.opsPort),
+    EMBEDDED_POSTGRES_PORT: String(stack.postgresPort),
+    INTERNAL_TOKEN: TOKEN,
+  }
+}
+
+/** `npm start` in its own process group, so a test can SIGKILL the whole tree like a crash. */
+async function npmStart(stack: Stack): Promise<NodeProcess> {
+  const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+  // What the user waits for: the line saying what listens where.
+  await waitForOutput(proc, '[start] ready:', READY_MILLIS)
+  await waitForReady(`http://127.0.0.1:${stack.opsPort}/readyz`, proc, 5_000)
+  return proc
+}
+
+async function sigterm(proc: NodeProcess) {
+  process.kill(proc.pid, 'SIGTERM')
+  return exitWithin(proc, STOP_MILLIS)
+}
+
+afterEach(killAll)
+afterAll(async () => {
+  await killAll()
+  await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })))
+})
+
+describe('npm start on the embedded default', () => {
+  it(
+    'serves the catalogue, stops cleanly on SIGTERM and keeps the pets across a restart',
+    async () => {
+      const stack = await newStack()
+      const first = await npmStart(stack)
+      expect(first.output()).toContain('DATABASE_URL is not set')
+      expect(first.output()).toContain(`http://127.0.0.1:${stack.petsPort}`)
+
+      // Other commands find the running embedded database through this file.
+      const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
+      expect(record).toEqual({ url: expect.stringContaining(`:${stack.postgresPort}/`), pid: first.pid })
+
+      const pets = petsClient(stack.petsPort)
+      const created = await pets.create({ name: 'Rex', categoryId: 1 })
+      expect(created.status).toBe(201)
+      const rex = await petBody(created)
+      expect(rex).toMatchObject({ name: 'Rex', categoryId: 1, status: 'available' })
+      expect(await (await pets.list()).json()).toEqual([rex])
+
+      expect(await sigterm(first)).toEqual({ code: 0, signal: null })
+      expect(first.output()).toContain('[start] stopped')
+      expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
+      await waitForPortClosed(stack.petsPort, 5_000)
+
+      const second = await npmStart(stack)
+      expect(await (await pets.list()).json()).toEqual([rex])
+      expect(await sigterm(second)).toEqual({ code: 0, signal: null })
+    },
+    4 * READY_MILLIS,
+  )
+
+  it(
+    'a pet created before SIGKILL is there after restart',
+    async () => {
+      const stack = await newStack()
+      const first = await npmStart(stack)
+      const pets = petsClient(stack.petsPort)
+      const created = await pets.create({ name: 'Rex', categoryId: 1 })
+      expect(created.status).toBe(201)
+      const rex = await petBody(created)
+
+      // The whole tree dies at once (power cut, OOM killer): no shutdown step runs.
+      first.kill()
+      expect(await first.exited).toEqual({ code: null, signal: 'SIGKILL' })
+      // The pets-service runs in its own process group and must not outlive npm start.
+      await waitForPortClosed(stack.petsPort, 10_000)
+      await waitForPortClosed(stack.opsPort, 10_000)
+
+      // The stale embedded-postgres.json and PGlite's files are recovered on the next start.
+      const second = await npmStart(stack)
+      expect(second.output()).toContain('did not stop cleanly')
+      const fetched = await pets.get(rex.id)
+      expect(fetched.status).toBe(200)
+      expect(await fetched.json()).toEqual(rex)
+      expect(await sigterm(second)).toEqual({ code: 0, signal: null })
+    },
+    4 * READY_MILLIS,
+  )
+
+  it(
+    'npm start killed during its very first start comes up next time',
+    async () => {
+      const stack = await newStack()
+      const first = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+      await waitForOutput(first, 'creating the embedded database', READY_MILLIS)
+      await new Promise((resolve) => setTimeout(resolve, 1_500))
+      first.kill()
+      await first.exited
+
+      await npmStart(stack)
+      const created = await petsClient(stack.petsPort).create({ name: 'Rex', categoryId: 1 })
+      expect(created.status).toBe(201)
+    },
+    4 * READY_MILLIS,
+  )
+
+  it(
+    'a second npm start on the same data folder refuses to run and leaves the first one serving',
+    async () => {
+      const stack = await newStack()
+      const first = await npmStart(stack)
+      const other: Stack = { ...stack, petsPort: await freePort(), opsPort: await freePort(), postgresPort: await freePort() }
+      const second = startNode('scripts/start.ts', stackEnv(other), { detached: true })
+      expect(await exitWithin(second, STOP_MILLIS)).toEqual({ code: 1, signal: null })
+      expect(second.output()).toMatch(/another npm start \(pid \d+\) is already running/)
+
+      const response = await fetch(`http://127.0.0.1:${stack.opsPort}/readyz`)
+      expect(response.status).toBe(200)
+      const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
+      expect(record.pid).toBe(first.pid)
+      expect(await sigterm(first)).toEqual({ code: 0, signal: null })
+    },
+    3 * READY_MILLIS,
+  )
+
+  it('says which port is taken when the embedded Postgres cannot listen, and exits 1', async () => {
+    const stack = await newStack()
+    const squatter = net.createServer()
+    await new Promise<void>((resolve) => squatter.listen({ host: '127.0.0.1', port: stack.postgresPort }, resolve))
+    try {
+      const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+      expect(await exitWithin(proc, STOP_MILLIS)).toEqual({ code: 1, signal: null })
+      expect(proc.output()).toContain(`127.0.0.1:${stack.postgresPort} is already in use`)
+      expect(proc.output()).toContain('EMBEDDED_POSTGRES_PORT')
+      expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
+    } finally {
+      await new Promise((resolve) => squatter.close(resolve))
+    }
+  })
+})
