@@ -32,6 +32,7 @@ import {
   releaseDataDirectory,
   updateDiscoveryFile,
 } from './lib/embeddedDatabase.ts'
+import { issueDemoKeyOnFirstStart } from './lib/demoKey.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const EMBEDDED_HOST = '127.0.0.1'
@@ -247,6 +248,21 @@ async function main(): Promise<void> {
 
   const where = embeddedPort === undefined ? 'DATABASE_URL' : `embedded PGlite, data in ${path.join(dataDir, PGLITE_FOLDER)}`
   printReady(planned, `${printable(databaseUrl)} (${where})`)
+  if (embeddedPort !== undefined) await printDemoKey(databaseUrl, planned)
+}
+
+async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Promise<void> {
+  const gateway = planned.find(({ spec }) => spec.name === 'gateway')
+  if (!gateway) return
+  const key = await issueDemoKeyOnFirstStart(databaseUrl)
+  if (!key) {
+    say('more keys: npm run keys -- create --plan free --name <who>   (list them: npm run keys -- list)')
+    return
+  }
+  say('first start: issued a Free-plan demo key. It is shown this once; keep it:')
+  console.log(`\n    ${key}\n`)
+  say('try it:')
+  console.log(`\n    curl -i -H "Authorization: Bearer ${key}" ${reachableUrl(gateway.api)}/v1/pets\n`)
 }
 
 main().catch((error: unknown) => {

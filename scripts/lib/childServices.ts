@@ -1,6 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import path from 'node:path'
+import { readFileSync } from 'node:fs'
 import { portFromEnv } from '../../common/src/env.ts'
+import { DEFAULT_CONFIG_PATH, parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 
 /** One listener of a service, read from the same variables the service itself reads. */
 export interface ListenerSpec {
@@ -20,6 +22,19 @@ export interface ServiceSpec {
   ops: ListenerSpec
 }
 
+/** The gateway's listeners as its config file sets them (the gateway reports a broken file itself). */
+function readGatewayDefaults(): { host: string; port: number; opsHost: string; opsPort: number } {
+  const fallback = { host: '0.0.0.0', port: 8080, opsHost: '0.0.0.0', opsPort: 9464 }
+  try {
+    const file = parseGatewayConfig(readFileSync(process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, 'utf8'))
+    return { ...fallback, ...file.server }
+  } catch {
+    return fallback
+  }
+}
+
+const gatewayDefaults = readGatewayDefaults()
+
 export const SERVICES: readonly ServiceSpec[] = [
   {
     name: 'pets-service',
@@ -33,9 +48,25 @@ export const SERVICES: readonly ServiceSpec[] = [
     },
     ops: { hostVariable: 'PETS_OPS_HOST', defaultHost: '127.0.0.1', portVariable: 'PETS_OPS_PORT', defaultPort: 9465 },
   },
-  // The gateway joins here, after the pets-service (it stops first): { name: 'gateway', entry:
-  // 'gateway/src/main.ts', api: GATEWAY_HOST/GATEWAY_PORT (0.0.0.0:8080), ops: GATEWAY_OPS_HOST/
-  // GATEWAY_OPS_PORT (9464) }. start.ts already hands it PETS_URL, DATABASE_URL and INTERNAL_TOKEN.
+  // After the pets-service, so it stops first. start.ts hands it PETS_URL, DATABASE_URL and
+  // INTERNAL_TOKEN; its listeners default to config/gateway.yaml's, as the gateway's own do.
+  {
+    name: 'gateway',
+    entry: 'gateway/src/main.ts',
+    api: {
+      hostVariable: 'GATEWAY_HOST',
+      defaultHost: gatewayDefaults.host,
+      portVariable: 'GATEWAY_PORT',
+      defaultPort: gatewayDefaults.port,
+      note: 'public API under /v1',
+    },
+    ops: {
+      hostVariable: 'GATEWAY_OPS_HOST',
+      defaultHost: gatewayDefaults.opsHost,
+      portVariable: 'GATEWAY_OPS_PORT',
+      defaultPort: gatewayDefaults.opsPort,
+    },
+  },
 ]
 
 export interface ResolvedListener {

@@ -112,11 +112,11 @@ describe('keys CLI (npm run keys)', () => {
     const [enterprise, unknownPlan, unknownCommand] = await Promise.all([
       run('create', '--plan', 'enterprise', '--name', 'no limits', '--json'),
       run('create', '--plan', 'gold', '--name', 'x'),
-      run('unban', 'key_whatever'),
+      run('frobnicate', 'key_whatever'),
     ])
     expectUsageError(enterprise, /plan "enterprise" has custom limits.*--per-minute.*--per-day/)
     expectUsageError(unknownPlan, /unknown plan "gold".*free, pro, business, enterprise/)
-    expectUsageError(unknownCommand, /unknown command "unban"/)
+    expectUsageError(unknownCommand, /unknown command "frobnicate"/)
     expect(await repository.count()).toBe(before)
   })
 
@@ -195,6 +195,17 @@ describe('keys CLI (npm run keys)', () => {
     expect(cleared.code, cleared.stderr).toBe(0)
     expect(cleared.stdout).toMatch(/limits\s+1,000\/min, 100,000\/day/)
     expect(await repository.findById(kept.id)).toMatchObject({ perMinute: null, perDay: null })
+  })
+
+  it('unbans a key by telling every gateway through the change log; an unknown id exits 1', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'banned', plan: 'free' })
+    const [done, unknown] = await Promise.all([run('unban', record.id), run('unban', 'key_doesNotExist')])
+    expect(done.code, done.stderr).toBe(0)
+    expect(done.stdout).toMatch(/Unbanned API key key_\w+: every running gateway lifts its ban within 2 s/)
+    const changes = await repository.changesSince(0)
+    expect(changes.filter((change) => change.keyId === record.id).map((change) => change.kind)).toContain('unban')
+    expect(unknown.code).toBe(1)
   })
 
   it('without DATABASE_URL, uses the embedded database of a running npm start, or says what to do', async () => {

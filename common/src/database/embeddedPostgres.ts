@@ -31,7 +31,12 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     port: options.port ?? 0,
     maxConnections: options.maxConnections ?? 32,
   })
-  await server.start()
+  try {
+    await server.start()
+  } catch (error) {
+    await db.close().catch(() => undefined)
+    throw error
+  }
   const address = server.getServerConn()
   const port = Number(address.split(':').at(-1))
   return {

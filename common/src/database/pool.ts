@@ -40,7 +40,10 @@ export function createPool(options: PoolOptions): pg.Pool {
     types,
   })
   // An idle client losing its connection (Postgres restarted) must not crash the process.
-  pool.on('error', (error) => options.logger?.warn({ err: error }, 'idle Postgres connection lost'))
+  // Only message and code: the error object carries the whole client, kilobytes per line.
+  pool.on('error', (error: Error & { code?: string }) =>
+    options.logger?.warn({ error: error.message, code: error.code }, 'idle Postgres connection lost'),
+  )
   return pool
 }
 

@@ -10,6 +10,8 @@ Commands:
   list                    every key: id, prefix, name, plan, limits, state, created
   show <id>               one key
   revoke <id>             revoke a key; every running gateway refuses it within 2 s
+  unban <id>              lift a key's ban on every running gateway within 2 s and clear
+                          its strikes (the ban-ladder step it reached is kept for 24 h)
   set-plan <id> <plan> [--per-minute N --per-day N]
                           move a key to another plan (custom limits it has are kept)
   set-limits <id> --per-minute N --per-day N
@@ -35,7 +37,7 @@ export type Command =
   | { name: 'help' }
   | { name: 'create'; plan: string; keyName: string; limits?: Limits; expiresAt: Date | null; json: boolean }
   | { name: 'list'; json: boolean }
-  | { name: 'show' | 'revoke'; id: string; json: boolean }
+  | { name: 'show' | 'revoke' | 'unban'; id: string; json: boolean }
   | { name: 'set-plan'; id: string; plan: string; limits?: Limits; json: boolean }
   | { name: 'set-limits'; id: string; limits: Limits | null; json: boolean }
 
@@ -49,6 +51,7 @@ const COMMANDS: Record<string, { positionals: string[]; options: OptionSpec }> =
   list: { positionals: [], options: {} },
   show: { positionals: ['id'], options: {} },
   revoke: { positionals: ['id'], options: {} },
+  unban: { positionals: ['id'], options: {} },
   'set-plan': { positionals: ['id', 'plan'], options: LIMITS },
   'set-limits': { positionals: ['id'], options: { ...LIMITS, clear: { type: 'boolean' } } },
 }
@@ -98,6 +101,7 @@ export function parseCommand(argv: string[], now = new Date()): Command {
       return { name, json }
     case 'show':
     case 'revoke':
+    case 'unban':
       return { name, id, json }
     case 'set-plan':
       return { name, id, plan: second, ...(limits ? { limits } : {}), json }

@@ -9,7 +9,7 @@ export interface Output {
 }
 
 export interface CommandDeps {
-  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits'>
+  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits' | 'requestUnban'>
   /** The gateway config's plans; undefined only for `revoke` when the config cannot be read. */
   plans: Plans | undefined
   output: Output
@@ -102,6 +102,11 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
         ? `API key ${record.id} was already revoked.`
         : `Revoked API key ${record.id}: every running gateway refuses it within 2 s.`
       return report(record, command.json, headline)
+    }
+    case 'unban': {
+      const record = await existing(deps, command.id)
+      present((await repository.requestUnban(command.id)) ? record : undefined, command.id)
+      return report(record, command.json, `Unbanned API key ${record.id}: every running gateway lifts its ban within 2 s.`)
     }
     case 'set-plan': {
       const plan = requirePlan(plans, command.plan)

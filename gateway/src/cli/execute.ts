@@ -9,14 +9,14 @@ import { locateDatabase, printableUrl, type DatabaseLocation } from './database.
 import { CliError, explain } from './errors.ts'
 import type { Plans } from './format.ts'
 
-/** The config's plans. Revoking must work even while someone is mid-way through editing the config. */
+/** The config's plans. Revoking and unbanning must work even while someone is mid-way through editing the config. */
 function loadPlans(command: Command, output: Output): Plans | undefined {
   try {
     return loadGatewayConfig().plans
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
-    if (command.name !== 'revoke') throw new CliError(error.message)
-    output.err(`warning: ${error.message}\n(revoking anyway)\n`)
+    if (command.name !== 'revoke' && command.name !== 'unban') throw new CliError(error.message)
+    output.err(`warning: ${error.message}\n(going ahead: ${command.name} needs no plan)\n`)
     return undefined
   }
 }
