@@ -8,6 +8,7 @@ import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
 import { gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
+import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { BODY_LIMIT_BYTES, upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit, type RateLimitObserver } from './rateLimit/rateLimit.ts'
@@ -19,6 +20,7 @@ export interface GatewayDependencies {
   keys: KeyCache
   limiter: Limiter
   observer?: RateLimitObserver
+  metrics?: GatewayMetrics
   internalToken: string
   logger: FastifyBaseLogger
   registry: Registry
@@ -58,7 +60,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   // 5 (registered early so every stage's failure takes the same shape)
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })
   // 2a
-  await app.register(authenticate, { keys: deps.keys })
+  await app.register(authenticate, { keys: deps.keys, onFailure: deps.metrics?.authFailure })
   // 3
   await app.register(rateLimit, {
     config: deps.config,
@@ -73,6 +75,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(upstreamProxy, {
     ...boot.upstreams.pets,
     internalToken: deps.internalToken,
+    observer: deps.metrics?.upstream,
     publicPath: '/v1/pets',
     upstreamPath: '/pets',
   })

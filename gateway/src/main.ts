@@ -12,6 +12,7 @@ import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
 import { createKeyCache } from './keys/keyCache.ts'
 import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
 import { createKeyRepository } from './keys/keyRepository.ts'
+import { createGatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
 import { createLimiter } from './rateLimit/limiter.ts'
 import { upstreamAnswers } from './upstreamCheck.ts'
@@ -19,7 +20,12 @@ import { upstreamAnswers } from './upstreamCheck.ts'
 const logger = createLogger('gateway')
 
 async function main(): Promise<void> {
-  const configSource = createConfigSource(process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, process.env, logger)
+  const registry = new Registry()
+  collectDefaultMetrics({ register: registry })
+  const metrics = createGatewayMetrics(registry)
+  const configSource = createConfigSource(process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, process.env, logger, (outcome) =>
+    metrics.configReload(outcome),
+  )
   const config = configSource.get()
   const databaseUrl = requiredEnv('DATABASE_URL')
   const internalToken = requiredEnv('INTERNAL_TOKEN')
@@ -46,11 +52,10 @@ async function main(): Promise<void> {
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
   purge.unref()
 
-  const registry = new Registry()
-  collectDefaultMetrics({ register: registry })
   registerPoolMetrics(registry, pool)
+  metrics.observeKeyCache(keys)
 
-  const app = await buildGateway({ config: configSource.get, keys, limiter, internalToken, logger, registry })
+  const app = await buildGateway({ config: configSource.get, keys, limiter, metrics, internalToken, logger, registry })
   const stopWatching = configSource.watch()
   let accepting = true
   const ops = buildOpsServer({

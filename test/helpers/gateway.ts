@@ -12,6 +12,7 @@ import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import { createKeyCache, type KeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
 import { createKeyRepository, type KeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
+import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { createLimiter, type Limiter } from '../../gateway/src/rateLimit/limiter.ts'
 import { TEST_INTERNAL_TOKEN } from './petsService.ts'
@@ -37,6 +38,8 @@ export interface RunningGateway {
   keys: KeyRepository
   cache: KeyCache
   limiter: Limiter
+  /** The gateway's metrics, as its ops port would serve them. */
+  registry: Registry
   /** Issues a key through the same repository the CLI uses and returns its plaintext. */
   createKey(input?: Partial<NewApiKey>): Promise<{ id: string; key: string }>
   request(pathAndQuery: string, init?: RequestInit & { key?: string }): Promise<Response>
@@ -77,13 +80,17 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     },
     logger,
   })
+  const registry = new Registry()
+  const metrics = createGatewayMetrics(registry)
+  metrics.observeKeyCache(cache)
   const app = await buildGateway({
     config: () => config,
     keys: cache,
     limiter,
+    metrics,
     internalToken: TEST_INTERNAL_TOKEN,
     logger,
-    registry: new Registry(),
+    registry,
   })
   await app.listen({ host: '127.0.0.1', port: 0 })
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
@@ -95,6 +102,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     keys,
     cache,
     limiter,
+    registry,
     async createKey(input = {}) {
       const { record, key } = await keys.create({ name: 'test', plan: 'free', ...input })
       return { id: record.id, key }

@@ -11,6 +11,24 @@ export interface UpstreamOptions {
   /** Public path served, e.g. /v1/pets, and the upstream path it maps to, e.g. /pets. */
   publicPath: string
   upstreamPath: string
+  observer?: UpstreamObserver
+}
+
+export type UpstreamFailureKind = 'timeout' | 'connect' | 'protocol'
+
+/** Upstream latency (request sent → response headers) and failures, for the metrics. */
+export interface UpstreamObserver {
+  response(upstream: string, status: number, seconds: number): void
+  failure(upstream: string, kind: UpstreamFailureKind): void
+}
+
+const CONNECT_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'ENOTFOUND', 'EHOSTUNREACH'])
+
+export function failureKind(error: unknown): UpstreamFailureKind {
+  const codes = errorCodes(error)
+  if (codes.some((code) => TIMEOUT_CODES.has(code))) return 'timeout'
+  if (codes.some((code) => CONNECT_CODES.has(code))) return 'connect'
+  return 'protocol'
 }
 
 export const BODY_LIMIT_BYTES = 1_048_576
@@ -57,7 +75,7 @@ function errorCodes(error: unknown): string[] {
 
 /** Upstream failures as clients see them: 504 when it stayed silent, 502 for everything else. */
 export function upstreamFailure(error: unknown) {
-  return errorCodes(error).some((code) => TIMEOUT_CODES.has(code))
+  return failureKind(error) === 'timeout'
     ? gatewayErrors.create('upstream_timeout', undefined, { cause: error })
     : gatewayErrors.create('bad_gateway', undefined, { cause: error })
 }
@@ -72,6 +90,17 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT_BYTES }, (_request, body, done) =>
     done(null, body),
   )
+  const name = options.upstreamPath.split('/')[1] || 'upstream'
+  // Upstream latency: request handed to the upstream → its response headers back.
+  const sentAt = new WeakMap<object, number>()
+  const waited = new WeakMap<object, number>()
+  if (options.observer) {
+    const observer = options.observer
+    app.addHook('onResponse', async (request, reply) => {
+      const seconds = waited.get(request)
+      if (seconds !== undefined) observer.response(name, reply.statusCode, seconds)
+    })
+  }
   await app.register(httpProxy, {
     upstream: options.url,
     prefix: options.publicPath,
@@ -88,8 +117,17 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       bodyTimeout: options.timeoutMillis,
     },
     replyOptions: {
-      rewriteRequestHeaders: (request, headers) => upstreamRequestHeaders(request, headers, options.internalToken),
+      rewriteRequestHeaders: (request, headers) => {
+        if (options.observer) sentAt.set(request, performance.now())
+        return upstreamRequestHeaders(request, headers, options.internalToken)
+      },
+      rewriteHeaders: (headers, request) => {
+        const started = request && sentAt.get(request)
+        if (request && started !== undefined) waited.set(request, (performance.now() - started) / 1_000)
+        return headers
+      },
       onError: (reply, { error }) => {
+        options.observer?.failure(name, failureKind(error))
         const failure = upstreamFailure(error)
         reply.log.warn({ err: error, code: failure.code }, 'upstream request failed')
         void reply.code(failure.status).headers(failure.headers).send(failure.toBody())
