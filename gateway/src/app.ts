@@ -5,6 +5,7 @@ import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { authenticate, requireAuthentication } from './auth/authenticate.ts'
+import { privateResponses } from './auth/privateResponses.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
 import { gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
@@ -61,6 +62,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })
   // 2a
   await app.register(authenticate, { keys: deps.keys, onFailure: deps.metrics?.authFailure })
+  await app.register(privateResponses)
   // 3
   await app.register(rateLimit, {
     config: deps.config,

@@ -35,6 +35,8 @@ describe('gateway authentication', () => {
     const response = await gateway.request('/v1/pets', { key })
     expect(response.status).toBe(200)
     expect(await response.json()).toEqual([])
+    // The client's own data: no shared cache may keep it.
+    expect(response.headers.get('cache-control')).toBe('no-store')
   })
 
   it('answers 401 missing_api_key without an Authorization header', async () => {
