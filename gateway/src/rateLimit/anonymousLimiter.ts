@@ -1,5 +1,6 @@
 import type { Cluster, Redis } from 'ioredis'
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible'
+import { withinBudget } from './redisStore.ts'
 
 export interface AnonymousDecision {
   admitted: boolean
@@ -15,11 +16,19 @@ export interface AnonymousDecision {
  * is what makes guessing keys slow. rate-limiter-flexible keeps the counts in Redis (shared by
  * all gateways) with an in-memory insurance limiter that takes over while Redis fails.
  */
-export function createAnonymousLimiter(options: { perMinute: number; windowSeconds: number; redis?: Redis | Cluster }) {
+export function createAnonymousLimiter(options: {
+  perMinute: number
+  windowSeconds: number
+  redis?: Redis | Cluster
+  /** The Redis time budget; past it the in-memory insurance limiter decides. */
+  budgetMillis?: number
+}) {
   const shape = { points: options.perMinute, duration: options.windowSeconds, keyPrefix: 'anon' }
-  const limiter = options.redis
-    ? new RateLimiterRedis({ ...shape, storeClient: options.redis, insuranceLimiter: new RateLimiterMemory(shape) })
-    : new RateLimiterMemory(shape)
+  // This process's limiter: the only one without Redis, else the insurance, consulted here exactly
+  // once for each request Redis could not decide (an error or the budget passing), never a second
+  // time when a late command fails after all.
+  const local = new RateLimiterMemory(shape)
+  const shared = options.redis ? new RateLimiterRedis({ ...shape, storeClient: options.redis }) : undefined
 
   const decision = (result: RateLimiterRes, admitted: boolean): AnonymousDecision => ({
     admitted,
@@ -32,7 +41,15 @@ export function createAnonymousLimiter(options: { perMinute: number; windowSecon
   return {
     async consume(clientIp: string): Promise<AnonymousDecision> {
       try {
-        return decision(await limiter.consume(clientIp), true)
+        if (!shared) return decision(await local.consume(clientIp), true)
+        try {
+          const pending = shared.consume(clientIp)
+          return decision(await (options.budgetMillis === undefined ? pending : withinBudget(pending, options.budgetMillis)), true)
+        } catch (error) {
+          if (error instanceof RateLimiterRes) throw error
+          // Redis failed, or is slower than the budget: this process's limiter decides.
+          return decision(await local.consume(clientIp), true)
+        }
       } catch (rejection) {
         if (rejection instanceof RateLimiterRes) return decision(rejection, false)
         throw rejection

@@ -39,7 +39,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       'no REDIS_URL or REDIS_CLUSTER_NODES: rate limits are kept in this process, valid for a single gateway only',
     )
   }
-  const primary = redis ? createRedisStore(redis) : createMemoryStore()
+  const primary = redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore()
   const store = createResilientStore({
     primary,
     fallback: redis && boot.onStoreFailure === 'open' ? createMemoryStore() : undefined,
@@ -57,7 +57,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const windowSeconds = Math.max(Math.round(config.windows.minute.lengthMillis / 1_000), 1)
       const shape = `${config.anonymous.perMinute}/${windowSeconds}`
       if (!anonymous || shape !== anonymousShape) {
-        anonymous = createAnonymousLimiter({ perMinute: config.anonymous.perMinute, windowSeconds, redis })
+        anonymous = createAnonymousLimiter({ perMinute: config.anonymous.perMinute, windowSeconds, redis, budgetMillis: commandTimeoutMillis })
         anonymousShape = shape
       }
       return anonymous

@@ -29,7 +29,7 @@ export interface RateLimitOptions {
   observer?: RateLimitObserver
 }
 
-const RETRY_AFTER_STORE_DOWN = '1'
+const RETRY_AFTER_STORE_DOWN_SECONDS = 1
 
 /**
  * Stage 3: the limits. A key known to be banned is answered from the local ban cache; any
@@ -40,9 +40,14 @@ export const rateLimit = fp(
   async (app: FastifyInstance, options: RateLimitOptions) => {
     app.decorateRequest('rateLimitHeaders', null)
 
+    // Headers speak the store's time (Redis TIME), whatever this host's clock says. Answers that
+    // make no store call (a cached ban, the anonymous limit) use the offset seen on the last one.
+    let storeClockOffset = 0
+    const storeNow = () => Date.now() + storeClockOffset
+
     async function limitAnonymous(request: FastifyRequest) {
       const result = await options.anonymous().consume(request.ip)
-      const now = Date.now()
+      const now = storeNow()
       request.rateLimitHeaders = rateLimitHeaders(
         [{ name: 'anonymous', limit: result.limit, remaining: result.remaining, resetMillis: now + result.resetInMillis, windowSeconds: result.windowSeconds }],
         now,
@@ -63,11 +68,15 @@ export const rateLimit = fp(
         { name: 'day', limit: limits.day.limit, windowSeconds: limits.day.windowMillis / 1_000, ...day },
       ]
 
+      // A banned key has nothing left in either window until the ban ends, wherever the answer comes from.
+      const banned = (now: number, millisLeft: number) => {
+        const end = { remaining: 0, resetMillis: now + millisLeft }
+        return rateLimitHeaders(windows(end, end), now)
+      }
+
       const knownBan = options.bans.lookup(key.id)
       if (knownBan) {
-        const now = Date.now()
-        const end = { remaining: 0, resetMillis: now + knownBan.millisLeft }
-        request.rateLimitHeaders = rateLimitHeaders(windows(end, end), now)
+        request.rateLimitHeaders = banned(storeNow(), knownBan.millisLeft)
         options.observer?.decision?.(key.plan, 'banned', false)
         throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(knownBan.millisLeft) } })
       }
@@ -77,12 +86,20 @@ export const rateLimit = fp(
         decision = await options.store.consume({ keyId: key.id, ...limits, bans: banPolicy(config) })
       } catch (error) {
         if (!(error instanceof StoreUnavailableError)) throw error
+        // Nothing can be admitted until the store answers again: the 503 says so in the headers too.
+        const now = storeNow()
+        const closed = { remaining: 0, resetMillis: now + RETRY_AFTER_STORE_DOWN_SECONDS * 1_000 }
+        request.rateLimitHeaders = rateLimitHeaders(windows(closed, closed), now)
         throw gatewayErrors.create('service_unavailable', 'Rate limits cannot be checked right now; retry shortly.', {
-          headers: { 'retry-after': RETRY_AFTER_STORE_DOWN },
+          headers: { 'retry-after': String(RETRY_AFTER_STORE_DOWN_SECONDS) },
           cause: error,
         })
       }
-      request.rateLimitHeaders = rateLimitHeaders(windows(decision.minute, decision.day), decision.nowMillis)
+      if (!decision.degraded) storeClockOffset = decision.nowMillis - Date.now()
+      request.rateLimitHeaders =
+        decision.outcome === 'banned'
+          ? banned(decision.nowMillis, decision.retryAfterMillis)
+          : rateLimitHeaders(windows(decision.minute, decision.day), decision.nowMillis)
       options.observer?.decision?.(key.plan, decision.outcome, decision.degraded)
       if (decision.outcome === 'banned') {
         options.bans.remember(key.id, decision.retryAfterMillis, decision.banStep)

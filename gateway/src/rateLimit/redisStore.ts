@@ -22,8 +22,59 @@ export interface RedisConnection {
   clusterNodes?: string[]
   /** Key prefix, so tests and several deployments can share a server safely. */
   keyPrefix?: string
-  /** Budget for one command; past it the request is answered per onStoreFailure. */
+  /** Budget for one command; past it the request is answered per onStoreFailure (see withinBudget). */
   commandTimeoutMillis: number
+}
+
+export class RedisBudgetExceededError extends Error {
+  constructor(budgetMillis: number) {
+    super(`Redis did not answer within ${budgetMillis} ms`)
+    this.name = 'RedisBudgetExceededError'
+  }
+}
+
+/**
+ * Settles like `work`, or rejects with RedisBudgetExceededError once `budgetMillis` have passed
+ * without an answer. The timer's verdict waits for the check phase of the event-loop turn in
+ * which it fires (setImmediate), after that turn has read the sockets: a reply already waiting
+ * there wins. A gateway whose event loop is merely busy (a burst of requests on a small CPU)
+ * therefore never mistakes its own lag for a slow Redis, which would hand the decision to the
+ * per-process fallback and over-admit. A Redis that really is late still loses at the budget.
+ */
+export function withinBudget<T>(work: Promise<T>, budgetMillis: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let settled = false
+    const timer = setTimeout(() => {
+      setImmediate(() => {
+        if (settled) return
+        settled = true
+        reject(new RedisBudgetExceededError(budgetMillis))
+      })
+    }, budgetMillis)
+    work.then(
+      (value) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        resolve(value)
+      },
+      (error: unknown) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        reject(error)
+      },
+    )
+  })
+}
+
+/**
+ * The client's own command timeout: only a backstop that settles commands a hung server never
+ * answers. The per-request budget is withinBudget()'s, because ioredis rejects on its timer
+ * without first reading the replies already waiting in the socket.
+ */
+export function backstopTimeoutMillis(budgetMillis: number): number {
+  return Math.max(10 * budgetMillis, 2_000)
 }
 
 /**
@@ -32,7 +83,7 @@ export interface RedisConnection {
  */
 export function connectRedis(connection: RedisConnection): RedisClient {
   const options: RedisOptions = {
-    commandTimeout: connection.commandTimeoutMillis,
+    commandTimeout: backstopTimeoutMillis(connection.commandTimeoutMillis),
     connectTimeout: 1_000,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
@@ -57,12 +108,13 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   return client
 }
 
-export function createRedisStore(client: RedisClient): LimitStore {
+export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
+  const budgeted = <T>(work: Promise<T>) => (options.budgetMillis === undefined ? work : withinBudget(work, options.budgetMillis))
   return {
     kind: 'redis',
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const { minute, day, bans } = request
-      const reply = await client.slidingWindow(
+      const reply = await budgeted(client.slidingWindow(
         limitKey(request.keyId),
         request.nowMillis ?? 0,
         minute.limit,
@@ -75,7 +127,7 @@ export function createRedisStore(client: RedisClient): LimitStore {
         bans.strikeWindowMillis,
         bans.memoryMillis,
         bans.ladderMillis.join(','),
-      )
+      ))
       const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep] = reply
       return {
         outcome: OUTCOMES[outcome] ?? 'limited',

@@ -1,0 +1,96 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
+import { expectErrorResponse } from '../../helpers/assertions.ts'
+import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import type { TestDatabase } from '../../helpers/postgres.ts'
+import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, expectRateLimitHeaders, expectTooManyRequests, keyed } from './httpLimits.ts'
+
+describe('requests without a valid key are limited per client IP', () => {
+  const prefix = testKeyPrefix()
+  let database: TestDatabase
+  let pets: RunningPetsService
+  const gateways: RunningGateway[] = []
+
+  /** A gateway with its own Redis prefix, so every test starts with untouched per-IP buckets. */
+  async function gateway(trustedProxies: string[] = []): Promise<RunningGateway> {
+    const started = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: TEST_REDIS_URL },
+      configure: (file) => {
+        file.redis.keyPrefix = `${prefix}${gateways.length}:`
+        file.redis.commandTimeoutMillis = EXACT_OUTCOME_BUDGET_MILLIS
+        file.anonymous.perMinute = 3
+        file.server.trustedProxies = trustedProxies
+      },
+    })
+    gateways.push(started)
+    return started
+  }
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+  })
+  afterAll(async () => {
+    for (const started of gateways) await started.close()
+    await pets?.close()
+    await database?.drop()
+    await deleteKeysWithPrefix(prefix)
+  })
+
+  it('answers 401 three times, then 429 rate_limited, whether the key is missing, malformed or unknown', async () => {
+    const g = await gateway()
+    const attempts = [{}, { key: 'aas_not-a-real-key' }, { key: generateApiKey() }]
+    for (const [index, init] of attempts.entries()) {
+      const response = await g.request('/v1/pets', init)
+      const view = expectRateLimitHeaders(response, anonymous)
+      expect(view.policy.get('anonymous')).toEqual({ q: 3, w: 60 })
+      expect(view).toMatchObject({ status: 401, limit: 3, remaining: 2 - index })
+      await response.arrayBuffer()
+    }
+    for (const init of attempts) {
+      const limited = await g.request('/v1/pets', init)
+      expect(expectRateLimitHeaders(limited, anonymous)).toMatchObject({ limit: 3, remaining: 0 })
+      expect(await expectTooManyRequests(limited)).toBeLessThanOrEqual(60)
+    }
+  })
+
+  it('never charges a key: a valid key from the same, exhausted IP has its whole quota', async () => {
+    const g = await gateway()
+    const { key } = await g.createKey({ plan: 'free' })
+    // A guess at a variant of the real key counts against the IP, not against the key.
+    const variant = key.slice(0, -1) + (key.endsWith('a') ? 'b' : 'a')
+    for (let i = 0; i < 3; i++) await (await g.request('/v1/pets', { key: variant })).arrayBuffer()
+    await expectTooManyRequests(await g.request('/v1/pets', { key: variant }))
+    const response = await g.request('/v1/pets', { key })
+    expect(response.status).toBe(200)
+    expect(expectRateLimitHeaders(response, keyed)).toMatchObject({ limit: 60, remaining: 59 })
+    expect(expectRateLimitHeaders(response, keyed).current.get('day')?.r).toBe(999)
+  })
+
+  it('ignores X-Forwarded-For from a peer that is not a trusted proxy', async () => {
+    const g = await gateway()
+    const from = (address: string) => g.request('/v1/pets', { headers: { 'x-forwarded-for': address } })
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await from(`198.51.100.${i + 1}`), 401, 'missing_api_key')
+    for (let i = 0; i < 3; i++) await expectTooManyRequests(await from(`198.51.100.${i + 10}`))
+  })
+
+  it('believes X-Forwarded-For from a trusted proxy: each client address has its own bucket', async () => {
+    const g = await gateway(['127.0.0.1'])
+    const from = (address: string) => g.request('/v1/pets', { headers: { 'x-forwarded-for': address } })
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await from('203.0.113.7'), 401, 'missing_api_key')
+    await expectTooManyRequests(await from('203.0.113.7'))
+    // A spoofed hop in front of the real client changes nothing: the proxy's view is the client.
+    await expectTooManyRequests(await from('192.0.2.1, 203.0.113.7'))
+    const other = await from('203.0.113.8')
+    expect(expectRateLimitHeaders(other, anonymous)).toMatchObject({ status: 401, remaining: 2 })
+    await other.arrayBuffer()
+    // The proxy's own requests (no X-Forwarded-For) are one more client.
+    const direct = await g.request('/v1/pets')
+    expect(expectRateLimitHeaders(direct, anonymous)).toMatchObject({ status: 401, remaining: 2 })
+  })
+})

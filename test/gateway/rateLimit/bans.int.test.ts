@@ -1,0 +1,136 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import type { TestDatabase } from '../../helpers/postgres.ts'
+import { testKeyPrefix } from '../../helpers/redis.ts'
+import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
+import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { EXACT_OUTCOME_BUDGET_MILLIS, codeOf, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
+
+describe('bans over HTTP, on two gateways sharing a private Redis', () => {
+  const prefix = testKeyPrefix()
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let redis: PrivateRedis
+  let a: RunningGateway
+  let b: RunningGateway
+
+  /** Script calls Redis has run so far: every rate-limit decision is one of them. */
+  async function scriptCalls(): Promise<number> {
+    const [evalsha, plainEval] = await Promise.all([redis.commandCalls('evalsha'), redis.commandCalls('eval')])
+    return evalsha.calls + plainEval.calls
+  }
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    redis = await startPrivateRedis()
+    const options = {
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: redis.url },
+      configure: (file: Parameters<NonNullable<Parameters<typeof startGateway>[0]['configure']>>[0]) => {
+        file.redis.keyPrefix = prefix
+        file.redis.commandTimeoutMillis = EXACT_OUTCOME_BUDGET_MILLIS
+        // Strikes count within one minute window: keep it short, so a lifted ban leaves a clear window.
+        file.windows.minute = { length: '2s', bucket: '1s' }
+        file.bans = { strikes: 3, ladder: ['4s', '30s'] }
+      },
+    }
+    a = await startGateway(options)
+    b = await startGateway(options)
+  })
+  afterAll(async () => {
+    redis?.thaw()
+    await a?.close()
+    await b?.close()
+    await pets?.close()
+    await redis?.close()
+    await database?.drop()
+  })
+
+  let banned: { key: string; id: string }
+
+  it('bans a key that keeps sending while limited, holds the ban on both gateways without Redis, and lets it lapse on time', async () => {
+    banned = await a.createKey({ plan: 'enterprise', perMinute: 2, perDay: 1_000 })
+    const { key } = banned
+    const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
+    for (let i = 0; i < 2; i++) expect((await send(a)).status).toBe(200)
+    await expectTooManyRequests(await send(a), 'rate_limited')
+    await expectTooManyRequests(await send(a), 'rate_limited')
+    const first = await send(a)
+    const view = expectRateLimitHeaders(first, keyed)
+    expect(view.remaining).toBe(0)
+    expect(view.current.get('minute')?.r).toBe(0)
+    expect(view.current.get('day')?.r).toBe(0)
+    expect(await expectTooManyRequests(first, 'api_key_banned')).toBe(4)
+
+    // Gateway B learns of the ban from Redis on its first request for the key.
+    await expectTooManyRequests(await send(b), 'api_key_banned')
+
+    // From now on both answer from their ban caches: not one script call reaches Redis.
+    const before = await scriptCalls()
+    for (let i = 0; i < 10; i++) {
+      for (const gateway of [a, b]) {
+        const response = await send(gateway)
+        expectRateLimitHeaders(response, keyed)
+        const retryAfter = await expectTooManyRequests(response, 'api_key_banned')
+        expect(retryAfter).toBeLessThanOrEqual(4)
+      }
+    }
+    expect(await scriptCalls()).toBe(before)
+
+    // And with Redis frozen the banned answer still comes at once (a Redis call would have
+    // waited out the budget and then been admitted by the per-process fallback).
+    redis.freeze()
+    try {
+      for (const gateway of [a, b]) {
+        const started = performance.now()
+        const response = await send(gateway)
+        expect(performance.now() - started).toBeLessThan(500)
+        const retryAfter = await expectTooManyRequests(response, 'api_key_banned')
+        expect(retryAfter).toBeGreaterThanOrEqual(1)
+      }
+    } finally {
+      redis.thaw()
+    }
+
+    // Waiting out Retry-After from the last banned answer: neither gateway still says banned.
+    const last = await send(b)
+    const retryAfter = await expectTooManyRequests(last, 'api_key_banned')
+    await sleep(retryAfter * 1_000)
+    for (const gateway of [a, b]) {
+      const response = await send(gateway)
+      expect(await codeOf(response), `gateway ${gateway === a ? 'A' : 'B'} after the ban`).not.toBe('api_key_banned')
+    }
+  })
+
+  it('climbs the ladder on the next ban, and keys unban lifts it on both gateways within 2 s', async () => {
+    // The key banned (and released) by the previous test: its next ban is the ladder's second step.
+    const { key, id } = banned
+    const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
+    let retryAfter: number | undefined
+    for (let sent = 0; retryAfter === undefined && sent < 10; sent++) {
+      const response = await send(a)
+      const code = await codeOf(response)
+      if (code === 'api_key_banned') retryAfter = Number(response.headers.get('retry-after'))
+      else expect([undefined, 'rate_limited']).toContain(code)
+    }
+    expect(retryAfter).toBe(30)
+    await expectTooManyRequests(await send(b), 'api_key_banned')
+    await expectTooManyRequests(await send(a), 'api_key_banned')
+
+    expect(await a.keys.requestUnban(id)).toBe(true)
+    // Each gateway is polled until it stops answering banned; a poll that reaches Redis while the
+    // window is still full is one strike, two at most in all, below the three that would ban again.
+    const lifted = await Promise.all(
+      [a, b].map((gateway) =>
+        eventually(async () => (await codeOf(await send(gateway))) !== 'api_key_banned', 2_000),
+      ),
+    )
+    for (const millis of lifted) expect(millis).toBeLessThan(2_000)
+    // Once the window has room again the key is simply admitted, on both.
+    await sleep(3_000)
+    for (const gateway of [a, b]) expect((await send(gateway)).status).toBe(200)
+  })
+})

@@ -1,0 +1,173 @@
+import { mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
+import type { AddressInfo } from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import type { FastifyInstance } from 'fastify'
+import { pino } from 'pino'
+import type pg from 'pg'
+import { Registry } from 'prom-client'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { parseDocument } from 'yaml'
+import { migrate } from '../../../common/src/database/migrate.ts'
+import { createPool } from '../../../common/src/database/pool.ts'
+import { buildGateway } from '../../../gateway/src/app.ts'
+import { createConfigSource, type ConfigSource } from '../../../gateway/src/config/configSource.ts'
+import { createKeyCache } from '../../../gateway/src/keys/keyCache.ts'
+import { createKeyRepository } from '../../../gateway/src/keys/keyRepository.ts'
+import { GATEWAY_MIGRATIONS } from '../../../gateway/src/migrations.ts'
+import { createLimiter, type Limiter } from '../../../gateway/src/rateLimit/limiter.ts'
+import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import type { TestDatabase } from '../../helpers/postgres.ts'
+import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, keyed } from './httpLimits.ts'
+
+const silent = pino({ level: 'silent' })
+
+/** A private copy of config/gateway.yaml that the test edits like an operator would. */
+function configCopy(directory: string, prefix: string) {
+  const file = path.join(directory, 'gateway.yaml')
+  const edit = (change: (document: ReturnType<typeof parseDocument>) => void) => {
+    const document = parseDocument(readFileSync(file, 'utf8'))
+    change(document)
+    writeFileSync(file, String(document))
+  }
+  writeFileSync(file, readFileSync('config/gateway.yaml', 'utf8'))
+  edit((document) => {
+    document.setIn(['redis', 'keyPrefix'], prefix)
+    document.setIn(['redis', 'commandTimeoutMillis'], EXACT_OUTCOME_BUDGET_MILLIS)
+  })
+  return {
+    file,
+    edit,
+    /** Replaces the file's text outright (for edits that are not YAML at all). */
+    write: (text: string) => writeFileSync(file, text),
+    read: () => readFileSync(file, 'utf8'),
+  }
+}
+
+describe('config source: reload keeps a valid config in force', () => {
+  let directory: string
+  let source: ConfigSource
+  let copy: ReturnType<typeof configCopy>
+  const outcomes: string[] = []
+  let stopWatching: (() => void) | undefined
+
+  beforeAll(() => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-config-'))
+    copy = configCopy(directory, 'unused:')
+    source = createConfigSource(copy.file, {}, silent, (outcome) => outcomes.push(outcome))
+  })
+  afterEach(() => {
+    stopWatching?.()
+    stopWatching = undefined
+  })
+  afterAll(() => rmSync(directory, { recursive: true, force: true }))
+
+  it('a valid edit changes the plan limits on reload', () => {
+    expect(source.get().plans.free).toEqual({ perMinute: 60, perDay: 1_000 })
+    copy.edit((document) => document.setIn(['plans', 'free', 'perMinute'], 5))
+    expect(source.reload()).toBe(true)
+    expect(source.get().plans.free).toEqual({ perMinute: 5, perDay: 1_000 })
+    expect(outcomes.at(-1)).toBe('success')
+  })
+
+  it('an invalid edit keeps the running config and reload returns false', () => {
+    const running = source.get()
+    copy.edit((document) => document.setIn(['plans', 'free', 'perMinute'], 'lots'))
+    expect(source.reload()).toBe(false)
+    expect(source.get()).toBe(running)
+    expect(outcomes.at(-1)).toBe('failure')
+    copy.edit((document) => document.setIn(['plans', 'free', 'perMinut'], 5))
+    expect(source.reload()).toBe(false)
+    copy.write('plans: [this is: not, the config')
+    expect(source.reload()).toBe(false)
+    expect(source.get()).toBe(running)
+    expect(source.get().plans.free?.perMinute).toBe(5)
+  })
+
+  it('a watched file is reloaded when it changes, without a signal', async () => {
+    copy.write(readFileSync('config/gateway.yaml', 'utf8'))
+    expect(source.reload()).toBe(true)
+    stopWatching = source.watch()
+    copy.edit((document) => document.setIn(['plans', 'pro', 'perMinute'], 7))
+    // Make sure the modification time moves even on a coarse-grained file system.
+    const later = new Date(Date.now() + 2_000)
+    utimesSync(copy.file, later, later)
+    await eventually(async () => source.get().plans.pro?.perMinute === 7, 3_000)
+  })
+})
+
+describe('a running gateway follows a config reload on its next request', () => {
+  const prefix = testKeyPrefix()
+  let directory: string
+  let copy: ReturnType<typeof configCopy>
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let pool: pg.Pool
+  let limiter: Limiter
+  let app: FastifyInstance
+  let source: ConfigSource
+  let url: string
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-config-'))
+    copy = configCopy(directory, prefix)
+    copy.edit((document) => document.setIn(['anonymous', 'perMinute'], 50))
+    source = createConfigSource(copy.file, { REDIS_URL: TEST_REDIS_URL, PETS_URL: pets.url }, silent)
+    // The gateway as main.ts assembles it: every stage reads the config through the source.
+    pool = createPool({ connectionString: database.url, applicationName: 'gateway-reload-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    limiter = createLimiter({ config: source.get, logger: silent })
+    await limiter.ready()
+    app = await buildGateway({
+      config: source.get,
+      keys: createKeyCache(createKeyRepository(pool), source.get().keyCache),
+      limiter,
+      internalToken: TEST_INTERNAL_TOKEN,
+      logger: silent,
+      registry: new Registry(),
+    })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(async () => {
+    await app?.close()
+    await limiter?.close()
+    await pool?.end()
+    await pets?.close()
+    await database?.drop()
+    await deleteKeysWithPrefix(prefix)
+    rmSync(directory, { recursive: true, force: true })
+  })
+
+  const request = (key?: string) =>
+    fetch(`${url}/v1/pets?limit=1`, key ? { headers: { authorization: `Bearer ${key}` } } : {})
+
+  it('new plan limits and a new anonymous limit apply at once; an invalid edit changes nothing', async () => {
+    const { key } = await createKeyRepository(pool).create({ name: 'reload', plan: 'free' })
+    const before = expectRateLimitHeaders(await request(key), keyed)
+    expect(before).toMatchObject({ status: 200, limit: 60, remaining: 59 })
+    expect(expectRateLimitHeaders(await request(), anonymous)).toMatchObject({ status: 401, limit: 50 })
+
+    copy.edit((document) => {
+      document.setIn(['plans', 'free', 'perMinute'], 3)
+      document.setIn(['anonymous', 'perMinute'], 4)
+    })
+    expect(source.reload()).toBe(true)
+    // The window keeps what it counted; only the limit moved.
+    const after = expectRateLimitHeaders(await request(key), keyed)
+    expect(after).toMatchObject({ status: 200, limit: 3, remaining: 1 })
+    expect(after.policy.get('minute')).toEqual({ q: 3, w: 60 })
+    expect(expectRateLimitHeaders(await request(), anonymous)).toMatchObject({ status: 401, limit: 4 })
+
+    const text = copy.read()
+    copy.write(text.replace('onStoreFailure: open', 'onStoreFailure: sometimes'))
+    expect(source.reload()).toBe(false)
+    const kept = expectRateLimitHeaders(await request(key), keyed)
+    expect(kept).toMatchObject({ status: 200, limit: 3, remaining: 0 })
+    expect((await request(key)).status).toBe(429)
+  })
+})

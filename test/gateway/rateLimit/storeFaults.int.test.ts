@@ -1,0 +1,225 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import type { LimitRequest } from '../../../gateway/src/rateLimit/limitStore.ts'
+import { expectErrorResponse } from '../../helpers/assertions.ts'
+import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import type { TestDatabase } from '../../helpers/postgres.ts'
+import { testKeyPrefix } from '../../helpers/redis.ts'
+import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
+import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { anonymous, eventually, expectRateLimitHeaders, keyed, sleep } from './httpLimits.ts'
+
+/** What "answered within the 50 ms budget" may cost end to end on a loaded 2-core machine; a hang is seconds. */
+const ANSWER_WITHIN_MILLIS = 1_000
+
+describe('Redis faults: every request is answered within the budget, open or closed, and recovery is automatic', () => {
+  const prefix = testKeyPrefix()
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let redis: PrivateRedis
+  let open: RunningGateway
+  let closed: RunningGateway
+  let key: string
+
+  async function scriptCalls(): Promise<number> {
+    const [evalsha, plainEval] = await Promise.all([redis.commandCalls('evalsha'), redis.commandCalls('eval')])
+    return evalsha.calls + plainEval.calls
+  }
+
+  async function timed(gateway: RunningGateway, init: { key?: string } = { key }) {
+    const started = performance.now()
+    const response = await gateway.request('/v1/pets?limit=1', init)
+    const millis = performance.now() - started
+    return { response, millis }
+  }
+
+  /** While Redis is broken: the open gateway admits with headers, the closed one answers 503; both at once. */
+  async function expectAnsweredDuringFault(label: string) {
+    for (let i = 0; i < 4; i++) {
+      const fromOpen = await timed(open)
+      expect(fromOpen.millis, `${label}: open gateway, request ${i}`).toBeLessThan(ANSWER_WITHIN_MILLIS)
+      expect(fromOpen.response.status, `${label}: open gateway, request ${i}`).toBe(200)
+      expectRateLimitHeaders(fromOpen.response, keyed)
+      await fromOpen.response.arrayBuffer()
+
+      const fromClosed = await timed(closed)
+      expect(fromClosed.millis, `${label}: closed gateway, request ${i}`).toBeLessThan(ANSWER_WITHIN_MILLIS)
+      expect(fromClosed.response.headers.get('retry-after')).toMatch(/^[1-9]\d*$/)
+      expectRateLimitHeaders(fromClosed.response, keyed)
+      await expectErrorResponse(fromClosed.response, 503, 'service_unavailable')
+    }
+    // Requests without a key are limited per IP by the insurance limiter meanwhile: 401, not a hang.
+    for (const gateway of [open, closed]) {
+      const keyless = await timed(gateway, {})
+      expect(keyless.millis, `${label}: keyless`).toBeLessThan(ANSWER_WITHIN_MILLIS)
+      expect(keyless.response.status).toBe(401)
+      expectRateLimitHeaders(keyless.response, anonymous)
+      await keyless.response.arrayBuffer()
+    }
+  }
+
+  /**
+   * Once Redis is healthy again both gateways go back to it by themselves: the closed one's
+   * first success is followed by nothing but successes, and the open one decides on Redis
+   * again (each of its requests is one script call there).
+   */
+  async function expectRecovered(label: string) {
+    await eventually(async () => (await timed(closed)).response.status === 200, 5_000, 200)
+    for (let i = 0; i < 5; i++) {
+      for (const gateway of [closed, open]) {
+        const { response } = await timed(gateway)
+        expect(response.status, `${label}: after recovery, request ${i}`).toBe(200)
+        expectRateLimitHeaders(response, keyed)
+        await response.arrayBuffer()
+      }
+    }
+    await eventually(
+      async () => {
+        const before = await scriptCalls()
+        await (await timed(open)).response.arrayBuffer()
+        return (await scriptCalls()) === before + 1
+      },
+      3_000,
+      200,
+    )
+  }
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    redis = await startPrivateRedis()
+    const gatewayFor = (onStoreFailure: 'open' | 'closed') =>
+      startGateway({
+        databaseUrl: database.url,
+        petsUrl: pets.url,
+        env: { REDIS_URL: redis.url },
+        configure: (file) => {
+          file.redis.keyPrefix = prefix
+          file.onStoreFailure = onStoreFailure
+        },
+      })
+    open = await gatewayFor('open')
+    closed = await gatewayFor('closed')
+    ;({ key } = await open.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 }))
+    await expectRecovered('at start')
+  })
+  afterEach(async () => {
+    // Whatever a failed test left broken, the next one starts from a healthy server.
+    redis.thaw()
+    const admin = redis.admin()
+    try {
+      await admin.connect().catch(() => redis.start())
+      await admin.config('SET', 'maxmemory', '0').catch(() => undefined)
+    } finally {
+      admin.disconnect()
+    }
+    await eventually(async () => (await timed(closed)).response.status === 200, 5_000, 200)
+  })
+  afterAll(async () => {
+    redis?.thaw()
+    await open?.close()
+    await closed?.close()
+    await pets?.close()
+    await redis?.close()
+    await database?.drop()
+  })
+
+  it('a busy gateway is not a slow Redis: a reply already waiting beats the budget', async () => {
+    const request: LimitRequest = {
+      keyId: 'key_busyEventLoop',
+      minute: { limit: 100, windowMillis: 60_000, bucketMillis: 5_000 },
+      day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+      bans: { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+    }
+    for (let i = 0; i < 3; i++) {
+      const pending = open.limiter.store.consume(request)
+      // The event loop is stuck for several budgets while Redis answers at once.
+      const until = performance.now() + 250
+      while (performance.now() < until) {
+        // busy
+      }
+      const decision = await pending
+      expect(decision.degraded).toBe(false)
+      expect(decision.minute.remaining).toBe(99 - i)
+    }
+  })
+
+  it('refused: Redis is down', async () => {
+    await redis.stop()
+    await expectAnsweredDuringFault('refused')
+    await redis.start()
+    await expectRecovered('refused')
+  })
+
+  it('hung: Redis is frozen (SIGSTOP) with its connections open', async () => {
+    redis.freeze()
+    try {
+      await expectAnsweredDuringFault('hung')
+    } finally {
+      redis.thaw()
+    }
+    await expectRecovered('hung')
+  })
+
+  it('slow: every client is paused (CLIENT PAUSE 2000 ALL)', async () => {
+    const admin = redis.admin()
+    await admin.connect()
+    const pausedUntil = performance.now() + 2_000
+    await admin.call('CLIENT', 'PAUSE', '2000', 'ALL')
+    admin.disconnect()
+    await expectAnsweredDuringFault('slow')
+    expect(performance.now()).toBeLessThan(pausedUntil)
+    await sleep(Math.max(pausedUntil - performance.now(), 0))
+    await expectRecovered('slow')
+  })
+
+  it('restarted: a new server on the same port with an empty script cache', async () => {
+    await redis.restart()
+    // The gateways reconnect by themselves; give them the time, then no request may fail.
+    await eventually(async () => (await open.limiter.ready()) && (await closed.limiter.ready()), 5_000)
+    await sleep(1_100)
+    for (const gateway of [closed, open]) {
+      const { response } = await timed(gateway)
+      expect(response.status).toBe(200)
+      await response.arrayBuffer()
+    }
+    await expectRecovered('restarted')
+  })
+
+  it('SCRIPT FLUSH: NOSCRIPT is answered by loading the script again, and the request succeeds', async () => {
+    const admin = redis.admin()
+    await admin.connect()
+    try {
+      for (const gateway of [closed, open]) {
+        await admin.script('FLUSH')
+        const noscriptBefore = (await redis.commandCalls('evalsha')).failed
+        const { response, millis } = await timed(gateway)
+        expect(response.status).toBe(200)
+        expect(millis).toBeLessThan(ANSWER_WITHIN_MILLIS)
+        await response.arrayBuffer()
+        // The gateway did meet NOSCRIPT (the server counts a failed EVALSHA) and got past it.
+        expect((await redis.commandCalls('evalsha')).failed).toBe(noscriptBefore + 1)
+      }
+    } finally {
+      admin.disconnect()
+    }
+    await expectRecovered('SCRIPT FLUSH')
+  })
+
+  it('out of memory: maxmemory reached with noeviction', async () => {
+    const admin = redis.admin()
+    await admin.connect()
+    try {
+      const junk = 'x'.repeat(100_000)
+      for (let i = 0; i < 30; i++) await admin.set(`${prefix}junk:${i}`, junk)
+      await admin.config('SET', 'maxmemory-policy', 'noeviction')
+      await admin.config('SET', 'maxmemory', '1mb')
+      await expectAnsweredDuringFault('out of memory')
+      await admin.config('SET', 'maxmemory', '0')
+      await admin.del(...Array.from({ length: 30 }, (_, i) => `${prefix}junk:${i}`))
+    } finally {
+      admin.disconnect()
+    }
+    await expectRecovered('out of memory')
+  })
+})
