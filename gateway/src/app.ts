@@ -12,7 +12,7 @@ import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { BODY_LIMIT_BYTES, upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
-import { rateLimit, type RateLimitObserver } from './rateLimit/rateLimit.ts'
+import { rateLimit } from './rateLimit/rateLimit.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
 
 export interface GatewayDependencies {
@@ -20,7 +20,6 @@ export interface GatewayDependencies {
   config: () => GatewayConfig
   keys: KeyCache
   limiter: Limiter
-  observer?: RateLimitObserver
   metrics?: GatewayMetrics
   internalToken: string
   logger: FastifyBaseLogger
@@ -69,7 +68,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     store: deps.limiter.store,
     bans: deps.limiter.bans,
     anonymous: () => deps.limiter.anonymous(),
-    observer: deps.observer,
+    observer: deps.metrics?.rateLimit,
   })
   // 2b
   await app.register(requireAuthentication)

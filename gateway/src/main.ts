@@ -34,7 +34,7 @@ async function main(): Promise<void> {
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
   const repository = createKeyRepository(pool)
   const keys = createKeyCache(repository, config.keyCache)
-  const limiter = createLimiter({ config: configSource.get, logger })
+  const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
   if (!(await limiter.ready())) logger.warn('Redis is not reachable yet; limits follow onStoreFailure until it is')
   const changes = await startKeyChangeFeed({
     repository,
@@ -54,6 +54,8 @@ async function main(): Promise<void> {
 
   registerPoolMetrics(registry, pool)
   metrics.observeKeyCache(keys)
+  metrics.observeBans(limiter.bans)
+  metrics.store.expect(limiter.storeKind)
 
   const app = await buildGateway({ config: configSource.get, keys, limiter, metrics, internalToken, logger, registry })
   const stopWatching = configSource.watch()

@@ -3,9 +3,10 @@ import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { pino } from 'pino'
 import type pg from 'pg'
-import { Registry } from 'prom-client'
+import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from '../../gateway/src/app.ts'
 import { parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
@@ -66,7 +67,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const logger = options.logStream ? pino(options.logStream) : pino({ level: 'silent' })
   const keys = createKeyRepository(pool)
   const cache = createKeyCache(keys, config.keyCache)
-  const limiter = createLimiter({ config: () => config, logger, clock: options.clock })
+  const registry = new Registry()
+  const metrics = createGatewayMetrics(registry)
+  const limiter = createLimiter({ config: () => config, logger, clock: options.clock, observer: metrics.store })
   await limiter.ready()
   const feed = await startKeyChangeFeed({
     repository: keys,
@@ -80,9 +83,11 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     },
     logger,
   })
-  const registry = new Registry()
-  const metrics = createGatewayMetrics(registry)
   metrics.observeKeyCache(cache)
+  metrics.observeBans(limiter.bans)
+  metrics.store.expect(limiter.storeKind)
+  registerPoolMetrics(registry, pool)
+  collectDefaultMetrics({ register: registry })
   const app = await buildGateway({
     config: () => config,
     keys: cache,

@@ -3,6 +3,12 @@ import { statusClass } from '../../../common/src/ops/httpMetrics.ts'
 import type { AuthFailureReason } from '../auth/authenticate.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
 import type { UpstreamFailureKind, UpstreamObserver } from '../proxy/upstreamProxy.ts'
+import type { BanCache } from '../rateLimit/banCache.ts'
+import type { StoreObserver } from '../rateLimit/limiter.ts'
+import type { RateLimitObserver } from '../rateLimit/rateLimit.ts'
+
+/** A window at or past this share of its limit counts as near its limit. */
+export const NEAR_LIMIT_RATIO = 0.8
 
 /**
  * The gateway's own metric families. Labels stay bounded: plan, window, outcome, reason,
@@ -39,6 +45,74 @@ export function createGatewayMetrics(registry: Registry) {
     registers,
   })
 
+  const requests = new Counter({
+    name: 'gateway_rate_limit_requests_total',
+    help: 'Rate-limit decisions by plan ("anonymous" for per-IP), outcome and source (store, fallback, ban_cache, anonymous).',
+    labelNames: ['plan', 'outcome', 'source'],
+    registers,
+  })
+  const windowDecisions = new Counter({
+    name: 'gateway_rate_limit_window_decisions_total',
+    help: 'Per window, whether it still had room (allowed) or was spent (exceeded) when a request was decided.',
+    labelNames: ['plan', 'window', 'outcome'],
+    registers,
+  })
+  const nearLimit = new Counter({
+    name: 'gateway_rate_limit_near_limit_total',
+    help: `Admitted requests after which a window is at least ${NEAR_LIMIT_RATIO * 100} % used.`,
+    labelNames: ['plan', 'window'],
+    registers,
+  })
+  const bans = new Counter({
+    name: 'gateway_bans_total',
+    help: 'Bans started, by ladder step (0 = first step).',
+    labelNames: ['step'],
+    registers,
+  })
+  const storeDuration = new Histogram({
+    name: 'gateway_rate_limit_store_duration_seconds',
+    help: 'Time of one rate-limit store call (one Redis round trip), by store.',
+    labelNames: ['store'],
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25],
+    registers,
+  })
+  const storeErrors = new Counter({
+    name: 'gateway_rate_limit_store_errors_total',
+    help: 'Rate-limit store calls that failed, by store and kind (timeout: past the budget; error: refused, OOM, …).',
+    labelNames: ['store', 'kind'],
+    registers,
+  })
+
+  const rateLimit: RateLimitObserver = {
+    decision(event) {
+      requests.inc({ plan: event.plan, outcome: event.outcome, source: event.source })
+      for (const window of event.windows ?? []) {
+        const exceeded = event.outcome !== 'admitted' && window.remaining === 0
+        windowDecisions.inc({ plan: event.plan, window: window.name, outcome: exceeded ? 'exceeded' : 'allowed' })
+        if (event.outcome === 'admitted' && window.limit - window.remaining >= NEAR_LIMIT_RATIO * window.limit) {
+          nearLimit.inc({ plan: event.plan, window: window.name })
+        }
+      }
+      if (event.newBanStep !== undefined) bans.inc({ step: String(event.newBanStep) })
+    },
+  }
+
+  const store: StoreObserver & { expect(kind: string): void } = {
+    /** Starts the store's error series at zero. */
+    expect(kind) {
+      for (const result of ['timeout', 'error']) storeErrors.inc({ store: kind, kind: result }, 0)
+    },
+    call(kind, seconds, result) {
+      storeDuration.observe({ store: kind }, seconds)
+      if (result !== 'ok') storeErrors.inc({ store: kind, kind: result })
+    },
+  }
+
+  // Known label sets start at zero, so dashboards and alerts see the series before the first event.
+  for (const reason of ['missing', 'malformed', 'unknown', 'revoked_or_expired']) authFailures.inc({ reason }, 0)
+  for (const kind of ['timeout', 'connect', 'protocol']) upstreamErrors.inc({ upstream: 'pets', kind }, 0)
+  for (const outcome of ['success', 'failure']) configReloads.inc({ outcome }, 0)
+
   const upstream: UpstreamObserver = {
     response: (name, status, seconds) => upstreamDuration.observe({ upstream: name, status_class: statusClass(status) }, seconds),
     failure: (name, kind: UpstreamFailureKind) => upstreamErrors.inc({ upstream: name, kind }),
@@ -47,7 +121,21 @@ export function createGatewayMetrics(registry: Registry) {
   return {
     authFailure: (reason: AuthFailureReason) => authFailures.inc({ reason }),
     upstream,
+    rateLimit,
+    store,
     configReload: (outcome: 'success' | 'failure') => configReloads.inc({ outcome }),
+
+    /** Bans this gateway is answering from its local ban cache, read at scrape time. */
+    observeBans(cache: BanCache): void {
+      new Gauge({
+        name: 'gateway_active_bans',
+        help: 'API keys this gateway currently answers as banned without asking the store.',
+        registers,
+        collect() {
+          this.set(cache.size)
+        },
+      })
+    },
 
     /** Key-cache hit, miss and size, read from the cache at scrape time. */
     observeKeyCache(cache: KeyCache): void {

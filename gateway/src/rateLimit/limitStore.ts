@@ -51,6 +51,8 @@ export interface LimitDecision {
   retryAfterMillis: number
   /** For banned: the ladder step (0-based) of the ban in force. */
   banStep: number
+  /** True when this very request's strike started the ban. */
+  newBan: boolean
 }
 
 export interface LimitStore {

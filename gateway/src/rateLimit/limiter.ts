@@ -3,7 +3,8 @@ import type { GatewayConfig } from '../config/loadConfig.ts'
 import { createAnonymousLimiter, type AnonymousLimiter } from './anonymousLimiter.ts'
 import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
-import { connectRedis, createRedisStore, redisReady } from './redisStore.ts'
+import type { LimitStore } from './limitStore.ts'
+import { RedisBudgetExceededError, connectRedis, createRedisStore, redisReady } from './redisStore.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
 export interface Limiter {
@@ -17,10 +18,16 @@ export interface Limiter {
   close(): Promise<void>
 }
 
+/** Every call to the primary store, for latency and error metrics. */
+export interface StoreObserver {
+  call(store: Limiter['storeKind'], seconds: number, result: 'ok' | 'timeout' | 'error'): void
+}
+
 export interface LimiterOptions {
   config: () => GatewayConfig
   logger: Logger
   onStoreFailure?: (error: unknown) => void
+  observer?: StoreObserver
   /** Local monotonic clock for the ban cache (tests skew it). */
   clock?: () => number
 }
@@ -39,7 +46,12 @@ export function createLimiter(options: LimiterOptions): Limiter {
       'no REDIS_URL or REDIS_CLUSTER_NODES: rate limits are kept in this process, valid for a single gateway only',
     )
   }
-  const primary = redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore()
+  const storeKind: Limiter['storeKind'] = !redis ? 'memory' : clusterNodes?.length ? 'cluster' : 'redis'
+  const primary = observed(
+    redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore(),
+    storeKind,
+    options.observer,
+  )
   const store = createResilientStore({
     primary,
     fallback: redis && boot.onStoreFailure === 'open' ? createMemoryStore() : undefined,
@@ -62,8 +74,27 @@ export function createLimiter(options: LimiterOptions): Limiter {
       }
       return anonymous
     },
-    storeKind: !redis ? 'memory' : clusterNodes?.length ? 'cluster' : 'redis',
+    storeKind,
     ready: () => (redis ? redisReady(redis, 2_000) : Promise.resolve(true)),
     close: () => store.close(),
+  }
+}
+
+function observed(store: LimitStore, kind: Limiter['storeKind'], observer: StoreObserver | undefined): LimitStore {
+  if (!observer) return store
+  return {
+    ...store,
+    async consume(request) {
+      const started = performance.now()
+      try {
+        const decision = await store.consume(request)
+        observer.call(kind, (performance.now() - started) / 1_000, 'ok')
+        return decision
+      } catch (error) {
+        const result = error instanceof RedisBudgetExceededError ? 'timeout' : 'error'
+        observer.call(kind, (performance.now() - started) / 1_000, result)
+        throw error
+      }
+    },
   }
 }

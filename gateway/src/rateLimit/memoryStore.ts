@@ -94,6 +94,7 @@ export function createMemoryStore(options: { maxKeys?: number; clock?: () => num
       let outcome: LimitDecision['outcome'] = 'admitted'
       let retryAfterMillis = 0
       let banStep = 0
+      let newBan = false
       const minuteSum = sum(state.minute)
       const daySum = sum(state.day)
       if (state.banUntil > now) {
@@ -126,6 +127,7 @@ export function createMemoryStore(options: { maxKeys?: number; clock?: () => num
           state.strikes = 0
           outcome = 'banned'
           retryAfterMillis = state.banUntil - now
+          newBan = true
         }
       }
       const ttl = Math.max(
@@ -142,6 +144,7 @@ export function createMemoryStore(options: { maxKeys?: number; clock?: () => num
         day: windowState(state.day, request.day, now),
         retryAfterMillis: Math.ceil(retryAfterMillis),
         banStep,
+        newBan,
       }
     },
     async unban(keyId: string) {

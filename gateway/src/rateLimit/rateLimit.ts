@@ -16,8 +16,20 @@ declare module 'fastify' {
   }
 }
 
+export interface RateLimitEvent {
+  /** The key's plan, or "anonymous" for the per-IP limit. */
+  plan: string
+  outcome: LimitOutcome | 'store_unavailable'
+  /** Where the answer came from: the store, its per-process fallback, or the local ban cache. */
+  source: 'store' | 'fallback' | 'ban_cache' | 'anonymous'
+  /** Each window's limit and what is left after this request; absent for bans and failures. */
+  windows?: { name: 'minute' | 'day'; limit: number; remaining: number }[]
+  /** The ladder step of a ban this request started. */
+  newBanStep?: number
+}
+
 export interface RateLimitObserver {
-  decision?(plan: string, outcome: LimitOutcome | 'anonymous_admitted' | 'anonymous_limited', degraded: boolean): void
+  decision(event: RateLimitEvent): void
 }
 
 export interface RateLimitOptions {
@@ -52,7 +64,12 @@ export const rateLimit = fp(
         [{ name: 'anonymous', limit: result.limit, remaining: result.remaining, resetMillis: now + result.resetInMillis, windowSeconds: result.windowSeconds }],
         now,
       )
-      options.observer?.decision?.('anonymous', result.admitted ? 'anonymous_admitted' : 'anonymous_limited', false)
+      options.observer?.decision({
+        plan: 'anonymous',
+        outcome: result.admitted ? 'admitted' : 'limited',
+        source: 'anonymous',
+        windows: [{ name: 'minute', limit: result.limit, remaining: result.remaining }],
+      })
       if (!result.admitted) {
         throw gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(result.resetInMillis) } })
       }
@@ -77,7 +94,7 @@ export const rateLimit = fp(
       const knownBan = options.bans.lookup(key.id)
       if (knownBan) {
         request.rateLimitHeaders = banned(storeNow(), knownBan.millisLeft)
-        options.observer?.decision?.(key.plan, 'banned', false)
+        options.observer?.decision({ plan: key.plan, outcome: 'banned', source: 'ban_cache' })
         throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(knownBan.millisLeft) } })
       }
 
@@ -90,6 +107,7 @@ export const rateLimit = fp(
         const now = storeNow()
         const closed = { remaining: 0, resetMillis: now + RETRY_AFTER_STORE_DOWN_SECONDS * 1_000 }
         request.rateLimitHeaders = rateLimitHeaders(windows(closed, closed), now)
+        options.observer?.decision({ plan: key.plan, outcome: 'store_unavailable', source: 'store' })
         throw gatewayErrors.create('service_unavailable', 'Rate limits cannot be checked right now; retry shortly.', {
           headers: { 'retry-after': String(RETRY_AFTER_STORE_DOWN_SECONDS) },
           cause: error,
@@ -100,7 +118,20 @@ export const rateLimit = fp(
         decision.outcome === 'banned'
           ? banned(decision.nowMillis, decision.retryAfterMillis)
           : rateLimitHeaders(windows(decision.minute, decision.day), decision.nowMillis)
-      options.observer?.decision?.(key.plan, decision.outcome, decision.degraded)
+      options.observer?.decision({
+        plan: key.plan,
+        outcome: decision.outcome,
+        source: decision.degraded ? 'fallback' : 'store',
+        ...(decision.outcome === 'banned'
+          ? {}
+          : {
+              windows: [
+                { name: 'minute' as const, limit: decision.minute.limit, remaining: decision.minute.remaining },
+                { name: 'day' as const, limit: decision.day.limit, remaining: decision.day.remaining },
+              ],
+            }),
+        ...(decision.newBan ? { newBanStep: decision.banStep } : {}),
+      })
       if (decision.outcome === 'banned') {
         options.bans.remember(key.id, decision.retryAfterMillis, decision.banStep)
         throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })

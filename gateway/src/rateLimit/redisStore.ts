@@ -5,7 +5,7 @@ import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
 
 type RedisClient = Redis | Cluster
 
-type ScriptReply = [number, number, number, number, number, number, number, number]
+type ScriptReply = [number, number, number, number, number, number, number, number, number]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -128,7 +128,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
         bans.memoryMillis,
         bans.ladderMillis.join(','),
       ))
-      const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep] = reply
+      const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan] = reply
       return {
         outcome: OUTCOMES[outcome] ?? 'limited',
         nowMillis: now,
@@ -136,6 +136,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
         day: { limit: day.limit, remaining: dayRemaining, resetMillis: dayReset },
         retryAfterMillis: retryAfter,
         banStep,
+        newBan: newBan === 1,
       }
     },
     async unban(keyId: string) {

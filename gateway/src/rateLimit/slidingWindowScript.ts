@@ -16,7 +16,7 @@
  * ARGV: nowOverrideMs (0 = Redis TIME), minute limit, window ms, bucket ms, day limit, window ms,
  *       bucket ms, strikes, strike window ms, ban memory ms, ladder ms (comma separated)
  * Returns: { outcome (0 admitted, 1 limited, 2 banned), now ms, minute remaining, minute reset,
- *            day remaining, day reset, retry-after ms, ban step }
+ *            day remaining, day reset, retry-after ms, ban step, 1 if this request started the ban }
  */
 export const SLIDING_WINDOW_LUA = `
 local now = tonumber(ARGV[1])
@@ -90,7 +90,7 @@ local function resetAt(ring, n, buckets, bucket, current)
   return now
 end
 
-local outcome, retryAfter, banStep = 0, 0, 0
+local outcome, retryAfter, banStep, newBan = 0, 0, 0, 0
 local mSum, dSum = total(m, nM), total(d, nD)
 
 if banUntil > now then
@@ -113,7 +113,7 @@ else
     banStep = math.min(level, #ladder - 1)
     banUntil = now + ladder[banStep + 1]
     level, levelUntil, strikes = level + 1, now + banMemory, 0
-    outcome, retryAfter = 2, banUntil - now
+    outcome, retryAfter, newBan = 2, banUntil - now, 1
   end
 end
 
@@ -129,7 +129,7 @@ redis.call('SET', KEYS[1], packed, 'PX', math.ceil(ttl))
 return { outcome, now,
   math.max(mLimit - mSum, 0), resetAt(m, nM, mBuckets, mBucket, mCurrent),
   math.max(dLimit - dSum, 0), resetAt(d, nD, dBuckets, dBucket, dCurrent),
-  math.ceil(retryAfter), banStep }
+  math.ceil(retryAfter), banStep, newBan }
 `
 
 /** Unban: clear the ban and strikes, keep the ladder level. KEYS[1] state key. */

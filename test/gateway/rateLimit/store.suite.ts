@@ -134,9 +134,9 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('limited')
       expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('limited')
       const banned = await subject.store.consume(request(keyId, T0 + 3, plan))
-      expect(banned).toMatchObject({ outcome: 'banned', retryAfterMillis: 10_000, banStep: 0 })
+      expect(banned).toMatchObject({ outcome: 'banned', retryAfterMillis: 10_000, banStep: 0, newBan: true })
       const during = await subject.store.consume(request(keyId, T0 + 5_000, plan))
-      expect(during).toMatchObject({ outcome: 'banned', retryAfterMillis: 5_003, banStep: 0 })
+      expect(during).toMatchObject({ outcome: 'banned', retryAfterMillis: 5_003, banStep: 0, newBan: false })
 
       // After the first ban ends the window is still full: three more strikes, the second step.
       let now = T0 + 10_003

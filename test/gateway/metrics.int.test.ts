@@ -1,0 +1,105 @@
+import { pino } from 'pino'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
+import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+/** Each metric family the gateway promises, with the labels its samples carry. */
+const FAMILIES: Record<string, string[]> = {
+  http_requests_total: ['method', 'route', 'status_class'],
+  http_request_duration_seconds_bucket: ['method', 'route', 'status_class', 'le'],
+  gateway_auth_failures_total: ['reason'],
+  gateway_rate_limit_requests_total: ['plan', 'outcome', 'source'],
+  gateway_rate_limit_window_decisions_total: ['plan', 'window', 'outcome'],
+  gateway_rate_limit_near_limit_total: ['plan', 'window'],
+  gateway_bans_total: ['step'],
+  gateway_active_bans: [],
+  gateway_rate_limit_store_duration_seconds_bucket: ['store', 'le'],
+  gateway_key_cache_lookups_total: ['result'],
+  gateway_key_cache_entries: [],
+  gateway_upstream_duration_seconds_bucket: ['upstream', 'status_class', 'le'],
+  gateway_upstream_errors_total: ['upstream', 'kind'],
+  gateway_rate_limit_store_errors_total: ['store', 'kind'],
+  gateway_config_reloads_total: ['outcome'],
+  pg_pool_connections: ['state'],
+  process_cpu_seconds_total: [],
+}
+
+function samples(text: string, family: string): Record<string, string>[] {
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith(`${family}{`) || line.startsWith(`${family} `))
+    .map((line) => Object.fromEntries([...line.matchAll(/(\w+)="([^"]*)"/g)].map((match) => [match[1]!, match[2]!])))
+}
+
+describe('gateway metrics', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+  const prefix = testKeyPrefix()
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: TEST_REDIS_URL },
+      configure: (file) => {
+        file.redis.keyPrefix = prefix
+        file.redis.commandTimeoutMillis = 1_000
+        file.bans = { strikes: 2, ladder: ['60s'] }
+      },
+    })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await pets?.close()
+    await database?.drop()
+    await deleteKeysWithPrefix(prefix)
+  })
+
+  it('exports every family with bounded labels, and never a key or key id', async () => {
+    const { key, id } = await gateway.createKey({ plan: 'enterprise', perMinute: 5, perDay: 100 })
+    const unknown = generateApiKey()
+    for (let i = 0; i < 8; i++) await gateway.request('/v1/pets', { key })
+    await gateway.request('/v1/pets')
+    await gateway.request('/v1/pets', { key: 'aas_malformed' })
+    await gateway.request('/v1/pets', { key: unknown })
+    const ops = buildOpsServer({
+      registry: gateway.registry,
+      logger: pino({ level: 'silent' }),
+      isAccepting: () => true,
+      dependencies: {},
+    })
+    await ops.listen({ host: '127.0.0.1', port: 0 })
+    try {
+      const address = ops.server.address() as { port: number }
+      const response = await fetch(`http://127.0.0.1:${address.port}/metrics`)
+      const text = await response.text()
+      for (const [family, labels] of Object.entries(FAMILIES)) {
+        const found = samples(text, family)
+        expect(found.length, `${family} is exported`).toBeGreaterThan(0)
+        for (const sample of found) expect(Object.keys(sample).sort(), family).toEqual([...labels].sort())
+      }
+      expect(text).toMatch(/gateway_auth_failures_total\{reason="malformed"\} 1/)
+      expect(text).toMatch(/gateway_auth_failures_total\{reason="unknown"\} 1/)
+      expect(text).toMatch(/gateway_auth_failures_total\{reason="revoked_or_expired"\} 0/)
+      expect(samples(text, 'gateway_bans_total')).toEqual([{ step: '0' }])
+      expect(text).toMatch(/gateway_rate_limit_requests_total\{plan="enterprise",outcome="admitted",source="store"\} 5/)
+      expect(text).toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="minute",outcome="exceeded"\} 1/)
+      expect(text).toMatch(/gateway_rate_limit_near_limit_total\{plan="enterprise",window="minute"\} 2/)
+      expect(text).toMatch(/gateway_rate_limit_store_duration_seconds_count\{store="redis"\} 7/)
+      expect(text).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="2xx"\} 5/)
+      expect(text).not.toContain(key)
+      expect(text).not.toContain(id)
+      expect(text).not.toContain(unknown)
+    } finally {
+      await ops.close()
+    }
+  })
+})
