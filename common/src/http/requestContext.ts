@@ -21,10 +21,12 @@ export function singleLineRequestLogging(): LogController {
  */
 export const requestContext = fp(
   async (app: FastifyInstance, options: { logFields?: (request: FastifyRequest) => Record<string, unknown> }) => {
-    app.addHook('onRequest', async (request, reply) => {
+    // Callback-style hooks: on the hot path they cost less than async ones (no promise per call).
+    app.addHook('onRequest', (request, reply, done) => {
       reply.header('x-request-id', request.id)
+      done()
     })
-    app.addHook('onResponse', async (request, reply) => {
+    app.addHook('onResponse', (request, reply, done) => {
       request.log.info(
         {
           method: request.method,
@@ -35,6 +37,7 @@ export const requestContext = fp(
         },
         'request completed',
       )
+      done()
     })
   },
   { name: 'request-context' },

@@ -27,14 +27,22 @@ export const httpMetrics = fp(
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: [options.registry],
     })
-    app.addHook('onResponse', async (request, reply) => {
-      const labels = {
-        method: request.method,
-        route: request.routeOptions.url ?? 'unmatched',
-        status_class: statusClass(reply.statusCode),
+    // prom-client hashes the label object on every call; the children for each label set are
+    // looked up once and kept (the sets are bounded: route templates × methods × status classes).
+    const children = new Map<string, { count: Counter.Internal; time: Histogram.Internal<string> }>()
+    app.addHook('onResponse', (request, reply, done) => {
+      const route = request.routeOptions.url ?? 'unmatched'
+      const status = statusClass(reply.statusCode)
+      const id = `${request.method} ${route} ${status}`
+      let child = children.get(id)
+      if (!child) {
+        const labels = { method: request.method, route, status_class: status }
+        child = { count: requests.labels(labels), time: duration.labels(labels) }
+        children.set(id, child)
       }
-      requests.inc(labels)
-      duration.observe(labels, reply.elapsedTime / 1000)
+      child.count.inc()
+      child.time.observe(reply.elapsedTime / 1000)
+      done()
     })
   },
   { name: 'http-metrics' },

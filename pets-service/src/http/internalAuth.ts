@@ -1,26 +1,28 @@
-import { createHash, timingSafeEqual } from 'node:crypto'
+import { timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { petsErrors } from '../errors.ts'
 
 export const INTERNAL_TOKEN_HEADER = 'x-internal-token'
 
-const digest = (value: string) => createHash('sha256').update(value, 'utf8').digest()
 
 /**
  * Only the gateway may call this service: every request must carry the shared internal
- * credential. Comparing fixed-length digests keeps the check constant-time whatever the
- * length of the guess.
+ * credential, compared in constant time. A guess of the wrong length is refused before the
+ * comparison, which reveals only the token's length, not its content.
  */
 export const internalAuth = fp(
   async (app: FastifyInstance, options: { token: string }) => {
     if (options.token.length < 16) throw new Error('INTERNAL_TOKEN must be at least 16 characters')
-    const expected = digest(options.token)
-    app.addHook('onRequest', async (request) => {
+    const expected = Buffer.from(options.token, 'utf8')
+    app.addHook('onRequest', (request, _reply, done) => {
       const presented = request.headers[INTERNAL_TOKEN_HEADER]
-      if (typeof presented !== 'string' || !timingSafeEqual(digest(presented), expected)) {
-        throw petsErrors.create('unauthorized')
+      const candidate = typeof presented === 'string' ? Buffer.from(presented, 'utf8') : undefined
+      if (candidate === undefined || candidate.length !== expected.length || !timingSafeEqual(candidate, expected)) {
+        done(petsErrors.create('unauthorized'))
+        return
       }
+      done()
     })
   },
   { name: 'internal-auth' },

@@ -18,10 +18,9 @@ export const listPetsRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> =
     const page = rows.slice(0, limit)
     const last = page.at(-1)
     if (rows.length > limit && last) {
-      const next = new URLSearchParams({ limit: String(limit) })
-      if (status) next.set('status', status)
-      next.set('cursor', encodeCursor(last.id))
-      reply.header('link', `<${publicPrefix(request)}/pets?${next.toString()}>; rel="next"`)
+      // Every part is URL-safe already (a number, a status enum, base64url), so no encoding pass.
+      const filter = status ? `&status=${status}` : ''
+      reply.header('link', `<${publicPrefix(request)}/pets?limit=${limit}${filter}&cursor=${encodeCursor(last.id)}>; rel="next"`)
     }
     return page
   })
