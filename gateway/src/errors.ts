@@ -1,4 +1,5 @@
 import { defineErrorCodes } from '../../common/src/http/apiError.ts'
+import type { ClientErrorCodes } from '../../common/src/http/clientErrors.ts'
 import type { FrameworkErrorCodes } from '../../common/src/http/errorHandler.ts'
 
 /**
@@ -10,7 +11,9 @@ export const gatewayErrors = defineErrorCodes({
   missing_api_key: { status: 401, message: 'Send your API key as "Authorization: Bearer <key>".' },
   invalid_api_key: { status: 401, message: 'The API key is not valid.' },
   not_found: { status: 404, message: 'No route matches this method and path.' },
+  request_timeout: { status: 408, message: 'The request was not received in time.' },
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
+  headers_too_large: { status: 431, message: 'The request headers are larger than 16 KiB.' },
   rate_limited: { status: 429, message: 'Too many requests; retry after the time in Retry-After.' },
   api_key_banned: {
     status: 429,
@@ -35,4 +38,10 @@ export const gatewayFrameworkErrors: FrameworkErrorCodes = {
   unsupportedMediaType: () => gatewayErrors.create('bad_request'),
   badRequest: () => gatewayErrors.create('bad_request'),
   serverError: (error) => gatewayErrors.create('internal_error', undefined, { cause: error }),
+}
+
+export const gatewayClientErrors: ClientErrorCodes = {
+  badRequest: () => gatewayErrors.create('bad_request'),
+  headersTooLarge: () => gatewayErrors.create('headers_too_large'),
+  requestTimeout: () => gatewayErrors.create('request_timeout'),
 }

@@ -1,11 +1,12 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
+import { CLIENT_TIMEOUTS, clientErrorHandler } from '../../common/src/http/clientErrors.ts'
 import { errorBodies } from '../../common/src/http/errorHandler.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
-import { petsFrameworkErrors } from './errors.ts'
+import { petsClientErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
 import type { PetRepository } from './repository/petRepository.ts'
 import { createPetRoute } from './routes/createPet.ts'
@@ -32,11 +33,13 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
     // Slow or stalled clients are cut off instead of holding sockets forever.
-    requestTimeout: 30_000,
+    requestTimeout: CLIENT_TIMEOUTS.requestTimeoutMillis,
     connectionTimeout: 60_000,
+    clientErrorHandler: clientErrorHandler(petsClientErrors),
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
   })
+  app.server.headersTimeout = CLIENT_TIMEOUTS.headersTimeoutMillis
   useStrictBodyValidation(app)
   // The catalogue speaks JSON only: without this, Fastify would parse text/plain bodies and
   // answer 400 where 415 Unsupported Media Type is the truth.

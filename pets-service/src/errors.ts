@@ -1,4 +1,5 @@
 import { defineErrorCodes } from '../../common/src/http/apiError.ts'
+import type { ClientErrorCodes } from '../../common/src/http/clientErrors.ts'
 import type { FrameworkErrorCodes } from '../../common/src/http/errorHandler.ts'
 import { isDatabaseUnavailable } from '../../common/src/database/pool.ts'
 
@@ -10,8 +11,10 @@ export const petsErrors = defineErrorCodes({
   unauthorized: { status: 401, message: 'This service only answers the gateway.' },
   not_found: { status: 404, message: 'No route matches this method and path.' },
   pet_not_found: { status: 404, message: 'No animal has this id.' },
+  request_timeout: { status: 408, message: 'The request was not received in time.' },
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
   unsupported_media_type: { status: 415, message: 'The request body must be application/json.' },
+  headers_too_large: { status: 431, message: 'The request headers are larger than 16 KiB.' },
   idempotency_key_reused: {
     status: 422,
     message: 'This Idempotency-Key was already used with a different request body.',
@@ -39,4 +42,10 @@ export const petsFrameworkErrors: FrameworkErrorCodes = {
           cause: error,
         })
       : petsErrors.create('internal_error', undefined, { cause: error }),
+}
+
+export const petsClientErrors: ClientErrorCodes = {
+  badRequest: () => petsErrors.create('bad_request'),
+  headersTooLarge: () => petsErrors.create('headers_too_large'),
+  requestTimeout: () => petsErrors.create('request_timeout'),
 }

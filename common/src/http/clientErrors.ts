@@ -1,0 +1,41 @@
+import type { Socket } from 'node:net'
+import type { ApiError } from './apiError.ts'
+
+export interface ClientErrorCodes {
+  badRequest: () => ApiError
+  headersTooLarge: () => ApiError
+  requestTimeout: () => ApiError
+}
+
+const REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' }
+
+/**
+ * What Node's HTTP parser rejects before Fastify sees a request (headers over 16 KiB, a
+ * client too slow to send its headers or body, bytes that are not HTTP) still gets the
+ * spec's Error body instead of Node's bare status line.
+ */
+export function clientErrorHandler(codes: ClientErrorCodes) {
+  return (error: NodeJS.ErrnoException, socket: Socket): void => {
+    if (error.code === 'ECONNRESET' || !socket.writable) return
+    const apiError =
+      error.code === 'HPE_HEADER_OVERFLOW'
+        ? codes.headersTooLarge()
+        : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? codes.requestTimeout()
+          : codes.badRequest()
+    const body = JSON.stringify(apiError.toBody())
+    socket.end(
+      [
+        `HTTP/1.1 ${apiError.status} ${REASONS[apiError.status] ?? 'Bad Request'}`,
+        'Content-Type: application/json; charset=utf-8',
+        `Content-Length: ${Buffer.byteLength(body)}`,
+        'Connection: close',
+        '',
+        body,
+      ].join('\r\n'),
+    )
+  }
+}
+
+/** Slow clients are cut off: headers within 10 s, the whole request within 30 s. */
+export const CLIENT_TIMEOUTS = { headersTimeoutMillis: 10_000, requestTimeoutMillis: 30_000 } as const

@@ -1,0 +1,67 @@
+import net from 'node:net'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+/** Sends raw bytes and returns everything the server answers before it closes. */
+function raw(url: string, bytes: string): Promise<string> {
+  const { hostname, port } = new URL(url)
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname, () => socket.write(bytes))
+    let answer = ''
+    socket.setEncoding('utf8')
+    socket.on('data', (chunk: string) => (answer += chunk))
+    socket.on('close', () => resolve(answer))
+    socket.on('error', reject)
+    socket.setTimeout(5_000, () => socket.destroy(new Error('no answer within 5 s')))
+  })
+}
+
+function parse(answer: string) {
+  const [head = '', body = ''] = answer.split('\r\n\r\n')
+  return { statusLine: head.split('\r\n')[0], head, body: JSON.parse(body) as unknown }
+}
+
+describe('requests the HTTP parser refuses still get the Error body', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it.each([
+    ['gateway', () => gateway.url],
+    ['pets-service', () => pets.url],
+  ])('%s answers headers over 16 KiB with 431 headers_too_large', async (_name, url) => {
+    const answer = await raw(url(), `GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)
+    const { statusLine, head, body } = parse(answer)
+    expect(statusLine).toBe('HTTP/1.1 431 Request Header Fields Too Large')
+    expect(head).toMatch(/content-type: application\/json/i)
+    expect(body).toEqual({ code: 'headers_too_large', message: expect.any(String), status: 431 })
+  })
+
+  it.each([
+    ['gateway', () => gateway.url],
+    ['pets-service', () => pets.url],
+  ])('%s answers bytes that are not HTTP with 400 bad_request', async (_name, url) => {
+    const { statusLine, body } = parse(await raw(url(), 'HELLO THERE\r\n\r\n'))
+    expect(statusLine).toBe('HTTP/1.1 400 Bad Request')
+    expect(body).toEqual({ code: 'bad_request', message: expect.any(String), status: 400 })
+  })
+
+  it('keeps serving after refusing them', async () => {
+    const { key } = await gateway.createKey()
+    expect((await gateway.request('/v1/pets', { key })).status).toBe(200)
+  })
+})
