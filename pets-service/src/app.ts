@@ -1,7 +1,7 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
 import { CLIENT_TIMEOUTS, clientErrorHandler } from '../../common/src/http/clientErrors.ts'
-import { errorBodies } from '../../common/src/http/errorHandler.ts'
+import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
@@ -38,6 +38,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     clientErrorHandler: clientErrorHandler(petsClientErrors),
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
+    frameworkErrors: frameworkErrorHandler(petsFrameworkErrors),
   })
   app.server.headersTimeout = CLIENT_TIMEOUTS.headersTimeoutMillis
   useStrictBodyValidation(app)

@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from './apiError.ts'
 
@@ -43,6 +43,17 @@ export function toApiError(error: unknown, codes: FrameworkErrorCodes): ApiError
   const status = error.statusCode
   if (status !== undefined && status >= 400 && status < 500) return codes.badRequest(status, error.message)
   return codes.serverError(error)
+}
+
+/**
+ * For Fastify's `frameworkErrors` option: failures it detects before routing (a URL that is not
+ * valid percent-encoding, an unusable Content-Type) take the same Error body as everything else.
+ */
+export function frameworkErrorHandler(codes: FrameworkErrorCodes) {
+  return (error: FastifyError, _request: FastifyRequest, reply: FastifyReply) => {
+    const apiError = toApiError(error, codes)
+    void reply.code(apiError.status).send(apiError.toBody())
+  }
 }
 
 /**

@@ -55,6 +55,17 @@ export function upstreamRequestHeaders(
   return forwarded
 }
 
+// RFC 9110 §7.6.1: these describe the upstream connection, not the answer. Copied to the
+// client they would, for one, keep open a connection the client asked to close.
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']
+
+export function withoutHopByHop<T extends Record<string, unknown>>(headers: T): T {
+  const named = typeof headers.connection === 'string' ? headers.connection.toLowerCase().split(',').map((name) => name.trim()) : []
+  const copy = { ...headers }
+  for (const name of [...HOP_BY_HOP, ...named]) delete copy[name]
+  return copy
+}
+
 const TIMEOUT_CODES = new Set([
   'FST_REPLY_FROM_TIMEOUT',
   'FST_REPLY_FROM_GATEWAY_TIMEOUT',
@@ -124,7 +135,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       rewriteHeaders: (headers, request) => {
         const started = request && sentAt.get(request)
         if (request && started !== undefined) waited.set(request, (performance.now() - started) / 1_000)
-        return headers
+        return withoutHopByHop(headers)
       },
       onError: (reply, { error }) => {
         options.observer?.failure(name, failureKind(error))
