@@ -67,6 +67,12 @@ async function main(): Promise<void> {
     dependencies: {
       postgres: async () => void (await pool.query('SELECT 1')),
       upstream: upstreamAnswers(config.upstreams.pets.url),
+      // With onStoreFailure "closed" a gateway without Redis answers every request 503, so it is
+      // not ready; with "open" it serves on per-process limits, and Redis is left out of readiness
+      // (its errors show in gateway_rate_limit_store_errors_total and the RateLimitStoreErrors alert).
+      ...(limiter.storeKind !== 'memory' && config.onStoreFailure === 'closed'
+        ? { redis: () => redisAnswers(limiter) }
+        : {}),
     },
   })
   await ops.listen({ host: config.server.opsHost, port: config.server.opsPort })
@@ -81,6 +87,11 @@ async function main(): Promise<void> {
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end() },
   ])
+}
+
+/** Readiness of the rate-limit store: the Redis connection is up (ready) right now. */
+async function redisAnswers(limiter: { ready(): Promise<boolean> }): Promise<void> {
+  if (!(await limiter.ready())) throw new Error('Redis is not connected')
 }
 
 main().catch((error: unknown) => {

@@ -1,0 +1,134 @@
+import { pino } from 'pino'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
+import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { TEST_INTERNAL_TOKEN } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+import { baseEnv, freePort, killAll, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
+import { PROMETHEUS_SYNTHETIC, TARGET_LABELS, parseExposition, type Job } from './exportedSeries.ts'
+import {
+  PROMTOOL_MISSING,
+  dashboardExpressions,
+  groupingLabels,
+  jobsOf,
+  promtool,
+  ruleExpressions,
+  runPromtool,
+  selectors,
+} from './promql.ts'
+
+/**
+ * The source of truth for "a metric the services really export": a scrape of a running gateway
+ * (the test helper, as test/gateway/metrics.int.test.ts builds it, on Redis) and of the real
+ * pets-service process, after a little traffic. Every metric, matcher label and grouping label
+ * the alert rules and the dashboard use must be in it.
+ */
+describe('metrics named by the alert rules and the dashboard exist in a live scrape', () => {
+  let database: TestDatabase
+  let pets: NodeProcess
+  let gateway: RunningGateway
+  const scrapes = {} as Record<Job, string>
+  const prefix = testKeyPrefix()
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    const [petsPort, petsOpsPort] = [await freePort(), await freePort()]
+    pets = startNode('pets-service/src/main.ts', {
+      ...baseEnv(),
+      DATABASE_URL: database.url,
+      INTERNAL_TOKEN: TEST_INTERNAL_TOKEN,
+      PETS_HOST: '127.0.0.1',
+      PETS_PORT: String(petsPort),
+      PETS_OPS_HOST: '127.0.0.1',
+      PETS_OPS_PORT: String(petsOpsPort),
+    })
+    await waitForReady(`http://127.0.0.1:${petsOpsPort}/readyz`, pets, 15_000)
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: `http://127.0.0.1:${petsPort}`,
+      env: { REDIS_URL: TEST_REDIS_URL },
+      configure: (file) => {
+        file.redis.keyPrefix = prefix
+        file.redis.commandTimeoutMillis = 1_000
+        file.bans = { strikes: 2, ladder: ['60s'] }
+      },
+    })
+
+    // Admitted, limited and banned requests, auth failures, an upstream answer.
+    const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 3, perDay: 100 })
+    for (let i = 0; i < 7; i++) await (await gateway.request('/v1/pets', { key })).body?.cancel()
+    await (await gateway.request('/v1/pets')).body?.cancel()
+    await (await gateway.request('/v1/pets', { key: generateApiKey() })).body?.cancel()
+
+    const ops = buildOpsServer({ registry: gateway.registry, logger: pino({ level: 'silent' }), isAccepting: () => true, dependencies: {} })
+    await ops.listen({ host: '127.0.0.1', port: 0 })
+    try {
+      scrapes.gateway = await (await fetch(`http://127.0.0.1:${(ops.server.address() as { port: number }).port}/metrics`)).text()
+    } finally {
+      await ops.close()
+    }
+    scrapes['pets-service'] = await (await fetch(`http://127.0.0.1:${petsOpsPort}/metrics`)).text()
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await killAll()
+    await database?.drop()
+    await deleteKeysWithPrefix(prefix)
+  })
+
+  it('every metric and label the rules and the dashboard use is scraped from the job they select', () => {
+    const series = { gateway: parseExposition(scrapes.gateway), 'pets-service': parseExposition(scrapes['pets-service']) }
+    // The traffic reached the pets-service process through the gateway.
+    expect(scrapes['pets-service']).toMatch(/http_requests_total\{method="GET",route="\/pets",status_class="2xx"\} \d+/)
+    const problems: string[] = []
+    for (const expression of [...ruleExpressions(), ...dashboardExpressions()]) {
+      const labelsInExpression = new Set(TARGET_LABELS)
+      for (const selector of selectors(expression.promql)) {
+        if (PROMETHEUS_SYNTHETIC.has(selector.metric)) {
+          for (const matcher of selector.matchers) labelsInExpression.add(matcher.label)
+          continue
+        }
+        const pinned = selector.matchers.some((matcher) => matcher.label === 'job')
+        const jobs = jobsOf(selector).filter((job) => !pinned || series[job].has(selector.metric))
+        const present = jobsOf(selector).filter((job) => series[job].has(selector.metric))
+        if (present.length === 0 || (pinned && jobs.length < jobsOf(selector).length)) {
+          problems.push(`${expression.where}: ${selector.metric} is not in the ${jobsOf(selector).join('/')} scrape`)
+          continue
+        }
+        const labels = new Set(present.flatMap((job) => [...series[job].get(selector.metric)!]))
+        for (const label of labels) labelsInExpression.add(label)
+        for (const matcher of selector.matchers) {
+          if (!TARGET_LABELS.has(matcher.label) && !labels.has(matcher.label)) {
+            problems.push(`${expression.where}: ${selector.metric} has no label ${matcher.label}`)
+          }
+        }
+      }
+      for (const label of groupingLabels(expression.promql)) {
+        if (!labelsInExpression.has(label)) problems.push(`${expression.where}: groups by ${label}, which none of its metrics has`)
+      }
+    }
+    expect(problems).toEqual([])
+  })
+
+  /**
+   * prom-client's default metrics include three gauges named `_total`, which promtool's linter
+   * flags; they are the library's, not ours. Anything else promtool says fails the test.
+   */
+  const PROM_CLIENT_DEFAULT_LINTS = new Set(
+    ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'].map(
+      (name) => `${name} non-counter metrics should not have "_total" suffix`,
+    ),
+  )
+
+  const tool = promtool()
+  it.skipIf(!tool)(`promtool check metrics finds nothing in either scrape beyond prom-client's own defaults${tool ? '' : ` (skipped: ${PROMTOOL_MISSING})`}`, () => {
+    for (const [job, text] of Object.entries(scrapes)) {
+      const result = runPromtool(['check', 'metrics'], text)
+      const problems = result.output.split('\n').filter((line) => line.trim() !== '' && !PROM_CLIENT_DEFAULT_LINTS.has(line.trim()))
+      expect(problems, `${job}: ${result.output}`).toEqual([])
+    }
+  })
+})

@@ -1,0 +1,102 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import { parse, stringify } from 'yaml'
+import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
+import { baseEnv, freePort, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
+
+export const OPS_TEST_TOKEN = 'ops-test-internal-token-0123456789'
+
+export interface GatewayProcess {
+  proc: NodeProcess
+  url: string
+  opsUrl: string
+  opsPort: number
+  apiPort: number
+  readyz(): Promise<{ status: number; body: { status?: string; dependencies?: Record<string, string> } }>
+}
+
+/**
+ * The real gateway entry point (`node --import tsx gateway/src/main.ts`) as a child process on
+ * free loopback ports, so signals, readiness and shutdown are the production code paths.
+ * `configure` edits a copy of config/gateway.yaml that GATEWAY_CONFIG then names.
+ */
+export async function startGatewayProcess(options: {
+  databaseUrl: string
+  petsUrl: string
+  env?: NodeJS.ProcessEnv
+  configure?: (file: GatewayConfigFile) => void
+  readyTimeoutMillis?: number
+}): Promise<GatewayProcess & { cleanup(): void }> {
+  const [apiPort, opsPort] = [await freePort(), await freePort()]
+  const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-ops-'))
+  const configPath = path.join(directory, 'gateway.yaml')
+  const file = parse(readFileSync('config/gateway.yaml', 'utf8')) as GatewayConfigFile
+  options.configure?.(file)
+  writeFileSync(configPath, stringify(file))
+  const proc = startNode('gateway/src/main.ts', {
+    ...baseEnv(),
+    REDIS_URL: '',
+    REDIS_CLUSTER_NODES: '',
+    ...options.env,
+    DATABASE_URL: options.databaseUrl,
+    INTERNAL_TOKEN: OPS_TEST_TOKEN,
+    PETS_URL: options.petsUrl,
+    GATEWAY_CONFIG: configPath,
+    GATEWAY_HOST: '127.0.0.1',
+    GATEWAY_PORT: String(apiPort),
+    GATEWAY_OPS_HOST: '127.0.0.1',
+    GATEWAY_OPS_PORT: String(opsPort),
+  })
+  const opsUrl = `http://127.0.0.1:${opsPort}`
+  await waitForReady(`${opsUrl}/readyz`, proc, options.readyTimeoutMillis ?? 15_000)
+  return {
+    proc,
+    url: `http://127.0.0.1:${apiPort}`,
+    opsUrl,
+    opsPort,
+    apiPort,
+    async readyz() {
+      const response = await fetch(`${opsUrl}/readyz`, { signal: AbortSignal.timeout(3_000) })
+      return { status: response.status, body: (await response.json()) as { status?: string; dependencies?: Record<string, string> } }
+    },
+    cleanup: () => rmSync(directory, { recursive: true, force: true }),
+  }
+}
+
+/**
+ * A TCP relay to `target` that the test can cut (every open connection destroyed, new ones
+ * refused) and restore on the same port: "the network to Postgres/Redis went away".
+ */
+export async function cuttableRelay(target: { host: string; port: number }) {
+  const sockets = new Set<net.Socket>()
+  let server: net.Server | undefined
+  let port = 0
+  const listen = async () => {
+    server = net.createServer((client) => {
+      const upstream = net.connect(target)
+      for (const socket of [client, upstream]) {
+        sockets.add(socket)
+        socket.on('close', () => sockets.delete(socket))
+        socket.on('error', () => undefined)
+      }
+      client.pipe(upstream).pipe(client)
+    })
+    await new Promise<void>((resolve) => server!.listen(port, '127.0.0.1', resolve))
+    port = (server.address() as net.AddressInfo).port
+  }
+  await listen()
+  const cut = async () => {
+    const closing = new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
+    for (const socket of sockets) socket.destroy()
+    await closing
+    server = undefined
+  }
+  return {
+    port,
+    cut,
+    restore: listen,
+    close: cut,
+  }
+}

@@ -1,0 +1,113 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { createPool } from '../../common/src/database/pool.ts'
+import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
+import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { TEST_REDIS_URL, deleteKeysWithPrefix, freePort, testKeyPrefix } from '../helpers/redis.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+import { killAll } from '../scripts/processes.ts'
+import { cuttableRelay, startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
+
+const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
+
+/** Polls /readyz until it answers `status`; returns that answer. */
+async function readyzBecomes(gateway: GatewayProcess, status: number, timeoutMillis = 5_000) {
+  const deadline = Date.now() + timeoutMillis
+  let last: Awaited<ReturnType<GatewayProcess['readyz']>> | undefined
+  while (Date.now() < deadline) {
+    last = await gateway.readyz()
+    if (last.status === status) return last
+    await sleep(100)
+  }
+  throw new Error(`/readyz did not answer ${status} within ${timeoutMillis} ms; last ${JSON.stringify(last)}`)
+}
+
+function storeConfig(prefix: string, onStoreFailure: 'open' | 'closed') {
+  return (file: GatewayConfigFile) => {
+    file.onStoreFailure = onStoreFailure
+    file.redis.keyPrefix = prefix
+    file.redis.commandTimeoutMillis = 200
+  }
+}
+
+describe('gateway readiness (/readyz of the real process)', () => {
+  let database: TestDatabase
+  let upstream: TestUpstream
+  const prefix = testKeyPrefix()
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    upstream = await recordingUpstream()
+  })
+  afterEach(killAll)
+  afterAll(async () => {
+    await upstream?.close()
+    await database?.drop()
+    await deleteKeysWithPrefix(prefix)
+  })
+
+  it('is not ready, naming postgres, while Postgres is unreachable, and ready again when it returns', async () => {
+    const postgres = new URL(database.url)
+    const relay = await cuttableRelay({ host: postgres.hostname, port: Number(postgres.port || 5432) })
+    postgres.host = `127.0.0.1:${relay.port}`
+    const gateway = await startGatewayProcess({ databaseUrl: postgres.toString(), petsUrl: upstream.url })
+    try {
+      expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up' } } })
+      await relay.cut()
+      const down = await readyzBecomes(gateway, 503)
+      expect(down.body).toEqual({ status: 'not_ready', dependencies: { postgres: 'down', upstream: 'up' } })
+      await relay.restore()
+      await readyzBecomes(gateway, 200)
+    } finally {
+      await relay.close()
+      gateway.cleanup()
+    }
+  })
+
+  it('stays ready with Redis down when onStoreFailure is open, and keeps answering requests', async () => {
+    const deadRedis = `redis://127.0.0.1:${await freePort()}`
+    const gateway = await startGatewayProcess({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      env: { REDIS_URL: deadRedis },
+      configure: storeConfig(prefix, 'open'),
+    })
+    const pool = createPool({ connectionString: database.url, applicationName: 'ops-test' })
+    try {
+      expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up' } } })
+      const { key } = await createKeyRepository(pool).create({ name: 'open', plan: 'free' })
+      const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+      expect(response.status).toBe(200)
+      expect(response.headers.get('x-ratelimit-limit')).not.toBeNull()
+    } finally {
+      await pool.end()
+      gateway.cleanup()
+    }
+  })
+
+  it('is not ready, naming redis, while Redis is unreachable when onStoreFailure is closed', async () => {
+    const redis = new URL(TEST_REDIS_URL)
+    const relay = await cuttableRelay({ host: redis.hostname, port: Number(redis.port || 6379) })
+    const gateway = await startGatewayProcess({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      env: { REDIS_URL: `redis://127.0.0.1:${relay.port}` },
+      configure: storeConfig(prefix, 'closed'),
+    })
+    try {
+      expect(await gateway.readyz()).toEqual({
+        status: 200,
+        body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'up' } },
+      })
+      await relay.cut()
+      const down = await readyzBecomes(gateway, 503)
+      expect(down.body).toEqual({ status: 'not_ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'down' } })
+      await relay.restore()
+      await readyzBecomes(gateway, 200)
+    } finally {
+      await relay.close()
+      gateway.cleanup()
+    }
+  })
+})

@@ -1,0 +1,108 @@
+import http from 'node:http'
+import type net from 'node:net'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { createPool } from '../../common/src/database/pool.ts'
+import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+import { exitWithin, killAll, waitForPortClosed } from '../scripts/processes.ts'
+import { startGatewayProcess } from './gatewayProcess.ts'
+
+const UPSTREAM_DELAY_MILLIS = 1_500
+
+/** An upstream whose /healthz answers at once and whose catalogue answers after 1.5 s. */
+async function slowUpstream() {
+  let arrived: () => void = () => undefined
+  const firstRequest = new Promise<void>((resolve) => (arrived = resolve))
+  const sockets = new Set<net.Socket>()
+  const server = http.createServer((request, response) => {
+    if (request.url === '/healthz') {
+      response.end('{"status":"ok"}')
+      return
+    }
+    arrived()
+    setTimeout(() => {
+      response.setHeader('content-type', 'application/json')
+      response.end('[{"id":1,"name":"Rex","categoryId":1,"status":"available"}]')
+    }, UPSTREAM_DELAY_MILLIS)
+  })
+  server.on('connection', (socket) => {
+    sockets.add(socket)
+    socket.on('close', () => sockets.delete(socket))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    firstRequest,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy()
+        server.close(() => resolve())
+      }),
+  }
+}
+
+describe('gateway shutdown on SIGTERM', () => {
+  let database: TestDatabase
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+  })
+  afterEach(killAll)
+  afterAll(async () => {
+    await database?.drop()
+  })
+
+  it('turns /readyz to 503 first, lets the in-flight request finish 200, then closes and exits 0', async () => {
+    const upstream = await slowUpstream()
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: upstream.url })
+    const pool = createPool({ connectionString: database.url, applicationName: 'ops-test' })
+    try {
+      // The gateway migrated the database at boot; issue a key the way the CLI does.
+      const { key } = await createKeyRepository(pool).create({ name: 'drain', plan: 'pro' })
+      expect((await gateway.readyz()).status).toBe(200)
+
+      const started = Date.now()
+      const inFlight = fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+      await upstream.firstRequest
+      gateway.proc.child.kill('SIGTERM')
+
+      // While the request is still with the upstream, the gateway already reports not ready.
+      let sawNotReady = false
+      while (Date.now() - started < UPSTREAM_DELAY_MILLIS - 200) {
+        try {
+          const ready = await gateway.readyz()
+          if (ready.status === 503) {
+            expect(ready.body.status).toBe('shutting_down')
+            sawNotReady = true
+            break
+          }
+        } catch {
+          sawNotReady = true // the ops port refusing connections is "not ready" too
+          break
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      expect(sawNotReady, 'readiness turned false while the request was in flight').toBe(true)
+      expect(Date.now() - started).toBeLessThan(UPSTREAM_DELAY_MILLIS)
+
+      // No new connection is accepted on the API port during the drain.
+      await expect(fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })).rejects.toThrow()
+
+      const response = await inFlight
+      expect(response.status).toBe(200)
+      expect(response.headers.get('connection')).toBe('close')
+      expect(await response.json()).toEqual([{ id: 1, name: 'Rex', categoryId: 1, status: 'available' }])
+      expect(Date.now() - started).toBeGreaterThanOrEqual(UPSTREAM_DELAY_MILLIS - 50)
+
+      const exit = await exitWithin(gateway.proc, 5_000)
+      expect(exit, gateway.proc.output()).toEqual({ code: 0, signal: null })
+      await waitForPortClosed(gateway.apiPort, 1_000)
+      await waitForPortClosed(gateway.opsPort, 1_000)
+    } finally {
+      await pool.end()
+      await upstream.close()
+      gateway.cleanup()
+    }
+  })
+})
