@@ -1,18 +1,20 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
-import { errorBodies } from '../../common/src/http/errorHandler.ts'
+import { CLIENT_TIMEOUTS, clientErrorHandler } from '../../common/src/http/clientErrors.ts'
+import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import { privateResponses } from './auth/privateResponses.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
-import { gatewayFrameworkErrors } from './errors.ts'
+import { gatewayClientErrors, gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { BODY_LIMIT_BYTES, upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
+import { apiDocs } from './routes/apiDocs.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
 
 export interface GatewayDependencies {
@@ -35,6 +37,7 @@ export interface GatewayDependencies {
  *   2b. refuse the request whose key was missing or invalid (after it was charged to its IP);
  *   4.  the proxy to the upstream that owns the path, with header hygiene;
  *   5.  one Error body shape for everything that fails on the way.
+ * The API's description (/v1/openapi.json, /docs) is served without a key, limited per IP.
  */
 export async function buildGateway(deps: GatewayDependencies): Promise<FastifyInstance> {
   const boot = deps.config()
@@ -45,11 +48,14 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     logController: singleLineRequestLogging(),
     genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
-    requestTimeout: 30_000,
+    requestTimeout: CLIENT_TIMEOUTS.requestTimeoutMillis,
     connectionTimeout: 60_000,
+    clientErrorHandler: clientErrorHandler(gatewayClientErrors),
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
+    frameworkErrors: frameworkErrorHandler(gatewayFrameworkErrors),
   })
+  app.server.headersTimeout = CLIENT_TIMEOUTS.headersTimeoutMillis
 
   // 1
   await app.register(requestContext, {
@@ -81,5 +87,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     upstreamPath: '/pets',
   })
   await app.register(storeOrdersRoute, { upstream: boot.upstreams.orders, internalToken: deps.internalToken })
+  // The OpenAPI document and the docs page (public routes: stage 3 limits them per IP)
+  await app.register(apiDocs, { config: deps.config })
   return app
 }

@@ -16,6 +16,7 @@ import { createKeyRepository, type KeyRepository, type NewApiKey } from '../../g
 import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { createLimiter, type Limiter } from '../../gateway/src/rateLimit/limiter.ts'
+import { contractFetch, type ContractOptions } from './contract.ts'
 import { TEST_INTERNAL_TOKEN } from './petsService.ts'
 
 export interface GatewayOptions {
@@ -43,7 +44,12 @@ export interface RunningGateway {
   registry: Registry
   /** Issues a key through the same repository the CLI uses and returns its plaintext. */
   createKey(input?: Partial<NewApiKey>): Promise<{ id: string; key: string }>
-  request(pathAndQuery: string, init?: RequestInit & { key?: string }): Promise<Response>
+  /**
+   * fetch against the gateway, `key` sent as the bearer token. Every response is checked against
+   * the OpenAPI document (test/helpers/contract.ts) and a departure throws; `contract: false` is
+   * for tests that deliberately make the system answer outside it (a fake upstream's garbage).
+   */
+  request(pathAndQuery: string, init?: RequestInit & { key?: string } & ContractOptions): Promise<Response>
   close(): Promise<void>
 }
 
@@ -116,7 +122,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
       const { key, ...rest } = init
       const headers = new Headers(rest.headers)
       if (key !== undefined) headers.set('authorization', `Bearer ${key}`)
-      return fetch(`${url}${pathAndQuery}`, { ...rest, headers })
+      return contractFetch(`${url}${pathAndQuery}`, { ...rest, headers })
     },
     async close() {
       await app.close()

@@ -27,7 +27,15 @@ export interface GatewayConfig {
     commandTimeoutMillis: number
     keyPrefix: string
   }
+  /** The servers the OpenAPI document at /v1/openapi.json names. */
+  openapi: { servers: { production: string; staging: string } }
 }
+
+/** Used when config/gateway.yaml has no `openapi` section. */
+export const DEFAULT_API_SERVERS = {
+  production: 'https://api.example.com/v1',
+  staging: 'https://staging-api.example.com/v1',
+} as const
 
 /** A config file that cannot be used; each problem names the file, line and key. */
 export class ConfigError extends Error {
@@ -185,6 +193,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
       commandTimeoutMillis: file.redis.commandTimeoutMillis,
       keyPrefix: file.redis.keyPrefix,
     },
+    openapi: { servers: { ...(file.openapi?.servers ?? DEFAULT_API_SERVERS) } },
   }
   return deepFreeze(config)
 }

@@ -5,6 +5,7 @@ const Limit = Type.Integer({ minimum: 1, maximum: 1_000_000_000 })
 const CustomOrLimit = Type.Union([Limit, Type.Literal('custom')])
 const Duration = Type.String({ pattern: '^[1-9][0-9]*(s|m|h|d)$', description: 'a duration like 60s, 5m, 1h, 24h' })
 const HttpUrl = Type.String({ pattern: '^https?://[^\\s/]+(/[^\\s]*)?$', description: 'an http:// or https:// URL' })
+const ApiBaseUrl = Type.String({ pattern: '^https?://[^\\s/]+(/[^\\s]*)?/v1$', description: 'an http:// or https:// URL ending in /v1' })
 
 const Upstream = Type.Object(
   {
@@ -64,6 +65,15 @@ export const GatewayConfigSchema = Type.Object(
       { additionalProperties: false },
     ),
     onStoreFailure: Type.Enum(['open', 'closed']),
+    // The base addresses the served OpenAPI document names (optional: placeholders otherwise).
+    openapi: Type.Optional(
+      Type.Object(
+        {
+          servers: Type.Object({ production: ApiBaseUrl, staging: ApiBaseUrl }, { additionalProperties: false }),
+        },
+        { additionalProperties: false },
+      ),
+    ),
     redis: Type.Object(
       {
         commandTimeoutMillis: Type.Integer({ minimum: 1, maximum: 10_000 }),

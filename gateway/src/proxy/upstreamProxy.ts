@@ -1,6 +1,8 @@
 import type { IncomingHttpHeaders } from 'node:http'
+import { Readable } from 'node:stream'
 import httpProxy from '@fastify/http-proxy'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { gatewayErrors } from '../errors.ts'
 
 export interface UpstreamOptions {
@@ -91,10 +93,78 @@ export function upstreamFailure(error: unknown) {
     : gatewayErrors.create('bad_gateway', undefined, { cause: error })
 }
 
+/** reply-from's undici defaults (lib/request.js getUndiciOptions), which the plugin applied before. */
+const UNDICI_DEFAULTS = { connections: 128, pipelining: 1, tls: { rejectUnauthorized: false } }
+
+/** Answers up to this size are read whole and sent as one Buffer; larger or unsized ones stream. */
+export const BUFFERED_ANSWER_MAX_BYTES = 1_048_576
+
+/** RFC 7230 §6.1: a Connection header names more headers that only concern this hop (reply-from's getConnectionHeaders). */
+function connectionHeaderNames(value: unknown): string[] {
+  if (typeof value !== 'string') return []
+  const names: string[] = []
+  for (const part of value.toLowerCase().split(',')) {
+    const name = part.trim()
+    if (name.length > 0) names.push(name)
+  }
+  return names
+}
+
+// HTAB, SP–~ and obs-text are valid in a header value; anything else would make Node throw when
+// the answer is written (@fastify/http-proxy's sanitizeHeaders, applied as it did).
+const INVALID_HEADER_VALUE = /[^\t\x20-\x7E\x80-\xFF]/
+const INVALID_HEADER_CHARACTERS = /[^\t\x20-\x7E\x80-\xFF]/g
+
+function sanitizeHeaderValue(value: string): string {
+  return INVALID_HEADER_VALUE.test(value) ? value.replace(INVALID_HEADER_CHARACTERS, '') : value
+}
+
+function sanitizeHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[] | undefined> {
+  for (const key in headers) {
+    const value = headers[key]
+    if (typeof value === 'string') headers[key] = sanitizeHeaderValue(value)
+    else if (Array.isArray(value)) headers[key] = value.map(sanitizeHeaderValue)
+  }
+  return headers
+}
+
+/** A path segment WHATWG URL parsing leaves exactly as it is: no `%`, no dot segment, nothing it encodes. */
+const PLAIN_PATH = /^(?:\/(?!\.\.?(?:\/|$))[A-Za-z0-9\-._~!$&'()*+,;=:@]*)+$/
+
+function invalidCharacters(): Error {
+  return Object.assign(new Error('source/request contain invalid characters'), { statusCode: 400 })
+}
+
+/**
+ * The upstream path for a destination http-proxy has already validated and rewritten, exactly as
+ * @fastify/reply-from's buildURL made it: dot segments refused, then WHATWG URL normalisation
+ * (skipped when it would change nothing, which is the common case).
+ */
+function upstreamPathname(destination: string, base: string, baseHref: string): string {
+  const decoded = decodeURIComponent(destination)
+  if (decoded === '..' || decoded.includes('/..') || decoded.includes('../')) throw invalidCharacters()
+  if (PLAIN_PATH.test(destination)) return destination
+  let source = destination
+  if (source.length > 1 && source[0] === '/' && source[1] === '/') source = `.${source}`
+  const url = new URL(source, base)
+  const prefix = !baseHref.endsWith('/') && url.href.length > baseHref.length ? `${baseHref}/` : baseHref
+  if (!url.href.startsWith(prefix)) throw new Error('source must be a relative path string')
+  return url.pathname
+}
+
 /**
  * Stage 4: a public prefix (`/v1/pets` and below) to its upstream. Bodies are read (at most
  * 1 MiB, else 413 before the upstream is contacted) and forwarded as they came; answers, the
  * upstream's Error bodies included, pass through unchanged.
+ *
+ * `@fastify/http-proxy` owns the routes, the prefix rewrite and the destination checks; its
+ * handler hands the checked destination to ours, which talks to the upstream through one undici
+ * Pool with a bare dispatch handler. That does what @fastify/reply-from did for these requests
+ * (same headers in the same order, same undici options, same answer headers), without its
+ * per-request work: header object copied three times, a URL built and cached per path, retry
+ * closures, an AsyncResource, and the answer piped through two streams. A sized answer of up
+ * to 1 MiB with a Content-Type (every pets-service answer) is collected and sent as one Buffer;
+ * anything else streams as before.
  */
 export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptions): Promise<void> {
   app.removeAllContentTypeParsers()
@@ -102,16 +172,150 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     done(null, body),
   )
   const name = options.upstreamPath.split('/')[1] || 'upstream'
+  const origin = new URL(options.url)
+  const base = options.url
+  const baseHref = origin.href
+  const host = origin.host
+  const pool = new Pool(origin.origin, {
+    ...UNDICI_DEFAULTS,
+    keepAliveTimeout: 60_000,
+    headersTimeout: options.timeoutMillis,
+    bodyTimeout: options.timeoutMillis,
+  })
+  app.addHook('onClose', async () => {
+    await pool.close()
+  })
+
   // Upstream latency: request handed to the upstream → its response headers back.
-  const sentAt = new WeakMap<object, number>()
   const waited = new WeakMap<object, number>()
-  if (options.observer) {
-    const observer = options.observer
-    app.addHook('onResponse', async (request, reply) => {
+  const observer = options.observer
+  if (observer) {
+    app.addHook('onResponse', (request, reply, done) => {
       const seconds = waited.get(request)
       if (seconds !== undefined) observer.response(name, reply.statusCode, seconds)
+      done()
     })
   }
+
+  function fail(reply: FastifyReply, error: unknown): void {
+    if (reply.sent) return
+    observer?.failure(name, failureKind(error))
+    const failure = upstreamFailure(error)
+    reply.log.warn({ err: error, code: failure.code }, 'upstream request failed')
+    void reply.code(failure.status).headers(failure.headers).send(failure.toBody())
+  }
+
+  /** The answer's status and headers onto the reply, as reply-from copied them; false when there is nobody to answer. */
+  function answerHead(request: FastifyRequest, reply: FastifyReply, statusCode: number, parsed: Record<string, string | string[] | undefined>): boolean {
+    if (statusCode < 100 || statusCode > 599) {
+      fail(reply, new Error(`upstream answered with status ${statusCode}`))
+      return false
+    }
+    const headers = sanitizeHeaders(withoutHopByHop(parsed))
+    for (const key in headers) {
+      if (key.charCodeAt(0) !== 58) reply.header(key, headers[key])
+    }
+    // An HTTP/1 connection cannot be reused until its request body has been read.
+    if (!request.raw.complete) reply.header('connection', 'close')
+    reply.code(statusCode)
+    return !request.raw.aborted
+  }
+
+  function forward(request: FastifyRequest, reply: FastifyReply, destination: string): void {
+    const raw = request.raw
+    const url = raw.url ?? ''
+    const queryAt = url.indexOf('?')
+    const path = upstreamPathname(destination, base, baseHref) + (queryAt > 0 ? url.slice(queryAt) : '')
+
+    // The client's headers minus its hop-by-hop ones, then the gateway's (reply-from's order).
+    const headers: IncomingHttpHeaders = { ...request.headers }
+    const named = connectionHeaderNames(headers.connection)
+    if (headers.connection || named.length > 0) {
+      delete headers.connection
+      for (const header of named) delete headers[header]
+    }
+    headers.host = host
+    let body: Buffer | string = ''
+    if (Buffer.isBuffer(request.body)) {
+      body = request.body
+      headers['content-length'] = String(body.length)
+      headers['content-type'] = request.headers['content-type'] ?? 'application/octet-stream'
+    }
+    delete headers.authorization
+    for (const header of INTERNAL_HEADERS) delete headers[header]
+    headers['x-internal-token'] = options.internalToken
+    headers['x-request-id'] = request.id
+    headers['x-forwarded-prefix'] = PUBLIC_PREFIX
+    headers['x-forwarded-for'] = request.ip
+    if (request.apiKey) headers['x-consumer-id'] = request.apiKey.id
+    headers['transfer-encoding'] = undefined
+
+    const sentAt = observer ? performance.now() : 0
+    let statusCode = 0
+    let parsed: Record<string, string | string[] | undefined> | undefined
+    let chunks: Buffer[] | undefined
+    let stream: Readable | undefined
+    let abort: ((reason?: Error) => void) | undefined
+
+    const handler: Dispatcher.DispatchHandler = {
+      onConnect(abortRequest) {
+        abort = abortRequest
+      },
+      onHeaders(status, rawHeaders, resume) {
+        if (status < 200) return true // 1xx: informational, the final answer follows
+        statusCode = status
+        if (observer) waited.set(request, (performance.now() - sentAt) / 1_000)
+        const answer = undiciUtil.parseHeaders(rawHeaders) as Record<string, string | string[] | undefined>
+        delete answer['transfer-encoding']
+        const length = answer['content-length']
+        const buffered =
+          typeof length === 'string' &&
+          Number(length) <= BUFFERED_ANSWER_MAX_BYTES &&
+          answer['content-type'] !== undefined &&
+          raw.method !== 'HEAD' &&
+          status !== 204 &&
+          status !== 304
+        if (buffered) {
+          parsed = answer
+          chunks = []
+          return true
+        }
+        if (!answerHead(request, reply, status, answer)) {
+          abort?.()
+          return false
+        }
+        const body = new Readable({ read: () => resume() })
+        stream = body
+        reply.send(body)
+        return true
+      },
+      onData(chunk) {
+        if (chunks) {
+          chunks.push(chunk)
+          return true
+        }
+        return stream ? stream.push(chunk) : true
+      },
+      onComplete() {
+        if (stream) {
+          stream.push(null)
+          return
+        }
+        if (!chunks || !parsed) return
+        if (!answerHead(request, reply, statusCode, parsed)) return
+        reply.send(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks))
+      },
+      onError(error) {
+        if (stream) stream.destroy(error)
+        else fail(reply, error)
+      },
+    }
+    pool.dispatch(
+      { path, method: raw.method as Dispatcher.HttpMethod, headers, body, headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
+      handler,
+    )
+  }
+
   await app.register(httpProxy, {
     upstream: options.url,
     prefix: options.publicPath,
@@ -120,43 +324,15 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // The upstream writes Location and Link with the public prefix it is given.
     internalRewriteLocationHeader: false,
     disableRequestLogging: true,
-    undici: {
-      connections: 128,
-      pipelining: 1,
-      keepAliveTimeout: 60_000,
-      headersTimeout: options.timeoutMillis,
-      bodyTimeout: options.timeoutMillis,
+    // The handler below takes the query from the raw URL (as reply-from did); without it here,
+    // http-proxy does not parse and re-serialise a query it would throw away.
+    preRewrite: (url) => {
+      const queryAt = url.indexOf('?')
+      return queryAt < 0 ? url : url.slice(0, queryAt)
     },
-    replyOptions: {
-      rewriteRequestHeaders: (request, headers) => {
-        if (options.observer) sentAt.set(request, performance.now())
-        return upstreamRequestHeaders(request, headers, options.internalToken)
-      },
-      rewriteHeaders: (headers, request) => {
-        const started = request && sentAt.get(request)
-        if (request && started !== undefined) waited.set(request, (performance.now() - started) / 1_000)
-        return withoutHopByHop(headers)
-      },
-      onError: (reply, { error }) => {
-        options.observer?.failure(name, failureKind(error))
-        const failure = upstreamFailure(error)
-        reply.log.warn({ err: error, code: failure.code }, 'upstream request failed')
-        void reply.code(failure.status).headers(failure.headers).send(failure.toBody())
-      },
-      // Retrying is the client's decision (it has Retry-After); the gateway answers once.
-      retryDelay: () => null,
-      timeout: options.timeoutMillis,
-    },
-    handler: (request, reply, destination, replyOptions) => {
-      const body = request.body
-      if (Buffer.isBuffer(body)) {
-        return reply.from(destination, {
-          ...replyOptions,
-          body,
-          contentType: request.headers['content-type'] ?? 'application/octet-stream',
-        })
-      }
-      return reply.from(destination, replyOptions)
+    handler: (request, reply, destination) => {
+      forward(request, reply, destination)
+      return reply
     },
   })
 }

@@ -16,6 +16,7 @@ import { createKeyCache } from '../../../gateway/src/keys/keyCache.ts'
 import { createKeyRepository } from '../../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../../gateway/src/migrations.ts'
 import { createLimiter, type Limiter } from '../../../gateway/src/rateLimit/limiter.ts'
+import { contractFetch } from '../../helpers/contract.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
@@ -144,7 +145,8 @@ describe('a running gateway follows a config reload on its next request', () => 
   })
 
   const request = (key?: string) =>
-    fetch(`${url}/v1/pets?limit=1`, key ? { headers: { authorization: `Bearer ${key}` } } : {})
+    // The shared client's contract check (test/helpers/contract.ts) covers this hand-built gateway too.
+    contractFetch(`${url}/v1/pets?limit=1`, key ? { headers: { authorization: `Bearer ${key}` } } : {})
 
   it('new plan limits and a new anonymous limit apply at once; an invalid edit changes nothing', async () => {
     const { key } = await createKeyRepository(pool).create({ name: 'reload', plan: 'free' })

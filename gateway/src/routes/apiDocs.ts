@@ -1,0 +1,103 @@
+import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { gzipSync } from 'node:zlib'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { GatewayConfig } from '../config/loadConfig.ts'
+import { loadOpenApiDocument, withServers } from '../openapi/document.ts'
+
+const PAGE_DIRECTORY = fileURLToPath(new URL('../../openapi/docs/', import.meta.url))
+const SWAGGER_UI = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'))
+
+interface Asset {
+  type: string
+  body: Buffer
+  gzipped?: Buffer
+}
+
+/** The docs page's files, read once: the page and its script from the repo, Swagger UI from npm. */
+function readAssets(): Record<string, Asset> {
+  const page = (name: string, type: string): Asset => ({ type, body: readFileSync(join(PAGE_DIRECTORY, name)) })
+  const swaggerUi = (name: string, type: string): Asset => ({ type, body: readFileSync(join(SWAGGER_UI, name)) })
+  return {
+    '/docs': page('index.html', 'text/html; charset=utf-8'),
+    '/docs/docs.js': page('docs.js', 'text/javascript; charset=utf-8'),
+    '/docs/swagger-ui.css': swaggerUi('swagger-ui.css', 'text/css; charset=utf-8'),
+    '/docs/swagger-ui-bundle.js': swaggerUi('swagger-ui-bundle.js', 'text/javascript; charset=utf-8'),
+    '/docs/favicon-32x32.png': swaggerUi('favicon-32x32.png', 'image/png'),
+  }
+}
+
+const acceptsGzip = (request: FastifyRequest) => /\bgzip\b/.test(String(request.headers['accept-encoding'] ?? ''))
+
+function origins(servers: { production: string; staging: string }): string {
+  return [...new Set([servers.production, servers.staging].map((url) => new URL(url).origin))].join(' ')
+}
+
+/**
+ * The page may run only the gateway's own scripts and styles and may call only the gateway and
+ * the document's servers ("Try it out"): nothing comes from a CDN, even if a dependency tried.
+ */
+function contentSecurityPolicy(servers: { production: string; staging: string }): string {
+  return [
+    "default-src 'none'",
+    "script-src 'self'",
+    // Swagger UI sets style attributes on its elements.
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data:",
+    `connect-src 'self' ${origins(servers)}`,
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+  ].join('; ')
+}
+
+/**
+ * The API's own description, without a key (`public: true`: the authentication stage skips these
+ * routes, and the rate-limit stage limits them per client IP like any request without a key):
+ *   GET /v1/openapi.json  gateway/openapi/openapi.yaml as JSON, naming the configured servers;
+ *   GET /docs             Swagger UI on that document, every file served from here.
+ */
+export async function apiDocs(app: FastifyInstance, options: { config: () => GatewayConfig }): Promise<void> {
+  const source = loadOpenApiDocument()
+  let served: { servers: GatewayConfig['openapi']['servers']; json: string } | undefined
+  // The servers follow config reloads; the JSON is rebuilt only when they change.
+  const documentFor = (servers: GatewayConfig['openapi']['servers']) => {
+    if (served?.servers !== servers) served = { servers, json: JSON.stringify(withServers(source, servers)) }
+    return served.json
+  }
+
+  app.get('/v1/openapi.json', { config: { public: true } }, async (_request, reply) =>
+    reply
+      .type('application/json; charset=utf-8')
+      .header('cache-control', 'no-cache')
+      .send(documentFor(options.config().openapi.servers)),
+  )
+
+  const assets = readAssets()
+  // The page's files are addressed relative to /docs, so /docs/ would break them.
+  app.get('/docs/', { config: { public: true } }, async (_request, reply) => reply.redirect('/docs', 301))
+  const send = (asset: Asset, request: FastifyRequest, reply: FastifyReply) => {
+    void reply.type(asset.type).header('x-content-type-options', 'nosniff').header('vary', 'accept-encoding')
+    // Swagger UI is 1.5 MB of JavaScript: compressed once, on first use.
+    if (asset.body.length > 1_024 && acceptsGzip(request)) {
+      asset.gzipped ??= gzipSync(asset.body)
+      return reply.header('content-encoding', 'gzip').send(asset.gzipped)
+    }
+    return reply.send(asset.body)
+  }
+  for (const [path, asset] of Object.entries(assets)) {
+    app.get(path, { config: { public: true } }, async (request, reply) => {
+      if (path === '/docs') {
+        void reply
+          .header('content-security-policy', contentSecurityPolicy(options.config().openapi.servers))
+          .header('referrer-policy', 'no-referrer')
+          .header('cache-control', 'no-cache')
+      } else {
+        void reply.header('cache-control', 'public, max-age=3600')
+      }
+      return send(asset, request, reply)
+    })
+  }
+}

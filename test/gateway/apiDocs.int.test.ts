@@ -1,0 +1,117 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { loadOpenApiDocument } from '../../gateway/src/openapi/document.ts'
+import { expectErrorResponse } from '../helpers/assertions.ts'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+const SERVERS = { production: 'https://api.adoption.test/v1', staging: 'https://staging.adoption.test/v1' }
+
+describe('the OpenAPI document and the docs page, served by the gateway without a key', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      configure: (file) => {
+        file.openapi = { servers: SERVERS }
+      },
+    })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it('serves /v1/openapi.json: the document as JSON, naming the configured servers, limited per IP', async () => {
+    const response = await gateway.request('/v1/openapi.json')
+    expect(response.status).toBe(200)
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/)
+    // Not a key's quota: the anonymous per-IP limit.
+    expect(response.headers.get('ratelimit-policy')).toMatch(/^"anonymous";q=\d+;w=60$/)
+    const served = (await response.json()) as ReturnType<typeof loadOpenApiDocument>
+    expect(served.servers).toEqual([
+      { url: SERVERS.production, description: 'Production' },
+      { url: SERVERS.staging, description: 'Staging' },
+    ])
+    expect({ ...served, servers: [] }).toEqual({ ...loadOpenApiDocument(), servers: [] })
+  })
+
+  it('ignores whatever key is sent, valid or not', async () => {
+    const { key } = await gateway.createKey()
+    for (const authorization of [`Bearer ${key}`, 'Bearer aas_not_a_key', 'Basic x']) {
+      const response = await gateway.request('/v1/openapi.json', { headers: { authorization } })
+      expect(response.status, authorization).toBe(200)
+      expect(response.headers.get('ratelimit-policy')).toMatch(/^"anonymous";/)
+      await response.arrayBuffer()
+    }
+  })
+
+  it('serves /docs with every file from the gateway itself and a policy that forbids anything else', async () => {
+    const page = await gateway.request('/docs')
+    expect(page.status).toBe(200)
+    expect(page.headers.get('content-type')).toMatch(/^text\/html/)
+    const policy = page.headers.get('content-security-policy') ?? ''
+    expect(policy).toContain("default-src 'none'")
+    expect(policy).toContain("script-src 'self'")
+    expect(policy).toContain(`connect-src 'self' https://api.adoption.test https://staging.adoption.test`)
+    expect(page.headers.get('x-ratelimit-limit')).toMatch(/^\d+$/)
+    const html = await page.text()
+    expect(html).not.toMatch(/(src|href)="(https?:)?\/\//)
+    const files = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((match) => match[1]!).filter((file) => file.startsWith('docs/'))
+    expect(files).toEqual(['docs/swagger-ui.css', 'docs/favicon-32x32.png', 'docs/swagger-ui-bundle.js', 'docs/docs.js'])
+    for (const file of files) {
+      const response = await gateway.request(`/${file}`)
+      expect(response.status, file).toBe(200)
+      expect(response.headers.get('content-type'), file).toMatch(/^(text\/css|text\/javascript|image\/png)/)
+      const body = await response.text()
+      if (file === 'docs/docs.js') expect(body).not.toMatch(/https?:\/\//)
+    }
+  })
+
+  it('sends Swagger UI compressed to a client that accepts gzip', async () => {
+    const response = await gateway.request('/docs/swagger-ui-bundle.js', { headers: { 'accept-encoding': 'gzip' } })
+    expect(response.headers.get('content-encoding')).toBe('gzip')
+    expect((await response.text()).length).toBeGreaterThan(500_000)
+  })
+
+  it('redirects /docs/ to /docs', async () => {
+    const response = await gateway.request('/docs/', { redirect: 'manual' })
+    expect(response.status).toBe(301)
+    expect(response.headers.get('location')).toBe('/docs')
+  })
+})
+
+describe('the docs routes under a tight per-IP limit', () => {
+  let database: TestDatabase
+  let gateway: RunningGateway
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: 'http://127.0.0.1:9',
+      configure: (file) => {
+        file.anonymous.perMinute = 3
+      },
+    })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await database?.drop()
+  })
+
+  it('answers 429 rate_limited with Retry-After once the IP has used its anonymous quota', async () => {
+    for (let i = 0; i < 3; i++) expect((await gateway.request(i === 1 ? '/docs' : '/v1/openapi.json')).status).toBe(200)
+    const limited = await gateway.request('/v1/openapi.json')
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+    await expectErrorResponse(limited, 429, 'rate_limited')
+  })
+})
