@@ -8,7 +8,7 @@ import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import { privateResponses } from './auth/privateResponses.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
-import { gatewayClientErrors, gatewayFrameworkErrors } from './errors.ts'
+import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { BODY_LIMIT_BYTES, upstreamProxy } from './proxy/upstreamProxy.ts'
@@ -52,7 +52,8 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     connectionTimeout: 60_000,
     clientErrorHandler: clientErrorHandler(gatewayClientErrors),
     keepAliveTimeout: 72_000,
-    return503OnClosing: true,
+    // gracefulClose answers requests that arrive while closing, with the Error body.
+    return503OnClosing: false,
     frameworkErrors: frameworkErrorHandler(gatewayFrameworkErrors),
   })
   app.server.headersTimeout = CLIENT_TIMEOUTS.headersTimeoutMillis
@@ -61,7 +62,10 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(requestContext, {
     logFields: (request) => ({ keyId: request.apiKey?.id, plan: request.apiKey?.plan }),
   })
-  await app.register(gracefulClose)
+  await app.register(gracefulClose, {
+    unavailable: () =>
+      gatewayErrors.create('service_unavailable', 'This instance is shutting down; retry.', { headers: { 'retry-after': '1' } }),
+  })
   await app.register(httpMetrics, { registry: deps.registry })
   // 5 (registered early so every stage's failure takes the same shape)
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })

@@ -6,7 +6,7 @@ import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
-import { petsClientErrors, petsFrameworkErrors } from './errors.ts'
+import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
 import type { PetRepository } from './repository/petRepository.ts'
 import { createPetRoute } from './routes/createPet.ts'
@@ -37,7 +37,8 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     connectionTimeout: 60_000,
     clientErrorHandler: clientErrorHandler(petsClientErrors),
     keepAliveTimeout: 72_000,
-    return503OnClosing: true,
+    // gracefulClose answers requests that arrive while closing, with the Error body.
+    return503OnClosing: false,
     frameworkErrors: frameworkErrorHandler(petsFrameworkErrors),
   })
   app.server.headersTimeout = CLIENT_TIMEOUTS.headersTimeoutMillis
@@ -47,7 +48,10 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   app.removeContentTypeParser('text/plain')
 
   await app.register(requestContext)
-  await app.register(gracefulClose)
+  await app.register(gracefulClose, {
+    unavailable: () =>
+      petsErrors.create('service_unavailable', 'This instance is shutting down; retry.', { headers: { 'retry-after': '1' } }),
+  })
   await app.register(httpMetrics, { registry: deps.registry })
   await app.register(errorBodies, { codes: petsFrameworkErrors })
   await app.register(internalAuth, { token: deps.internalToken })

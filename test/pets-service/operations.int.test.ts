@@ -221,6 +221,32 @@ describe('pets-service operations', () => {
     }
   })
 
+  it('answers a request that still reaches it while closing with a 503 Error body', async () => {
+    const { app, pool } = await serviceOn(database.url)
+    await migrate(pool, PETS_MIGRATIONS)
+    // Holds the close in its first phase, when listeners are still open, for long enough to
+    // send a request on a connection the client kept alive.
+    let release: () => void = () => undefined
+    app.addHook('preClose', () => new Promise<void>((resolve) => (release = resolve)))
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as net.AddressInfo
+    try {
+      expect((await fetch(`http://127.0.0.1:${port}/pets`, { headers: auth })).status).toBe(200)
+      const closing = app.close()
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      const late = await fetch(`http://127.0.0.1:${port}/pets`, { headers: auth })
+      expect(late.status).toBe(503)
+      expect(late.headers.get('retry-after')).toBe('1')
+      expect(late.headers.get('connection')).toBe('close')
+      expect(await late.json()).toEqual({ code: 'service_unavailable', message: expect.any(String), status: 503 })
+      release()
+      await closing
+    } finally {
+      release()
+      await pool.end()
+    }
+  })
+
   it('refuses a create with 400 before touching Postgres when the body is invalid', async () => {
     const service = await startPetsService(database.url)
     try {
