@@ -25,7 +25,12 @@ export class ApiError extends Error {
     message: string,
     options: { headers?: Record<string, string>; cause?: unknown } = {},
   ) {
+    // An ApiError is an answer, not a defect: capturing a stack trace for each 401 or 429 cost
+    // more than the rest of the request (measured with --cpu-prof under load).
+    const stackTraceLimit = Error.stackTraceLimit
+    Error.stackTraceLimit = 0
     super(message, { cause: options.cause })
+    Error.stackTraceLimit = stackTraceLimit
     this.name = 'ApiError'
     this.code = code
     this.status = status

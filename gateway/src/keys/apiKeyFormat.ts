@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomInt } from 'node:crypto'
+import { hash, randomBytes, randomInt } from 'node:crypto'
 
 /**
  * API key format: `aas_` + 32 base62 characters of randomness (~190 bits) + 6 base62 characters
@@ -21,7 +21,7 @@ function randomBase62(length: number): string {
 
 /** First 6 base62 digits of SHA-256 over the body: a mistyped character is caught 1 − 62⁻⁶ of the time. */
 function checksum(body: string): string {
-  const digest = createHash('sha256').update(body).digest()
+  const digest = hash('sha256', body, 'buffer')
   let value = digest.readUIntBE(0, 6)
   let out = ''
   for (let i = 0; i < CHECKSUM_LENGTH; i++) {
@@ -45,7 +45,12 @@ export function isWellFormedApiKey(candidate: string): boolean {
 
 /** What is stored and looked up: SHA-256 of the key. The keys are random, so no salt is needed. */
 export function hashApiKey(key: string): Buffer {
-  return createHash('sha256').update(key, 'utf8').digest()
+  return hash('sha256', key, 'buffer')
+}
+
+/** The same hash as hex, in one step: the key cache's lookup key on every request. */
+export function hashApiKeyHex(key: string): string {
+  return hash('sha256', key, 'hex')
 }
 
 /** Enough of the key to recognise it in `keys list`, never enough to use it. */

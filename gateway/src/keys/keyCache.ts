@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache'
-import { hashApiKey } from './apiKeyFormat.ts'
+import { hashApiKeyHex } from './apiKeyFormat.ts'
 import type { ApiKeyRecord, KeyRepository } from './keyRepository.ts'
 
 export interface KeyCacheOptions {
@@ -51,7 +51,7 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
   return {
     /** The key's record, or undefined when no such key exists. Rejects when Postgres cannot answer. */
     async lookup(key: string): Promise<ApiKeyRecord | undefined> {
-      const hashHex = hashApiKey(key).toString('hex')
+      const hashHex = hashApiKeyHex(key)
       const cached = cache.get(hashHex)
       if (cached) {
         stats.hits++

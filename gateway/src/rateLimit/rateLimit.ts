@@ -5,7 +5,7 @@ import { gatewayErrors } from '../errors.ts'
 import type { AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
 import type { LimitOutcome } from './limitStore.ts'
-import { banPolicy, limitsFor } from './planLimits.ts'
+import { banPolicy, cachedLimitsFor } from './planLimits.ts'
 import { rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
 import { StoreUnavailableError, type ResilientStore } from './resilientStore.ts'
 
@@ -79,7 +79,7 @@ export const rateLimit = fp(
       const key = request.apiKey
       if (!key) return limitAnonymous(request)
       const config = options.config()
-      const limits = limitsFor(key, config)
+      const limits = cachedLimitsFor(key, config)
       const windows = (minute: { remaining: number; resetMillis: number }, day: { remaining: number; resetMillis: number }): NamedWindow[] => [
         { name: 'minute', limit: limits.minute.limit, windowSeconds: limits.minute.windowMillis / 1_000, ...minute },
         { name: 'day', limit: limits.day.limit, windowSeconds: limits.day.windowMillis / 1_000, ...day },
