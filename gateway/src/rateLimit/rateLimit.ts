@@ -5,7 +5,7 @@ import { gatewayErrors } from '../errors.ts'
 import type { AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
 import type { LimitOutcome } from './limitStore.ts'
-import { banPolicy, cachedLimitsFor } from './planLimits.ts'
+import { banPolicy, cachedLimitsFor, type KeyLimits } from './planLimits.ts'
 import { rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
 import { StoreUnavailableError, type ResilientStore } from './resilientStore.ts'
 
@@ -42,6 +42,22 @@ export interface RateLimitOptions {
 }
 
 const RETRY_AFTER_STORE_DOWN_SECONDS = 1
+
+type WindowNow = { remaining: number; resetMillis: number }
+
+// Module-level rather than per-request closures: this runs on every keyed request.
+function keyWindows(limits: KeyLimits, minute: WindowNow, day: WindowNow): NamedWindow[] {
+  return [
+    { name: 'minute', limit: limits.minute.limit, windowSeconds: limits.minute.windowMillis / 1_000, ...minute },
+    { name: 'day', limit: limits.day.limit, windowSeconds: limits.day.windowMillis / 1_000, ...day },
+  ]
+}
+
+/** A banned key has nothing left in either window until the ban ends, wherever the answer comes from. */
+function bannedHeaders(limits: KeyLimits, now: number, millisLeft: number): Record<string, string> {
+  const end = { remaining: 0, resetMillis: now + millisLeft }
+  return rateLimitHeaders(keyWindows(limits, end, end), now)
+}
 
 /**
  * Stage 3: the limits. A key known to be banned is answered from the local ban cache; any
@@ -80,20 +96,10 @@ export const rateLimit = fp(
       if (!key) return limitAnonymous(request)
       const config = options.config()
       const limits = cachedLimitsFor(key, config)
-      const windows = (minute: { remaining: number; resetMillis: number }, day: { remaining: number; resetMillis: number }): NamedWindow[] => [
-        { name: 'minute', limit: limits.minute.limit, windowSeconds: limits.minute.windowMillis / 1_000, ...minute },
-        { name: 'day', limit: limits.day.limit, windowSeconds: limits.day.windowMillis / 1_000, ...day },
-      ]
-
-      // A banned key has nothing left in either window until the ban ends, wherever the answer comes from.
-      const banned = (now: number, millisLeft: number) => {
-        const end = { remaining: 0, resetMillis: now + millisLeft }
-        return rateLimitHeaders(windows(end, end), now)
-      }
 
       const knownBan = options.bans.lookup(key.id)
       if (knownBan) {
-        request.rateLimitHeaders = banned(storeNow(), knownBan.millisLeft)
+        request.rateLimitHeaders = bannedHeaders(limits, storeNow(), knownBan.millisLeft)
         options.observer?.decision({ plan: key.plan, outcome: 'banned', source: 'ban_cache' })
         throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(knownBan.millisLeft) } })
       }
@@ -106,7 +112,7 @@ export const rateLimit = fp(
         // Nothing can be admitted until the store answers again: the 503 says so in the headers too.
         const now = storeNow()
         const closed = { remaining: 0, resetMillis: now + RETRY_AFTER_STORE_DOWN_SECONDS * 1_000 }
-        request.rateLimitHeaders = rateLimitHeaders(windows(closed, closed), now)
+        request.rateLimitHeaders = rateLimitHeaders(keyWindows(limits, closed, closed), now)
         options.observer?.decision({ plan: key.plan, outcome: 'store_unavailable', source: 'store' })
         throw gatewayErrors.create('service_unavailable', 'Rate limits cannot be checked right now; retry shortly.', {
           headers: { 'retry-after': String(RETRY_AFTER_STORE_DOWN_SECONDS) },
@@ -116,8 +122,8 @@ export const rateLimit = fp(
       if (!decision.degraded) storeClockOffset = decision.nowMillis - Date.now()
       request.rateLimitHeaders =
         decision.outcome === 'banned'
-          ? banned(decision.nowMillis, decision.retryAfterMillis)
-          : rateLimitHeaders(windows(decision.minute, decision.day), decision.nowMillis)
+          ? bannedHeaders(limits, decision.nowMillis, decision.retryAfterMillis)
+          : rateLimitHeaders(keyWindows(limits, decision.minute, decision.day), decision.nowMillis)
       options.observer?.decision({
         plan: key.plan,
         outcome: decision.outcome,
