@@ -1,11 +1,13 @@
 /**
- * `npm run bench`: starts every target itself against a throwaway Postgres database, loads
- * them with autocannon in interleaved rounds (A, B, A, B, …), prints a markdown table on stdout
- * and writes bench/results/latest.md and latest.json. Progress goes to stderr.
+ * `npm run bench`: starts every target itself (and the services they share: the static upstream,
+ * a private redis-server, the gateway) against a throwaway Postgres database, loads them with
+ * autocannon in interleaved closed-loop rounds (A, B, A, B, …), then offers the open-loop rows a
+ * fixed rate (bench/lib/openLoop.ts), prints markdown tables on stdout and writes
+ * bench/results/latest.md and latest.json. Progress goes to stderr. See bench/README.md.
  *
- * Exit code: 0 when every round was clean (a missed throughput goal is reported, not fatal);
- * 1 when a server fails to start, answers unexpectedly, dies, or any non-2xx / error appears;
- * 130 when interrupted. The database is dropped in every case.
+ * Exit code: 0 when every round was clean (a missed target is reported, not fatal); 1 when a
+ * server fails to start, answers unexpectedly, dies, or any unexpected status / request error
+ * appears; 130 when interrupted. The database is dropped and every process stopped in every case.
  */
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
@@ -13,13 +15,25 @@ import path from 'node:path'
 import { REPO_ROOT, ServerStartError } from './lib/childServer.ts'
 import { CONFIG_VARIABLES, loadBenchConfig, type BenchConfig } from './lib/config.ts'
 import { createBenchDatabase, findPostgres } from './lib/database.ts'
+import { RedisUnavailableError } from './lib/redisServer.ts'
 import { describeEnvironment } from './lib/environment.ts'
-import { measurement, startLoad, type LoadRun, type RoundMeasurement } from './lib/load.ts'
-import { renderGoals, renderMarkdown, renderTable, type BenchReport, type TargetReport } from './lib/report.ts'
-import { processCpuSeconds, totalCpuSeconds } from './lib/processCpu.ts'
+import type { Result } from 'autocannon'
+import { evaluateGoals } from './lib/goals.ts'
+import {
+  autocannonRateMeasurement,
+  measurement,
+  openLoopMeasurement,
+  startLoad,
+  type LoadRun,
+  type RoundMeasurement,
+  type RoundUsage,
+} from './lib/load.ts'
+import { startOpenLoop, type OpenLoopResult } from './lib/openLoop.ts'
+import { renderMarkdown, renderSummary, type BenchReport, type OpenLoopReport, type RedisSample, type TargetReport } from './lib/report.ts'
+import { machineBusyCpuSeconds, processCpuSeconds, totalCpuSeconds } from './lib/processCpu.ts'
 import { summarize } from './lib/stats.ts'
 import { GOALS, OPTIONAL_TARGETS, TARGETS } from './suite.ts'
-import type { BenchTarget, RunningTarget } from './targets/types.ts'
+import type { BenchTarget, RunningTarget, SharedService, TargetContext } from './targets/types.ts'
 
 const RESULTS_DIR = path.join(REPO_ROOT, 'bench', 'results')
 
@@ -32,7 +46,7 @@ class Interrupted extends Error {
 
 // --- interruption: the first Ctrl-C stops the current load and unwinds through the cleanup.
 let interruptedBy: NodeJS.Signals | undefined
-let currentLoad: LoadRun | undefined
+let currentLoad: { stop(): void } | undefined
 let cleaningUp = false
 function onSignal(signal: NodeJS.Signals): void {
   if (interruptedBy !== undefined) {
@@ -78,6 +92,10 @@ interface LoadStep {
   connections: number
   /** The benchmark database's backends right now (empty when Postgres is not local). */
   postgresPids: () => Promise<number[]>
+  /** Open loop: the offered rate and the generator; closed loop (autocannon) when unset. */
+  openLoop?: { rate: number; tool: BenchConfig['openLoopTool'] }
+  /** What this row's Lua scripts run per EVALSHA/EVAL (from its MONITOR sample). */
+  scriptCallsPerEval?: Record<string, number>
 }
 
 /** CPU seconds per pid; pids that cannot be read are left out. */
@@ -90,36 +108,94 @@ function cpuByPid(pids: number[]): Map<number, number> {
   return new Map(entries)
 }
 
+/** Redis command calls that happened between two INFO commandstats reads (INFO itself left out). */
+function commandDelta(before: Map<string, number>, after: Map<string, number>): Record<string, number> {
+  const delta: Record<string, number> = {}
+  for (const [name, calls] of after) {
+    if (name === 'info') continue
+    const difference = calls - (before.get(name) ?? 0)
+    if (difference > 0) delta[name] = difference
+  }
+  return delta
+}
+
+function counterDelta(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  const delta: Record<string, number> = {}
+  for (const [name, value] of Object.entries(after)) {
+    const difference = value - (before[name] ?? 0)
+    if (difference !== 0) delta[name] = difference
+  }
+  return delta
+}
+
+function supportingCpu(running: RunningTarget): Map<string, number> | undefined {
+  const totals = new Map<string, number>()
+  for (const process of running.supporting ?? []) {
+    const seconds = processCpuSeconds(process.pid)
+    if (seconds === undefined) return undefined
+    totals.set(process.role, (totals.get(process.role) ?? 0) + seconds)
+  }
+  return totals
+}
+
 async function load(step: LoadStep): Promise<RoundMeasurement> {
-  const { target, running, round, seconds, connections, postgresPids } = step
+  const { target, running, round, seconds, connections, postgresPids, openLoop, scriptCallsPerEval } = step
   checkInterrupted()
+  const commandsBefore = await running.redis?.commandCalls()
+  const countersBefore = await running.counters?.()
   const postgresBefore = cpuByPid(await postgresPids())
+  const supportingBefore = supportingCpu(running)
   const cpuBefore = totalCpuSeconds(running.pids)
+  const machineBefore = machineBusyCpuSeconds()
   const clientBefore = process.cpuUsage()
-  const run = startLoad({
+  const request = {
     url: running.url,
     ...(running.method === undefined ? {} : { method: running.method }),
     headers: running.headers,
     ...(running.body === undefined ? {} : { body: running.body }),
     connections,
     durationSeconds: seconds,
-  })
+  }
+  const paced = openLoop?.tool === 'paced' ? startOpenLoop({ ...request, ratePerSecond: openLoop.rate }) : undefined
+  const closed = paced ? undefined : startLoad({ ...request, ...(openLoop ? { overallRate: Math.round(openLoop.rate) } : {}) })
+  const run = (paced ?? closed) as { stop(): void }
   currentLoad = run
   try {
-    const result = await run.result
+    const result = paced ? await paced.result : await (closed as LoadRun).result
     checkInterrupted()
     const failure = running.failure()
     if (failure !== undefined) throw new Error(`${target.id} ${failure} during the run`)
     const client = process.cpuUsage(clientBefore)
+    const machineAfter = machineBusyCpuSeconds()
     const cpuAfter = totalCpuSeconds(running.pids)
-    const cpu = cpuBefore === undefined || cpuAfter === undefined ? undefined : cpuAfter - cpuBefore
+    const supportingAfter = supportingCpu(running)
     // Backends that appeared during the round count from zero; the union covers a pool that grew.
     const postgresAfter = cpuByPid(await postgresPids())
-    const postgres =
-      postgresAfter.size === 0
-        ? undefined
-        : [...postgresAfter].reduce((sum, [pid, seconds]) => sum + seconds - (postgresBefore.get(pid) ?? 0), 0)
-    return measurement(round, result, (client.user + client.system) / 1e6, cpu, postgres)
+    const commandsAfter = commandsBefore === undefined ? undefined : await running.redis?.commandCalls()
+    const countersAfter = countersBefore === undefined ? undefined : await running.counters?.()
+    const usage: RoundUsage = {
+      clientCpuSeconds: (client.user + client.system) / 1e6,
+      ...(cpuBefore === undefined || cpuAfter === undefined ? {} : { serverCpuSeconds: cpuAfter - cpuBefore }),
+      ...(postgresAfter.size === 0
+        ? {}
+        : {
+            postgresCpuSeconds: [...postgresAfter].reduce(
+              (sum, [pid, seconds]) => sum + seconds - (postgresBefore.get(pid) ?? 0),
+              0,
+            ),
+          }),
+      supportingCpuSeconds:
+        supportingBefore === undefined || supportingAfter === undefined
+          ? {}
+          : Object.fromEntries([...supportingAfter].map(([role, seconds]) => [role, seconds - (supportingBefore.get(role) ?? 0)])),
+      ...(commandsBefore === undefined || commandsAfter === undefined ? {} : { redisCommands: commandDelta(commandsBefore, commandsAfter) }),
+      ...(machineBefore === undefined || machineAfter === undefined ? {} : { machineCpuSeconds: machineAfter - machineBefore }),
+      ...(scriptCallsPerEval === undefined ? {} : { scriptCallsPerEval }),
+      ...(countersBefore === undefined || countersAfter === undefined ? {} : { counters: counterDelta(countersBefore, countersAfter) }),
+    }
+    if (paced) return openLoopMeasurement(round, result as OpenLoopResult, usage, target.expectedStatus)
+    if (openLoop) return autocannonRateMeasurement(round, result as Result, usage, openLoop.rate, target.expectedStatus)
+    return measurement(round, result as Result, usage, target.expectedStatus)
   } finally {
     currentLoad = undefined
   }
@@ -133,24 +209,82 @@ async function checkResponse(target: BenchTarget, running: RunningTarget): Promi
     signal: AbortSignal.timeout(5_000),
   })
   const sample = { status: response.status, headers: response.headers, body: await response.text() }
-  const problem = target.checkResponse?.(sample) ?? (response.ok ? undefined : `status ${response.status}`)
+  const expected = target.expectedStatus
+  const problem =
+    target.checkResponse?.(sample) ??
+    (expected === undefined ? (response.ok ? undefined : `status ${response.status}`) : response.status === expected ? undefined : `status ${response.status}, expected ${expected}`)
   if (problem !== undefined) throw new Error(`${target.id} does not answer as expected: ${problem}`)
+}
+
+/** Requests a target's MONITOR sample sends, one after the other. */
+const MONITOR_SAMPLE_REQUESTS = 100
+
+/**
+ * Sends MONITOR_SAMPLE_REQUESTS requests one at a time with MONITOR open on the private Redis:
+ * which commands the clients send per request, and which their Lua scripts run. Outside the
+ * measured rounds (MONITOR slows Redis down).
+ */
+async function sampleRedisCommands(target: BenchTarget, running: RunningTarget): Promise<RedisSample | undefined> {
+  if (!running.redis) return undefined
+  const sample = await running.redis.monitor(async () => {
+    for (let index = 0; index < MONITOR_SAMPLE_REQUESTS; index += 1) {
+      const response = await fetch(running.url, {
+        method: running.method ?? 'GET',
+        headers: running.headers,
+        ...(running.body === undefined ? {} : { body: running.body }),
+        signal: AbortSignal.timeout(5_000),
+      })
+      await response.arrayBuffer()
+      const fine = target.expectedStatus === undefined ? response.ok : response.status === target.expectedStatus
+      if (!fine) throw new Error(`${target.id} answered ${response.status} during its Redis command sample`)
+    }
+  })
+  const evals = (sample.client.evalsha ?? 0) + (sample.client.eval ?? 0)
+  const scriptCallsPerEval =
+    evals === 0 ? {} : Object.fromEntries(Object.entries(sample.script).map(([name, calls]) => [name, calls / evals]))
+  return { requests: MONITOR_SAMPLE_REQUESTS, ...sample, scriptCallsPerEval }
 }
 
 let idWidth = 16
 
 function describeRound(target: BenchTarget, label: string, m: RoundMeasurement): string {
-  const bad = m.non2xx + m.errors > 0 ? `  ⚠ non-2xx ${m.non2xx}, errors ${m.errors}` : ''
+  const bad = m.unexpected + m.errors > 0 ? `  ⚠ unexpected status ${m.unexpected}, errors ${m.errors}` : ''
+  const offered = m.offeredRate === undefined ? '' : ` (offered ${rate.format(m.offeredRate)})`
   return (
-    `${label} ${target.id.padEnd(idWidth)} ${rate.format(m.requestsPerSecond).padStart(7)} req/s  ` +
+    `${label} ${target.id.padEnd(idWidth)} ${rate.format(m.requestsPerSecond).padStart(7)} req/s${offered}  ` +
     `p50 ${m.latencyP50} ms  p99 ${m.latencyP99} ms` +
     (m.serverCpuMicrosPerRequest === undefined
       ? ''
       : `  server CPU ${Math.round(m.serverCpuMicrosPerRequest)} µs/req (${Math.round(m.serverCpuPercent ?? 0)} %)`) +
     (m.postgresCpuPercent === undefined ? '' : `  Postgres ${Math.round(m.postgresCpuPercent)} %`) +
+    (m.redisCommandsPerRequest === undefined ? '' : `  Redis ${m.redisCommandsPerRequest.toFixed(2)} cmd/req`) +
+    (m.counters?.['decisions from fallback'] ? `  ⚠ ${m.counters['decisions from fallback']} fallback decisions` : '') +
     `  client ${Math.round(m.clientCpuPercent)} %` +
     bad
   )
+}
+
+/** Shared services (the static upstream, Redis, the gateway) by id, started on first use. */
+function sharedServices() {
+  const started = new Map<string, Promise<SharedService>>()
+  return {
+    shared<T extends SharedService>(id: string, start: () => Promise<T>): Promise<T> {
+      let service = started.get(id)
+      if (!service) {
+        progress(`starting shared ${id}`)
+        service = start()
+        started.set(id, service)
+      }
+      return service as Promise<T>
+    },
+    async stopAll(): Promise<void> {
+      // Reverse start order: the gateway before the Redis and upstream it uses.
+      for (const service of [...started.values()].reverse()) {
+        const running = await service.catch(() => undefined)
+        await running?.stop()
+      }
+    },
+  }
 }
 
 async function main(): Promise<number> {
@@ -188,13 +322,16 @@ async function main(): Promise<number> {
       run: async () =>
         keepLogs ? progress(`server logs kept in ${logDir}`) : rm(logDir, { recursive: true, force: true }),
     })
+    const services = sharedServices()
+    cleanup.push({ name: 'stop shared services', run: () => services.stopAll() })
+    const context: TargetContext = { databaseUrl: database.url, logDir, nodeArgs: config.serverNodeArgs, shared: services.shared }
 
     const running = new Map<string, RunningTarget>()
     for (const target of targets) {
       checkInterrupted()
       progress(`starting ${target.id}`)
       try {
-        const started = await target.start({ databaseUrl: database.url, logDir, nodeArgs: config.serverNodeArgs })
+        const started = await target.start(context)
         running.set(target.id, started)
         cleanup.push({ name: `stop ${target.id}`, run: () => started.stop() })
       } catch (error) {
@@ -205,21 +342,37 @@ async function main(): Promise<number> {
       }
     }
     for (const target of targets) await checkResponse(target, running.get(target.id) as RunningTarget)
+    const redisSamples = new Map<string, RedisSample>()
+    for (const target of targets) {
+      const sample = await sampleRedisCommands(target, running.get(target.id) as RunningTarget)
+      if (sample) {
+        redisSamples.set(target.id, sample)
+        const perRequest = (counts: Record<string, number>) =>
+          Object.entries(counts).map(([name, calls]) => `${name.toUpperCase()} ${(calls / sample.requests).toFixed(2)}`).join(', ') || 'none'
+        progress(`${target.id}: Redis per request, sent by clients: ${perRequest(sample.client)}; run by scripts: ${perRequest(sample.script)}`)
+      }
+    }
 
     const reports: TargetReport[] = targets.map((target) => ({
       id: target.id,
       label: target.label,
       request: target.request,
+      ...(target.expectedStatus === undefined ? {} : { expectedStatus: target.expectedStatus }),
+      ...(redisSamples.has(target.id) ? { redisSample: redisSamples.get(target.id) } : {}),
       description: target.description,
       rounds: [],
       summary: summarize([]),
     }))
 
     const step = { connections: config.connections, postgresPids: () => database.backendPids() }
+    const scripts = (target: BenchTarget) => {
+      const perEval = redisSamples.get(target.id)?.scriptCallsPerEval
+      return perEval === undefined ? {} : { scriptCallsPerEval: perEval }
+    }
     if (config.warmupSeconds > 0) {
       for (const [index, target] of targets.entries()) {
         const server = running.get(target.id) as RunningTarget
-        const m = await load({ ...step, target, running: server, round: 0, seconds: config.warmupSeconds })
+        const m = await load({ ...step, ...scripts(target), target, running: server, round: 0, seconds: config.warmupSeconds })
         ;(reports[index] as TargetReport).warmup = m
         progress(describeRound(target, 'warm-up  ', m))
       }
@@ -227,35 +380,68 @@ async function main(): Promise<number> {
     for (let round = 1; round <= config.rounds; round += 1) {
       for (const [index, target] of targets.entries()) {
         const server = running.get(target.id) as RunningTarget
-        const m = await load({ ...step, target, running: server, round, seconds: config.durationSeconds })
+        const m = await load({ ...step, ...scripts(target), target, running: server, round, seconds: config.durationSeconds })
         ;(reports[index] as TargetReport).rounds.push(m)
         progress(describeRound(target, `round ${round}/${config.rounds}`, m))
       }
     }
     for (const report of reports) report.summary = summarize(report.rounds)
 
+    // Open loop: the same offered rate to every open-loop target, a fraction of the baseline's saturation rate.
+    const openLoop: OpenLoopReport[] = []
+    const saturation = reports.find((report) => report.id === config.openLoopBaseline)?.summary.medianRequestsPerSecond
+    const openTargets = targets.filter((target) => target.openLoop)
+    if (config.openLoopLoads.length > 0 && openTargets.length > 0) {
+      if (saturation === undefined || !Number.isFinite(saturation)) {
+        progress(`open loop skipped: its baseline ${config.openLoopBaseline} is not among the targets`)
+      } else {
+        for (const fraction of config.openLoopLoads) {
+          const offered = Math.max(1, Math.round(saturation * fraction))
+          const phase: OpenLoopReport = {
+            load: fraction,
+            baseline: config.openLoopBaseline,
+            saturationRate: saturation,
+            offeredRate: offered,
+            tool: config.openLoopTool,
+            targets: openTargets.map((target) => ({ id: target.id, label: target.label, rounds: [], summary: summarize([]) })),
+          }
+          for (let round = 1; round <= config.openLoopRounds; round += 1) {
+            for (const [index, target] of openTargets.entries()) {
+              const server = running.get(target.id) as RunningTarget
+              const m = await load({
+                ...step,
+                ...scripts(target),
+                target,
+                running: server,
+                round,
+                seconds: config.durationSeconds,
+                openLoop: { rate: offered, tool: config.openLoopTool },
+              })
+              phase.targets[index]?.rounds.push(m)
+              progress(describeRound(target, `open ${Math.round(fraction * 100)} % ${round}/${config.openLoopRounds}`, m))
+            }
+          }
+          for (const entry of phase.targets) entry.summary = summarize(entry.rounds)
+          openLoop.push(phase)
+        }
+      }
+    }
+
     const problems: string[] = []
-    for (const report of reports) {
+    const allRows = [...reports, ...openLoop.flatMap((phase) => phase.targets.map((entry) => ({ ...entry, label: `${entry.label} (open loop ${Math.round(phase.load * 100)} %)` })))]
+    for (const report of allRows) {
       const s = report.summary
-      if (s.non2xx > 0) problems.push(`${report.label}: ${s.non2xx} non-2xx responses`)
+      if (s.unexpected > 0) problems.push(`${report.label}: ${s.unexpected} responses with an unexpected status`)
       if (s.errors > 0) problems.push(`${report.label}: ${s.errors} request errors (${s.timeouts} timeouts)`)
     }
-    const summaries = new Map(reports.map((report) => [report.id, report.summary]))
-    const goals = GOALS.filter((goal) => summaries.has(goal.subject) && summaries.has(goal.baseline)).map((goal) => {
-      const subject = summaries.get(goal.subject)?.medianRequestsPerSecond ?? Number.NaN
-      const baseline = summaries.get(goal.baseline)?.medianRequestsPerSecond ?? Number.NaN
-      const ratio = subject / baseline
-      const subjectCpu = summaries.get(goal.subject)?.medianServerCpuMicrosPerRequest
-      const baselineCpu = summaries.get(goal.baseline)?.medianServerCpuMicrosPerRequest
-      const cpuRatio = subjectCpu && baselineCpu ? baselineCpu / subjectCpu : undefined
-      return { ...goal, ratio, met: ratio >= goal.minRatio, ...(cpuRatio === undefined ? {} : { cpuRatio }) }
-    })
+    const goals = evaluateGoals(GOALS, reports, openLoop)
 
     const report: BenchReport = {
       startedAt: startedAt.toISOString(),
       finishedAt: new Date().toISOString(),
       command: commandLine(),
       environment,
+      loadAverageAtEnd: Math.round((os.loadavg()[0] ?? 0) * 100) / 100,
       config,
       database: {
         source: postgres.source,
@@ -265,6 +451,7 @@ async function main(): Promise<number> {
         ...(postgres.warning === undefined ? {} : { warning: postgres.warning }),
       },
       targets: reports,
+      openLoop,
       goals,
       problems,
     }
@@ -272,7 +459,7 @@ async function main(): Promise<number> {
     await writeFile(path.join(RESULTS_DIR, 'latest.md'), renderMarkdown(report))
     await writeFile(path.join(RESULTS_DIR, 'latest.json'), `${JSON.stringify(report, null, 2)}\n`)
 
-    process.stdout.write(`${renderTable(report)}\n\n## Targets\n\n${renderGoals(report)}\n`)
+    process.stdout.write(`${renderSummary(report)}\n`)
     if (postgres.warning) process.stdout.write(`\n> **Warning:** ${postgres.warning}\n`)
     if (problems.length > 0) process.stdout.write(`\n## Problems\n\n${problems.map((p) => `- ${p}`).join('\n')}\n`)
     progress('wrote bench/results/latest.md and bench/results/latest.json')
@@ -297,7 +484,7 @@ main().then(
       process.exit(130)
     }
     const detail =
-      error instanceof ServerStartError
+      error instanceof ServerStartError || error instanceof RedisUnavailableError
         ? error.message
         : error instanceof Error
           ? (error.stack ?? error.message)

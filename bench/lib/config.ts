@@ -19,6 +19,14 @@ export interface BenchConfig {
   serverNodeArgs: string[]
   /** Keep the server log files instead of deleting them at the end. */
   keepLogs: boolean
+  /** Open-loop phase: offered rates as fractions of the baseline's saturation rate; empty skips it. */
+  openLoopLoads: number[]
+  /** Open-loop rounds per target and load (interleaved like the closed-loop ones). */
+  openLoopRounds: number
+  /** The target whose median closed-loop req/s is the saturation rate the loads are fractions of. */
+  openLoopBaseline: string
+  /** `paced` (bench/lib/openLoop.ts, the default) or `autocannon` (its overallRate, for comparison). */
+  openLoopTool: 'paced' | 'autocannon'
 }
 
 /** The variables `BenchConfig` reads, listed in the report when set. */
@@ -31,6 +39,11 @@ export const CONFIG_VARIABLES = [
   'BENCH_TARGETS',
   'BENCH_NODE_ARGS',
   'BENCH_KEEP_LOGS',
+  'BENCH_OPEN_LOOP_LOADS',
+  'BENCH_OPEN_LOOP_ROUNDS',
+  'BENCH_OPEN_LOOP_BASELINE',
+  'BENCH_OPEN_LOOP_TOOL',
+  'BENCH_REDIS_SERVER',
   'DATABASE_URL',
 ] as const
 
@@ -46,6 +59,25 @@ function integerFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: number, 
   const value = numberFromEnv(env, name, fallback, min)
   if (!Number.isInteger(value)) throw new Error(`${name} must be an integer, got "${env[name]}"`)
   return value
+}
+
+function loadsFromEnv(env: NodeJS.ProcessEnv): number[] {
+  const raw = env.BENCH_OPEN_LOOP_LOADS
+  if (raw === undefined || raw === '') return [0.5]
+  if (raw === 'none' || raw === '0') return []
+  return raw.split(',').map((part) => {
+    const value = Number(part.trim())
+    if (!Number.isFinite(value) || value <= 0 || value > 1.5) {
+      throw new Error(`BENCH_OPEN_LOOP_LOADS must be fractions like 0.25,0.5,0.75 (or none), got "${raw}"`)
+    }
+    return value
+  })
+}
+
+function toolFromEnv(env: NodeJS.ProcessEnv): BenchConfig['openLoopTool'] {
+  const raw = env.BENCH_OPEN_LOOP_TOOL || 'paced'
+  if (raw !== 'paced' && raw !== 'autocannon') throw new Error(`BENCH_OPEN_LOOP_TOOL must be paced or autocannon, got "${raw}"`)
+  return raw
 }
 
 export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConfig {
@@ -65,5 +97,9 @@ export function loadBenchConfig(env: NodeJS.ProcessEnv = process.env): BenchConf
     ],
     serverNodeArgs: (env.BENCH_NODE_ARGS ?? '').split(/\s+/).filter(Boolean),
     keepLogs: env.BENCH_KEEP_LOGS === '1' || env.BENCH_KEEP_LOGS === 'true',
+    openLoopLoads: loadsFromEnv(env),
+    openLoopRounds: integerFromEnv(env, 'BENCH_OPEN_LOOP_ROUNDS', 3, 1),
+    openLoopBaseline: env.BENCH_OPEN_LOOP_BASELINE || 'http-proxy',
+    openLoopTool: toolFromEnv(env),
   }
 }

@@ -42,3 +42,20 @@ export function totalCpuSeconds(pids: number[]): number | undefined {
   }
   return pids.length > 0 ? total : undefined
 }
+
+/**
+ * Busy CPU seconds of the whole machine so far, summed over cores (Linux /proc/stat: user, nice,
+ * system, irq, softirq, steal), or undefined elsewhere. Against the benchmark's own processes it
+ * shows how much of the machine something else (or the kernel's softirq work) was using.
+ */
+export function machineBusyCpuSeconds(): number | undefined {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0] ?? ''
+    const [label, user, nice, system, , , irq, softirq, steal] = line.trim().split(/\s+/)
+    if (label !== 'cpu') return undefined
+    const busy = [user, nice, system, irq, softirq, steal].reduce((sum, field) => sum + Number(field ?? 0), 0)
+    return Number.isFinite(busy) ? busy / clockTicks() : undefined
+  } catch {
+    return undefined
+  }
+}

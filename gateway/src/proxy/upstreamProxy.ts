@@ -269,6 +269,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     let chunks: Buffer[] | undefined
     let stream: Readable | undefined
     let abort: ((reason?: Error) => void) | undefined
+    let dropped = false
 
     const handler: Dispatcher.DispatchHandler = {
       onConnect(abortRequest) {
@@ -294,6 +295,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
           return true
         }
         if (!answerHead(request, reply, status, answer)) {
+          // Already answered (a status Node cannot send) or nobody left to answer: drop the upstream's.
+          dropped = true
           abort?.()
           return false
         }
@@ -319,6 +322,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         reply.send(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks))
       },
       onError(error) {
+        if (dropped) return
         if (stream) stream.destroy(error)
         else fail(reply, error)
       },

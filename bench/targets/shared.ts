@@ -1,0 +1,42 @@
+import path from 'node:path'
+import { freePort, startChildServer } from '../lib/childServer.ts'
+import { startPrivateRedis, type PrivateRedis } from '../lib/redisServer.ts'
+import type { SharedService, TargetContext } from './types.ts'
+
+export interface StaticUpstream extends SharedService {
+  /** http://127.0.0.1:port, no path. */
+  origin: string
+}
+
+/** bench/servers/staticUpstream.ts, started once per run: the upstream of every proxy row. */
+export function staticUpstream(context: TargetContext): Promise<StaticUpstream> {
+  return context.shared('static-upstream', async () => {
+    const port = await freePort()
+    const origin = `http://127.0.0.1:${port}`
+    const server = await startChildServer({
+      name: 'static-upstream',
+      script: 'bench/servers/staticUpstream.ts',
+      nodeArgs: context.nodeArgs,
+      env: { PORT: String(port), HOST: '127.0.0.1' },
+      readyUrl: `${origin}/pets`,
+      logFile: path.join(context.logDir, 'static-upstream.log'),
+    })
+    return { origin, pid: server.pid, failure: server.exitReason, stop: () => server.stop() }
+  })
+}
+
+/** One private redis-server per run, shared by the peer and the gateway (their rounds never overlap). */
+export function privateRedis(context: TargetContext): Promise<PrivateRedis> {
+  return context.shared('redis', () => startPrivateRedis(context.logDir))
+}
+
+/** The first failure among a target's own process and the shared ones it depends on. */
+export function firstFailure(...sources: Array<{ name: string; failure(): string | undefined }>): () => string | undefined {
+  return () => {
+    for (const source of sources) {
+      const failure = source.failure()
+      if (failure !== undefined) return `(${source.name}) ${failure}`
+    }
+    return undefined
+  }
+}
