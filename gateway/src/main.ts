@@ -9,6 +9,7 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from './app.ts'
 import { createConfigSource } from './config/configSource.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
+import { keyChangeHandler } from './keys/applyKeyChange.ts'
 import { createKeyCache } from './keys/keyCache.ts'
 import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
 import { createKeyRepository } from './keys/keyRepository.ts'
@@ -39,14 +40,7 @@ async function main(): Promise<void> {
   const changes = await startKeyChangeFeed({
     repository,
     connectionString: databaseUrl,
-    onChange: (change) => {
-      keys.invalidate(change.keyHash)
-      if (change.kind === 'unban') {
-        limiter.bans.forget(change.keyId)
-        limiter.store.unban(change.keyId).catch((error: unknown) => logger.error({ err: error, keyId: change.keyId }, 'unban failed'))
-        logger.info({ keyId: change.keyId }, 'API key unbanned')
-      }
-    },
+    onChange: keyChangeHandler(keys, limiter, logger),
     logger,
   })
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)

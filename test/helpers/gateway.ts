@@ -10,6 +10,7 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from '../../gateway/src/app.ts'
 import { parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
+import { keyChangeHandler } from '../../gateway/src/keys/applyKeyChange.ts'
 import { createKeyCache, type KeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
 import { createKeyRepository, type KeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
@@ -80,13 +81,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const feed = await startKeyChangeFeed({
     repository: keys,
     connectionString: options.databaseUrl,
-    onChange: (change) => {
-      cache.invalidate(change.keyHash)
-      if (change.kind === 'unban') {
-        limiter.bans.forget(change.keyId)
-        void limiter.store.unban(change.keyId)
-      }
-    },
+    // The production handler, so the tests exercise the gateway's own wiring.
+    onChange: keyChangeHandler(cache, limiter, logger),
     logger,
   })
   metrics.observeKeyCache(cache)

@@ -7,9 +7,9 @@ import fp from 'fastify-plugin'
  */
 export const privateResponses = fp(
   async (app: FastifyInstance) => {
-    app.addHook('onSend', async (request, reply, payload) => {
+    app.addHook('onSend', (request, reply, payload, done) => {
       if (request.apiKey) reply.header('cache-control', 'no-store')
-      return payload
+      done(null, payload)
     })
   },
   { name: 'private-responses', dependencies: ['authenticate'] },

@@ -147,9 +147,10 @@ export const rateLimit = fp(
       }
     })
 
-    app.addHook('onSend', async (request, reply, payload) => {
+    // Callback style: every answer passes here, and an async hook costs a promise each time.
+    app.addHook('onSend', (request, reply, payload, done) => {
       if (request.rateLimitHeaders) reply.headers(request.rateLimitHeaders)
-      return payload
+      done(null, payload)
     })
   },
   { name: 'rate-limit', dependencies: ['authenticate'] },
