@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { LimitRequest } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
+import { recordScenario } from '../../helpers/scenarioLog.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import type { TestDatabase } from '../../helpers/postgres.ts'
@@ -35,14 +36,17 @@ describe('Redis faults: every request is answered within the budget, open or clo
 
   /** While Redis is broken: the open gateway admits with headers, the closed one answers 503; both at once. */
   async function expectAnsweredDuringFault(label: string) {
+    const slowest = { open: 0, closed: 0, keyless: 0 }
     for (let i = 0; i < 4; i++) {
       const fromOpen = await timed(open)
+      slowest.open = Math.max(slowest.open, fromOpen.millis)
       expect(fromOpen.millis, `${label}: open gateway, request ${i}`).toBeLessThan(ANSWER_WITHIN_MILLIS)
       expect(fromOpen.response.status, `${label}: open gateway, request ${i}`).toBe(200)
       expectRateLimitHeaders(fromOpen.response, keyed)
       await fromOpen.response.arrayBuffer()
 
       const fromClosed = await timed(closed)
+      slowest.closed = Math.max(slowest.closed, fromClosed.millis)
       expect(fromClosed.millis, `${label}: closed gateway, request ${i}`).toBeLessThan(ANSWER_WITHIN_MILLIS)
       expect(fromClosed.response.headers.get('retry-after')).toMatch(/^[1-9]\d*$/)
       expectRateLimitHeaders(fromClosed.response, keyed)
@@ -51,11 +55,28 @@ describe('Redis faults: every request is answered within the budget, open or clo
     // Requests without a key are limited per IP by the insurance limiter meanwhile: 401, not a hang.
     for (const gateway of [open, closed]) {
       const keyless = await timed(gateway, {})
+      slowest.keyless = Math.max(slowest.keyless, keyless.millis)
       expect(keyless.millis, `${label}: keyless`).toBeLessThan(ANSWER_WITHIN_MILLIS)
       expect(keyless.response.status).toBe(401)
       expectRateLimitHeaders(keyless.response, anonymous)
       await keyless.response.arrayBuffer()
     }
+    return slowest
+  }
+
+  /** The README's Reliability row of one fault, from what the two gateways answered during it. */
+  function recordFault(scenario: string, slowest: { open: number; closed: number; keyless: number }) {
+    const ms = (millis: number) => `${Math.round(millis)} ms`
+    recordScenario({
+      area: 'Redis',
+      scenario,
+      answered:
+        `open: 200 with rate-limit headers, slowest ${ms(slowest.open)}; closed: 503 service_unavailable with Retry-After, ` +
+        `slowest ${ms(slowest.closed)}; keyless: 401, slowest ${ms(slowest.keyless)} (budget 50 ms; bound asserted ${ANSWER_WITHIN_MILLIS} ms); ` +
+        'both back on Redis by themselves afterwards',
+      lost: 'nothing: every request answered (4 + 4 + 2 during the fault), then 10 of 10 answered 200 and each open request is one script call on Redis again',
+      test: 'test/gateway/rateLimit/storeFaults.int.test.ts',
+    })
   }
 
   /**
@@ -146,19 +167,22 @@ describe('Redis faults: every request is answered within the budget, open or clo
 
   it('refused: Redis is down', async () => {
     await redis.stop()
-    await expectAnsweredDuringFault('refused')
+    const slowest = await expectAnsweredDuringFault('refused')
     await redis.start()
     await expectRecovered('refused')
+    recordFault('Redis refusing connections (process killed) while requests arrive', slowest)
   })
 
   it('hung: Redis is frozen (SIGSTOP) with its connections open', async () => {
     redis.freeze()
+    let slowest
     try {
-      await expectAnsweredDuringFault('hung')
+      slowest = await expectAnsweredDuringFault('hung')
     } finally {
       redis.thaw()
     }
     await expectRecovered('hung')
+    recordFault('Redis frozen with SIGSTOP, connections open, while requests arrive', slowest)
   })
 
   it('slow: every client is paused (CLIENT PAUSE 2000 ALL)', async () => {
@@ -167,33 +191,47 @@ describe('Redis faults: every request is answered within the budget, open or clo
     const pausedUntil = performance.now() + 2_000
     await admin.call('CLIENT', 'PAUSE', '2000', 'ALL')
     admin.disconnect()
-    await expectAnsweredDuringFault('slow')
+    const slowest = await expectAnsweredDuringFault('slow')
     expect(performance.now()).toBeLessThan(pausedUntil)
     await sleep(Math.max(pausedUntil - performance.now(), 0))
     await expectRecovered('slow')
+    recordFault('Redis slow: every client paused 2 s (CLIENT PAUSE ALL)', slowest)
   })
 
   it('restarted: a new server on the same port with an empty script cache', async () => {
     await redis.restart()
     // The gateways reconnect by themselves; give them the time, then no request may fail.
+    const restartedAt = performance.now()
     await eventually(async () => (await open.limiter.ready()) && (await closed.limiter.ready()), 5_000)
+    const reconnectedMillis = performance.now() - restartedAt
     await sleep(1_100)
+    let slowest = 0
     for (const gateway of [closed, open]) {
-      const { response } = await timed(gateway)
+      const { response, millis } = await timed(gateway)
+      slowest = Math.max(slowest, millis)
       expect(response.status).toBe(200)
       await response.arrayBuffer()
     }
     await expectRecovered('restarted')
+    recordScenario({
+      area: 'Redis',
+      scenario: 'Redis restarted: a new, empty server on the same port',
+      answered: `both gateways reconnected by themselves within ${Math.round(reconnectedMillis)} ms; then 200 on open and closed, slowest ${Math.round(slowest)} ms`,
+      lost: 'the windows held in the old server (it kept no data); no request failed once reconnected: 12 of 12 answered 200',
+      test: 'test/gateway/rateLimit/storeFaults.int.test.ts',
+    })
   })
 
   it('SCRIPT FLUSH: NOSCRIPT is answered by loading the script again, and the request succeeds', async () => {
     const admin = redis.admin()
     await admin.connect()
+    let slowest = 0
     try {
       for (const gateway of [closed, open]) {
         await admin.script('FLUSH')
         const noscriptBefore = (await redis.commandCalls('evalsha')).failed
         const { response, millis } = await timed(gateway)
+        slowest = Math.max(slowest, millis)
         expect(response.status).toBe(200)
         expect(millis).toBeLessThan(ANSWER_WITHIN_MILLIS)
         await response.arrayBuffer()
@@ -204,22 +242,31 @@ describe('Redis faults: every request is answered within the budget, open or clo
       admin.disconnect()
     }
     await expectRecovered('SCRIPT FLUSH')
+    recordScenario({
+      area: 'Redis',
+      scenario: 'Redis script cache flushed (SCRIPT FLUSH) between two requests',
+      answered: `200 on open and closed gateways, slowest ${Math.round(slowest)} ms; the server counted one failed EVALSHA (NOSCRIPT) per gateway, answered by loading the script again`,
+      lost: 'nothing: 2 of 2 answered 200 on Redis, not on the fallback',
+      test: 'test/gateway/rateLimit/storeFaults.int.test.ts',
+    })
   })
 
   it('out of memory: maxmemory reached with noeviction', async () => {
     const admin = redis.admin()
     await admin.connect()
+    let slowest
     try {
       const junk = 'x'.repeat(100_000)
       for (let i = 0; i < 30; i++) await admin.set(`${prefix}junk:${i}`, junk)
       await admin.config('SET', 'maxmemory-policy', 'noeviction')
       await admin.config('SET', 'maxmemory', '1mb')
-      await expectAnsweredDuringFault('out of memory')
+      slowest = await expectAnsweredDuringFault('out of memory')
       await admin.config('SET', 'maxmemory', '0')
       await admin.del(...Array.from({ length: 30 }, (_, i) => `${prefix}junk:${i}`))
     } finally {
       admin.disconnect()
     }
     await expectRecovered('out of memory')
+    recordFault('Redis out of memory (maxmemory 1mb, noeviction) while requests arrive', slowest!)
   })
 })
