@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
+import { recordScenario } from '../helpers/scenarioLog.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 import { exitWithin, killAll, waitForPortClosed } from '../scripts/processes.ts'
 import { startGatewayProcess } from './gatewayProcess.ts'
@@ -14,12 +15,14 @@ const UPSTREAM_DELAY_MILLIS = 1_500
 async function slowUpstream() {
   let arrived: () => void = () => undefined
   const firstRequest = new Promise<void>((resolve) => (arrived = resolve))
+  let received = 0
   const sockets = new Set<net.Socket>()
   const server = http.createServer((request, response) => {
     if (request.url === '/healthz') {
       response.end('{"status":"ok"}')
       return
     }
+    received++
     arrived()
     setTimeout(() => {
       response.setHeader('content-type', 'application/json')
@@ -34,6 +37,7 @@ async function slowUpstream() {
   return {
     url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
     firstRequest,
+    received: () => received,
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy()
@@ -99,6 +103,55 @@ describe('gateway shutdown on SIGTERM', () => {
       expect(exit, gateway.proc.output()).toEqual({ code: 0, signal: null })
       await waitForPortClosed(gateway.apiPort, 1_000)
       await waitForPortClosed(gateway.opsPort, 1_000)
+    } finally {
+      await pool.end()
+      await upstream.close()
+      gateway.cleanup()
+    }
+  })
+
+  it('lets 50 concurrent in-flight requests all finish 200 on SIGTERM, then exits 0', async () => {
+    const concurrent = 50
+    const upstream = await slowUpstream()
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: upstream.url })
+    const pool = createPool({ connectionString: database.url, applicationName: 'ops-test' })
+    try {
+      const { key } = await createKeyRepository(pool).create({ name: 'drain-many', plan: 'pro' })
+      const started = Date.now()
+      const inFlight = Array.from({ length: concurrent }, () =>
+        fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } }).then(async (response) => ({
+          status: response.status,
+          connection: response.headers.get('connection'),
+          body: (await response.json()) as unknown,
+          millis: Date.now() - started,
+        })),
+      )
+      // Every request has reached the upstream (each is held there 1.5 s) before the signal.
+      const deadline = Date.now() + 10_000
+      while (upstream.received() < concurrent && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(upstream.received()).toBe(concurrent)
+      const signalledAt = Date.now() - started
+      gateway.proc.child.kill('SIGTERM')
+
+      const answers = await Promise.all(inFlight)
+      expect(answers.map((answer) => answer.status)).toEqual(Array(concurrent).fill(200))
+      for (const answer of answers) {
+        expect(answer.body).toEqual([{ id: 1, name: 'Rex', categoryId: 1, status: 'available' }])
+        expect(answer.connection).toBe('close')
+      }
+      const exit = await exitWithin(gateway.proc, 10_000)
+      expect(exit, gateway.proc.output()).toEqual({ code: 0, signal: null })
+      const exitedAt = Date.now() - started
+      await waitForPortClosed(gateway.apiPort, 1_000)
+
+      const slowest = Math.max(...answers.map((answer) => answer.millis))
+      recordScenario({
+        area: 'Gateway',
+        scenario: `SIGTERM to a gateway process with ${concurrent} requests in flight (upstream holds each 1.5 s)`,
+        answered: `${concurrent} of ${concurrent} answered 200 with Connection: close, the last ${slowest} ms after sending (signal at ${signalledAt} ms); exit code 0 at ${exitedAt} ms`,
+        lost: `nothing: ${concurrent} of ${concurrent} complete bodies, no reset connection`,
+        test: 'test/ops/shutdown.int.test.ts',
+      })
     } finally {
       await pool.end()
       await upstream.close()
