@@ -36,11 +36,20 @@ export function generateApiKey(): string {
   return `${KEY_PREFIX}${body}${checksum(body)}`
 }
 
-/** True when the string has the key shape and its checksum matches; no I/O. */
-export function isWellFormedApiKey(candidate: string): boolean {
-  if (candidate.length !== KEY_LENGTH || !SHAPE.test(candidate)) return false
+/** True when the string has the key's prefix, length and alphabet; no hashing, no I/O. */
+export function hasApiKeyShape(candidate: string): boolean {
+  return candidate.length === KEY_LENGTH && SHAPE.test(candidate)
+}
+
+/** True when a string of the key's shape carries the checksum of its body; no I/O. */
+export function hasValidChecksum(candidate: string): boolean {
   const body = candidate.slice(KEY_PREFIX.length, KEY_PREFIX.length + BODY_LENGTH)
   return candidate.slice(KEY_PREFIX.length + BODY_LENGTH) === checksum(body)
+}
+
+/** True when the string has the key shape and its checksum matches; no I/O. */
+export function isWellFormedApiKey(candidate: string): boolean {
+  return hasApiKeyShape(candidate) && hasValidChecksum(candidate)
 }
 
 /** What is stored and looked up: SHA-256 of the key. The keys are random, so no salt is needed. */

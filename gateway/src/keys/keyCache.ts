@@ -48,17 +48,28 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
     }
   }
 
+  /** What the cache holds for a key hash: its record, null for a known unknown key, undefined when not held. */
+  function cached(hashHex: string): ApiKeyRecord | null | undefined {
+    const held = cache.get(hashHex)
+    if (!held) return undefined
+    stats.hits++
+    return held.entry === UNKNOWN ? null : held.entry
+  }
+
+  /** Asks Postgres (one query however many ask at once). Rejects when Postgres cannot answer. */
+  async function fetch(hashHex: string): Promise<ApiKeyRecord | undefined> {
+    const fetched = await fetchFresh(hashHex)
+    return fetched === undefined || fetched.entry === UNKNOWN ? undefined : fetched.entry
+  }
+
   return {
+    cached,
+    fetch,
     /** The key's record, or undefined when no such key exists. Rejects when Postgres cannot answer. */
     async lookup(key: string): Promise<ApiKeyRecord | undefined> {
       const hashHex = hashApiKeyHex(key)
-      const cached = cache.get(hashHex)
-      if (cached) {
-        stats.hits++
-        return cached.entry === UNKNOWN ? undefined : cached.entry
-      }
-      const fetched = await fetchFresh(hashHex)
-      return fetched === undefined || fetched.entry === UNKNOWN ? undefined : fetched.entry
+      const held = cached(hashHex)
+      return held === undefined ? fetch(hashHex) : (held ?? undefined)
     },
     invalidate(keyHash: Buffer): void {
       cache.delete(keyHash.toString('hex'))

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { GatewayConfig } from '../config/loadConfig.ts'
+import type { ApiKeyRecord } from '../keys/keyRepository.ts'
 import { gatewayErrors } from '../errors.ts'
 import type { AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
@@ -91,9 +92,7 @@ export const rateLimit = fp(
       }
     }
 
-    app.addHook('onRequest', async (request) => {
-      const key = request.apiKey
-      if (!key) return limitAnonymous(request)
+    async function limitKeyed(request: FastifyRequest, key: ApiKeyRecord) {
       const config = options.config()
       const limits = cachedLimitsFor(key, config)
 
@@ -145,6 +144,12 @@ export const rateLimit = fp(
       if (decision.outcome === 'limited') {
         throw gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })
       }
+    }
+
+    // Callback style, so the hook adds no promise of its own to the store call's.
+    app.addHook('onRequest', (request, _reply, done) => {
+      const key = request.apiKey
+      ;(key ? limitKeyed(request, key) : limitAnonymous(request)).then(() => done(), done)
     })
 
     // Callback style: every answer passes here, and an async hook costs a promise each time.
