@@ -87,6 +87,19 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(response, 413, 'payload_too_large')
   })
 
+  it('answers 502 bad_gateway, never the upstream\'s 401, when the gateway holds the wrong internal credential', async () => {
+    const misconfigured = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, internalToken: 'not-the-pets-service-token' })
+    try {
+      const created = await misconfigured.createKey()
+      const response = await misconfigured.request('/v1/pets', { key: created.key })
+      await expectErrorResponse(response, 502, 'bad_gateway')
+      expect(response.headers.get('www-authenticate')).toBeNull()
+      expect(response.headers.get('x-ratelimit-limit')).not.toBeNull()
+    } finally {
+      await misconfigured.close()
+    }
+  })
+
   it('answers with the request id it gave the upstream', async () => {
     const response = await gateway.request('/v1/pets', { key, headers: { 'x-request-id': 'client-chosen-1' } })
     expect(response.headers.get('x-request-id')).toBe('client-chosen-1')

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { pino } from 'pino'
+import type { ClientTimeouts } from '../../common/src/http/clientErrors.ts'
 import type pg from 'pg'
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
@@ -31,6 +32,10 @@ export interface GatewayOptions {
   env?: NodeJS.ProcessEnv
   /** Local clock for the ban cache (a skewed gateway in the tests). */
   clock?: () => number
+  /** Shorter header and request timeouts, so slow-client tests need not wait 10 s and 30 s. */
+  clientTimeouts?: ClientTimeouts
+  /** The credential the gateway sends upstream; the pets-service's own by default. */
+  internalToken?: string
 }
 
 export interface RunningGateway {
@@ -95,9 +100,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     keys: cache,
     limiter,
     metrics,
-    internalToken: TEST_INTERNAL_TOKEN,
+    internalToken: options.internalToken ?? TEST_INTERNAL_TOKEN,
     logger,
     registry,
+    clientTimeouts: options.clientTimeouts,
   })
   await app.listen({ host: '127.0.0.1', port: 0 })
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`

@@ -225,6 +225,13 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       fail(reply, new Error(`upstream answered with status ${statusCode}`))
       return false
     }
+    // The client was authenticated here: an upstream 401 refuses the gateway's own credential
+    // (INTERNAL_TOKEN differs between the services), which a client can neither cause nor fix.
+    if (statusCode === 401) {
+      reply.log.error('the upstream refused the internal credential: INTERNAL_TOKEN differs between gateway and upstream')
+      fail(reply, new Error('upstream refused the internal credential'))
+      return false
+    }
     // withoutHopByHop, then @fastify/http-proxy's sanitizeHeaders, then reply-from's copyHeaders, in one pass.
     const named = namedByConnection(parsed.connection)
     for (const key in parsed) {
