@@ -1,6 +1,11 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
-import { CLIENT_TIMEOUTS, clientErrorHandler } from '../../common/src/http/clientErrors.ts'
+import {
+  CLIENT_TIMEOUTS,
+  clientErrorHandler,
+  connectionsCheckingIntervalMillis,
+  type ClientTimeouts,
+} from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
@@ -26,6 +31,8 @@ export interface GatewayDependencies {
   internalToken: string
   logger: FastifyBaseLogger
   registry: Registry
+  /** How long a client may take to send its headers and its whole request (CLIENT_TIMEOUTS unless set). */
+  clientTimeouts?: ClientTimeouts
 }
 
 /**
@@ -41,6 +48,7 @@ export interface GatewayDependencies {
  */
 export async function buildGateway(deps: GatewayDependencies): Promise<FastifyInstance> {
   const boot = deps.config()
+  const timeouts = deps.clientTimeouts ?? CLIENT_TIMEOUTS
   const app = Fastify({
     // Only the configured load balancers may speak for the client's address.
     trustProxy: boot.server.trustedProxies.length > 0 ? [...boot.server.trustedProxies] : false,
@@ -48,7 +56,8 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     logController: singleLineRequestLogging(),
     genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
-    requestTimeout: CLIENT_TIMEOUTS.requestTimeoutMillis,
+    requestTimeout: timeouts.requestTimeoutMillis,
+    http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts) },
     connectionTimeout: 60_000,
     clientErrorHandler: clientErrorHandler(gatewayClientErrors),
     keepAliveTimeout: 72_000,
@@ -56,7 +65,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     return503OnClosing: false,
     frameworkErrors: frameworkErrorHandler(gatewayFrameworkErrors),
   })
-  app.server.headersTimeout = CLIENT_TIMEOUTS.headersTimeoutMillis
+  app.server.headersTimeout = timeouts.headersTimeoutMillis
 
   // 1
   await app.register(requestContext, {

@@ -1,6 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
-import { CLIENT_TIMEOUTS, clientErrorHandler } from '../../common/src/http/clientErrors.ts'
+import { CLIENT_TIMEOUTS, clientErrorHandler, connectionsCheckingIntervalMillis } from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
@@ -34,6 +34,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     bodyLimit: BODY_LIMIT_BYTES,
     // Slow or stalled clients are cut off instead of holding sockets forever.
     requestTimeout: CLIENT_TIMEOUTS.requestTimeoutMillis,
+    http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(CLIENT_TIMEOUTS) },
     connectionTimeout: 60_000,
     clientErrorHandler: clientErrorHandler(petsClientErrors),
     keepAliveTimeout: 72_000,
