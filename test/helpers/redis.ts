@@ -39,15 +39,27 @@ export async function freePort(): Promise<number> {
 }
 
 export interface TestCluster {
+  /** Every node as host:port; with replicas, masters and replicas alike (seeds for a client). */
   nodes: string[]
+  /** The redis-server of nodes[i] is processes[i]. */
   processes: ChildProcess[]
   stop(): Promise<void>
 }
 
+export interface TestClusterOptions {
+  /** 1: each master gets a replica that takes over when it fails (six nodes). Default 0 (three masters). */
+  replicasPerMaster?: 0 | 1
+}
+
 /** A three-master Redis Cluster on loopback ports, made with the machine's redis-server. */
-export async function startRedisCluster(): Promise<TestCluster> {
+export async function startRedisCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
+  const replicas = options.replicasPerMaster ?? 0
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-cluster-'))
-  const ports = [await freePort(), await freePort(), await freePort()]
+  const ports: number[] = []
+  while (ports.length < 3 * (1 + replicas)) {
+    const port = await freePort()
+    if (!ports.includes(port)) ports.push(port)
+  }
   const processes = ports.map((port) =>
     spawn(
       'redis-server',
@@ -59,34 +71,57 @@ export async function startRedisCluster(): Promise<TestCluster> {
       { stdio: 'ignore' },
     ),
   )
-  const nodes = ports.map((port) => `127.0.0.1:${port}`)
-  for (const port of ports) await waitFor(async () => (await ping(port)) === 'PONG')
-  const created = spawnSync('redis-cli', ['--cluster', 'create', ...nodes, '--cluster-replicas', '0', '--cluster-yes'], {
-    encoding: 'utf8',
-    timeout: 30_000,
-  })
-  if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stderr || created.stdout}`)
-  await waitFor(async () => {
-    const redis = new Redis({ port: ports[0], host: '127.0.0.1', lazyConnect: true })
-    try {
-      await redis.connect()
-      return (await redis.cluster('INFO')).includes('cluster_state:ok')
-    } finally {
-      redis.disconnect()
-    }
-  })
-  return {
-    nodes,
-    processes,
-    async stop() {
-      for (const child of processes) child.kill('SIGKILL')
-      rmSync(directory, { recursive: true, force: true })
-    },
+  // Should the test worker die without its afterAll, the servers go with it.
+  const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
+  process.once('exit', killOnExit)
+  const stop = async () => {
+    await Promise.all(
+      processes.map((child) =>
+        child.exitCode !== null || child.signalCode !== null
+          ? undefined
+          : new Promise<void>((resolve) => {
+              child.once('exit', () => resolve())
+              child.kill('SIGKILL')
+            }),
+      ),
+    )
+    process.off('exit', killOnExit)
+    rmSync(directory, { recursive: true, force: true })
   }
+  const nodes = ports.map((port) => `127.0.0.1:${port}`)
+  try {
+    for (const port of ports) await waitFor(async () => (await ping(port)) === 'PONG')
+    const created = spawnSync('redis-cli', ['--cluster', 'create', ...nodes, '--cluster-replicas', String(replicas), '--cluster-yes'], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    })
+    if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stderr || created.stdout}`)
+    for (const port of ports) {
+      await waitFor(async () => {
+        const redis = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null })
+        redis.on('error', () => undefined)
+        try {
+          await redis.connect()
+          if (!(await redis.cluster('INFO')).includes('cluster_state:ok')) return false
+          // A replica counts once it has its master's data: only then can it take over.
+          const replication = await redis.info('replication')
+          return replication.includes('role:master') || replication.includes('master_link_status:up')
+        } finally {
+          redis.disconnect()
+        }
+      })
+    }
+  } catch (error) {
+    await stop()
+    throw error
+  }
+  return { nodes, processes, stop }
 }
 
 async function ping(port: number): Promise<string | undefined> {
   const redis = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null })
+  // A server not listening yet is an answer here (undefined), not an error to print.
+  redis.on('error', () => undefined)
   try {
     await redis.connect()
     return await redis.ping()
