@@ -33,6 +33,7 @@ import { renderMarkdown, renderSummary, type BenchReport, type OpenLoopReport, t
 import { machineBusyCpuSeconds, processCpuSeconds, totalCpuSeconds } from './lib/processCpu.ts'
 import { summarize } from './lib/stats.ts'
 import { GOALS, OPTIONAL_TARGETS, TARGETS } from './suite.ts'
+import { renderScaleSection, runScaleFromEnv } from './scale/scalePhase.ts'
 import type { BenchTarget, RunningTarget, SharedService, TargetContext } from './targets/types.ts'
 
 const RESULTS_DIR = path.join(REPO_ROOT, 'bench', 'results')
@@ -455,11 +456,15 @@ async function main(): Promise<number> {
       goals,
       problems,
     }
+    // Scale of keys (bench/scale/): BENCH_SCALE_KEYS distinct keys (default 1,000,000); 0 skips it.
+    const scale = await runScaleFromEnv({ ...context, progress, checkInterrupted })
+    if (scale) problems.push(...scale.problems)
+    const scaleSection = scale ? `\n${renderScaleSection(scale)}` : ''
     await mkdir(RESULTS_DIR, { recursive: true })
-    await writeFile(path.join(RESULTS_DIR, 'latest.md'), renderMarkdown(report))
+    await writeFile(path.join(RESULTS_DIR, 'latest.md'), renderMarkdown(report) + scaleSection)
     await writeFile(path.join(RESULTS_DIR, 'latest.json'), `${JSON.stringify(report, null, 2)}\n`)
 
-    process.stdout.write(`${renderSummary(report)}\n`)
+    process.stdout.write(`${renderSummary(report)}\n${scaleSection}`)
     if (postgres.warning) process.stdout.write(`\n> **Warning:** ${postgres.warning}\n`)
     if (problems.length > 0) process.stdout.write(`\n## Problems\n\n${problems.map((p) => `- ${p}`).join('\n')}\n`)
     progress('wrote bench/results/latest.md and bench/results/latest.json')
