@@ -223,16 +223,27 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
       else anonymousAdmitted++
     }
     expect(firstLimited).toBeGreaterThan(-1)
+    // Every refusal so far came from this one peer, whatever it claimed: one bucket of 60.
+    const anonymousRefused = answers.filter((answer) => answer.status === 401).length
     for (let i = 0; i < 5; i++) {
       expect((await send('anonymous after the limit', '/v1/pets', { headers: { 'x-forwarded-for': `203.0.113.${i}` } })).status).toBe(429)
     }
 
     // 5. Someone who skips the gateway: the pets-service refuses anyone without the internal token.
-    for (const headers of [{ authorization: `Bearer ${valid.key}` }, { 'x-internal-token': valid.key }, {}] as Record<string, string>[]) {
-      const direct = await fetch(`${petsUrl}/pets`, { headers })
-      expect(direct.status).toBe(401)
-      expect(await direct.json()).toMatchObject({ code: 'unauthorized' })
+    const directAttempts: [string, RequestInit][] = [
+      ['GET with the API key as bearer', { headers: { authorization: `Bearer ${valid.key}` } }],
+      ['GET with the API key as the internal token', { headers: { 'x-internal-token': valid.key } }],
+      ['GET with a guessed internal token of the right length', { headers: { 'x-internal-token': 'x'.repeat(OPS_TEST_TOKEN.length) } }],
+      ['GET with no credential', {}],
+      ['POST with the API key', { ...json({ name: 'Sneaky', categoryId: 1 }, undefined), headers: { 'content-type': 'application/json', authorization: `Bearer ${valid.key}` } }],
+    ]
+    for (const [what, init] of directAttempts) {
+      const direct = await fetch(`${petsUrl}/pets`, init)
+      expect(direct.status, what).toBe(401)
+      expect(await direct.json()).toEqual({ code: 'unauthorized', message: expect.any(String), status: 401 })
     }
+    const sneaked = await pool.query("SELECT count(*)::int AS n FROM pets.pets WHERE name = 'Sneaky'")
+    expect(sneaked.rows[0].n).toBe(0)
 
     // 6. The CLI's list and show: never the key.
     cliRuns.push(...(await Promise.all([
@@ -344,8 +355,22 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
       area: 'Security',
       scenario:
         'A session through real gateway and pets-service processes: valid, malformed, unknown, revoked and expired keys; keys in paths, query, bodies, X-Forwarded-For, X-Request-Id; 401s, 429s, a ban, a 502; the keys CLI create/list/show/revoke',
-      answered: `${answers.length} answers (${statuses}); revoked key refused after the CLI revoke; ban after ${hammered.length} requests; anonymous 429 after ${anonymousAdmitted} from one peer whatever its X-Forwarded-For`,
+      answered: `${answers.length} answers (${statuses}); revoked key refused after the CLI revoke; ban after ${hammered.length} requests; anonymous 429 after ${anonymousRefused} from one peer whatever its X-Forwarded-For`,
       lost: `nothing leaked: ${allKeys.length} keys (and every 12-character stretch of them) in none of ${requestsLogged} gateway log lines, the pets-service log, both /metrics, ${redisNames.length} Redis keys (names and values), ${rows.length} api_keys rows (SHA-256 and a 10-character prefix only) or the CLI output`,
+      test: TEST_FILE,
+    })
+    recordScenario({
+      area: 'Security',
+      scenario: 'X-Forwarded-For from an untrusted peer, a new address (or a key) on every request, to mint fresh per-IP buckets',
+      answered: `401 for the first ${anonymousRefused} requests of the session without a valid key (limit 60 a minute per client IP; ${anonymousAdmitted} of them with a new X-Forwarded-For each), then 429 rate_limited, still 429 for 5 more new addresses`,
+      lost: 'nothing: one bucket for the peer whatever it claimed; no key charged',
+      test: TEST_FILE,
+    })
+    recordScenario({
+      area: 'Security',
+      scenario: 'A client skipping the gateway: calls the pets-service process directly with its API key, a guessed token, or nothing',
+      answered: `401 unauthorized to all ${directAttempts.length} (GET and POST)`,
+      lost: 'nothing written: no pet created by the refused POST',
       test: TEST_FILE,
     })
     recordScenario({
