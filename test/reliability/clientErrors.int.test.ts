@@ -2,6 +2,7 @@ import net from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { recordScenario } from '../helpers/scenarioLog.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 
@@ -34,6 +35,15 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
   })
+  /** The service answers a good request with 200 afterwards. */
+  async function servesNext(service: string): Promise<number> {
+    if (service === 'gateway') {
+      const { key } = await gateway.createKey()
+      return (await gateway.request('/v1/pets', { key })).status
+    }
+    return (await pets.request('/pets')).status
+  }
+
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
@@ -43,21 +53,39 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
   it.each([
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
-  ])('%s answers headers over 16 KiB with 431 headers_too_large', async (_name, url) => {
+  ])('%s answers headers over 16 KiB with 431 headers_too_large', async (service, url) => {
+    const started = performance.now()
     const answer = await raw(url(), `GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)
+    const millis = performance.now() - started
     const { statusLine, head, body } = parse(answer)
     expect(statusLine).toBe('HTTP/1.1 431 Request Header Fields Too Large')
     expect(head).toMatch(/content-type: application\/json/i)
     expect(body).toEqual({ code: 'headers_too_large', message: expect.any(String), status: 431 })
+    expect(await servesNext(service)).toBe(200)
+    recordScenario({
+      area: 'Hostile input',
+      scenario: `20 KB of request headers sent to the ${service}`,
+      answered: `431 headers_too_large with the Error body in ${Math.round(millis)} ms`,
+      lost: 'nothing: refused by the HTTP parser before any route ran; the next request answered 200',
+      test: 'test/reliability/clientErrors.int.test.ts',
+    })
   })
 
   it.each([
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
-  ])('%s answers bytes that are not HTTP with 400 bad_request', async (_name, url) => {
+  ])('%s answers bytes that are not HTTP with 400 bad_request', async (service, url) => {
     const { statusLine, body } = parse(await raw(url(), 'HELLO THERE\r\n\r\n'))
     expect(statusLine).toBe('HTTP/1.1 400 Bad Request')
     expect(body).toEqual({ code: 'bad_request', message: expect.any(String), status: 400 })
+    expect(await servesNext(service)).toBe(200)
+    recordScenario({
+      area: 'Hostile input',
+      scenario: `Bytes that are not HTTP sent to the ${service}`,
+      answered: '400 bad_request with the Error body, then the connection closed',
+      lost: 'nothing: the next request answered 200',
+      test: 'test/reliability/clientErrors.int.test.ts',
+    })
   })
 
   it('keeps serving after refusing them', async () => {
