@@ -23,6 +23,7 @@ import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
+import { routeUndecodablePaths, undecodablePathRoute } from './routes/undecodablePath.ts'
 
 export interface GatewayDependencies {
   /** The config in force; reloads replace it, and the limits follow on the next request. */
@@ -59,6 +60,8 @@ function gatewayRequestId(request: { headers: Record<string, string | string[] |
  *   4.  the proxy to the upstream that owns the path, with header hygiene;
  *   5.  one Error body shape for everything that fails on the way.
  * The API's description (/v1/openapi.json, /docs) is served without a key, limited per IP.
+ * A path that does not percent-decode is routed to a 400 route (rewriteUrl), so even that answer
+ * passes stages 1–3 instead of being refused by the router before them.
  */
 export async function buildGateway(deps: GatewayDependencies): Promise<FastifyInstance> {
   const boot = deps.config()
@@ -78,6 +81,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     // gracefulClose answers requests that arrive while closing, with the Error body.
     return503OnClosing: false,
     frameworkErrors: frameworkErrorHandler(gatewayFrameworkErrors),
+    rewriteUrl: routeUndecodablePaths,
   })
   app.server.headersTimeout = timeouts.headersTimeoutMillis
 
@@ -113,6 +117,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     publicPath: '/v1/pets',
     upstreamPath: '/pets',
   })
+  await app.register(undecodablePathRoute)
   await app.register(storeOrdersRoute, { upstream: boot.upstreams.orders, internalToken: deps.internalToken })
   // The OpenAPI document and the docs page (public routes: stage 3 limits them per IP)
   await app.register(apiDocs, { config: deps.config })

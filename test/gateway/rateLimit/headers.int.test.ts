@@ -105,6 +105,19 @@ describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
     expectRateLimitHeaders(orders, keyed)
   })
 
+  it('400 for a path that does not percent-decode is answered after the key check, with both windows', async () => {
+    for (const path of ['/v1/pets/%zz', '/v1/pets/%C3%28', '/v1/%']) {
+      const response = await gateway.request(path, { key })
+      expect(response.status, path).toBe(400)
+      expect(await response.json()).toMatchObject({ code: 'bad_request', status: 400 })
+      expect(response.headers.get('x-request-id')).toBeTruthy()
+      expectRateLimitHeaders(response, keyed)
+    }
+    const withoutKey = await gateway.request('/v1/pets/%zz')
+    expect(withoutKey.status).toBe(401)
+    expectRateLimitHeaders(withoutKey, anonymous)
+  })
+
   it('401 for a missing, malformed or unknown key carries the anonymous window', async () => {
     const unknownKey = generateApiKey()
     for (const init of [{}, { key: 'not-a-key' }, { key: unknownKey }, { headers: { authorization: 'Basic abc' } }]) {
