@@ -16,18 +16,51 @@ export function testKeyPrefix(): string {
   return `aas-test:${randomBytes(4).toString('hex')}:`
 }
 
+/** A Redis key name holding something shaped like an API key (`aas_` and 16+ base62 characters). */
+export const KEY_SHAPED = /aas_[0-9A-Za-z]{16,}/
+
+/** The names, with the key-shaped part cut short, so the report itself leaks no key. */
+export function keyShapedNames(names: string[]): string[] {
+  return names.filter((name) => KEY_SHAPED.test(name)).map((name) => name.replace(KEY_SHAPED, (key) => `${key.slice(0, 8)}…`))
+}
+
+/**
+ * Deletes the test's prefix, and fails the caller (its afterAll) when a key name under it held
+ * something shaped like an API key: Redis key names carry key ids, never keys.
+ */
 export async function deleteKeysWithPrefix(prefix: string, url = TEST_REDIS_URL): Promise<void> {
   const redis = new Redis(url)
+  const leaked: string[] = []
   try {
     let cursor = '0'
     do {
       const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
       cursor = next
+      leaked.push(...keyShapedNames(keys))
       if (keys.length > 0) await redis.del(...keys)
     } while (cursor !== '0')
   } finally {
     redis.disconnect()
   }
+  if (leaked.length > 0) throw new Error(`Redis key names held an API key: ${leaked.slice(0, 5).join(', ')}`)
+}
+
+/** Every key name under `pattern`, read with SCAN (nothing is changed). */
+export async function keyNames(pattern: string, url = TEST_REDIS_URL): Promise<string[]> {
+  const redis = new Redis(url, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
+  const names: string[] = []
+  try {
+    await redis.connect()
+    let cursor = '0'
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+      cursor = next
+      names.push(...keys)
+    } while (cursor !== '0')
+  } finally {
+    redis.disconnect()
+  }
+  return names
 }
 
 export async function freePort(): Promise<number> {
