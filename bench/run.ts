@@ -30,15 +30,20 @@ import {
 } from './lib/load.ts'
 import { startOpenLoop, type OpenLoopResult } from './lib/openLoop.ts'
 import { renderMarkdown, renderSummary, type BenchReport, type OpenLoopReport, type RedisSample, type TargetReport } from './lib/report.ts'
+import { renderChart } from './lib/chart.ts'
 import { machineBusyCpuSeconds, processCpuSeconds, totalCpuSeconds } from './lib/processCpu.ts'
+import { createProgress, estimateRemaining } from './lib/progress.ts'
 import { summarize } from './lib/stats.ts'
+import { STEP_OVERHEAD_SECONDS, planSteps, planSweep, plannedSeconds, type PlannedStep } from './lib/sweep.ts'
 import { GOALS, OPTIONAL_TARGETS, TARGETS } from './suite.ts'
 import { renderScaleSection, runScaleFromEnv } from './scale/scalePhase.ts'
 import type { BenchTarget, RunningTarget, SharedService, TargetContext } from './targets/types.ts'
 
 const RESULTS_DIR = path.join(REPO_ROOT, 'bench', 'results')
 
-const progress = (message: string) => process.stderr.write(`[bench] ${message}\n`)
+// A redrawn progress line on a terminal; the plain `[bench] …` lines otherwise (bench/lib/progress.ts).
+const bar = createProgress()
+const progress = (message: string) => bar.log(message)
 const rate = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 })
 
 class Interrupted extends Error {
@@ -63,6 +68,26 @@ process.on('SIGTERM', onSignal)
 
 function checkInterrupted(): void {
   if (interruptedBy !== undefined) throw new Interrupted(`interrupted by ${interruptedBy}`)
+}
+
+/**
+ * The progress bar's view of the plan: which step runs, how much is done, how long the rest takes
+ * at the pace so far.
+ */
+function planProgress(plan: PlannedStep[]) {
+  const total = plannedSeconds(plan)
+  let done = 0
+  let firstStepAt: number | undefined
+  return {
+    begin(phase: string, target: string, round: number, rounds: number, seconds: number): () => void {
+      firstStepAt ??= Date.now()
+      const elapsed = (Date.now() - firstStepAt) / 1000
+      bar.update({ phase, target, round, rounds, fraction: total > 0 ? done / total : 0, etaSeconds: estimateRemaining(done, Math.max(0, total - done), elapsed) })
+      return () => {
+        done += seconds + STEP_OVERHEAD_SECONDS
+      }
+    },
+  }
 }
 
 /** The default targets, or exactly those named in BENCH_TARGETS (in that order). */
@@ -290,7 +315,15 @@ function sharedServices() {
 
 async function main(): Promise<number> {
   const config = loadBenchConfig()
-  const targets = selectTargets(config)
+  const selected = selectTargets(config)
+  // Rows this machine cannot run (nginx not installed) are reported as skipped, never started.
+  const skipped = new Map(
+    selected.flatMap((target) => {
+      const reason = target.unavailable?.()
+      return reason === undefined ? [] : [[target.id, reason] as const]
+    }),
+  )
+  const targets = selected.filter((target) => !skipped.has(target.id))
   idWidth = Math.max(...targets.map((target) => target.id.length))
   const environment = describeEnvironment()
   const startedAt = new Date()
@@ -303,6 +336,7 @@ async function main(): Promise<number> {
         'something else is busy and the numbers will be noisy',
     )
   }
+  for (const [id, reason] of skipped) progress(`skipping ${id}: ${reason}`)
   try {
     progress('looking for Postgres')
     const postgres = await findPostgres()
@@ -354,16 +388,21 @@ async function main(): Promise<number> {
       }
     }
 
-    const reports: TargetReport[] = targets.map((target) => ({
+    const reports: TargetReport[] = selected.map((target) => ({
       id: target.id,
       label: target.label,
       request: target.request,
+      ...(skipped.has(target.id) ? { skipped: skipped.get(target.id) } : {}),
       ...(target.expectedStatus === undefined ? {} : { expectedStatus: target.expectedStatus }),
       ...(redisSamples.has(target.id) ? { redisSample: redisSamples.get(target.id) } : {}),
       description: target.description,
       rounds: [],
       summary: summarize([]),
+      sweep: [],
     }))
+    const reportOf = (target: BenchTarget) => reports.find((report) => report.id === target.id) as TargetReport
+    const openTargets = targets.filter((target) => target.openLoop)
+    const plan = planProgress(planSteps(config, targets.length, openTargets.length))
 
     const step = { connections: config.connections, postgresPids: () => database.backendPids() }
     const scripts = (target: BenchTarget) => {
@@ -371,27 +410,50 @@ async function main(): Promise<number> {
       return perEval === undefined ? {} : { scriptCallsPerEval: perEval }
     }
     if (config.warmupSeconds > 0) {
-      for (const [index, target] of targets.entries()) {
+      for (const target of targets) {
         const server = running.get(target.id) as RunningTarget
+        const finish = plan.begin('warm-up', target.id, 0, 0, config.warmupSeconds)
         const m = await load({ ...step, ...scripts(target), target, running: server, round: 0, seconds: config.warmupSeconds })
-        ;(reports[index] as TargetReport).warmup = m
+        finish()
+        reportOf(target).warmup = m
         progress(describeRound(target, 'warm-up  ', m))
       }
     }
-    for (let round = 1; round <= config.rounds; round += 1) {
-      for (const [index, target] of targets.entries()) {
-        const server = running.get(target.id) as RunningTarget
-        const m = await load({ ...step, ...scripts(target), target, running: server, round, seconds: config.durationSeconds })
-        ;(reports[index] as TargetReport).rounds.push(m)
-        progress(describeRound(target, `round ${round}/${config.rounds}`, m))
+    // Closed loop at every level of the sweep (1, 10, 100 connections by default), targets
+    // interleaved within each round; the goal level's rounds are also the table's main columns.
+    for (const point of planSweep(config)) {
+      for (const target of targets) {
+        reportOf(target).sweep?.push({ connections: point.connections, durationSeconds: point.durationSeconds, rounds: [], summary: summarize([]) })
       }
+      for (let round = 1; round <= point.rounds; round += 1) {
+        for (const target of targets) {
+          const server = running.get(target.id) as RunningTarget
+          const finish = plan.begin(`closed ${point.connections} conn`, target.id, round, point.rounds, point.durationSeconds)
+          const m = await load({
+            ...step,
+            ...scripts(target),
+            connections: point.connections,
+            target,
+            running: server,
+            round,
+            seconds: point.durationSeconds,
+          })
+          finish()
+          const report = reportOf(target)
+          if (point.goal) report.rounds.push(m)
+          report.sweep?.at(-1)?.rounds.push(m)
+          progress(describeRound(target, `${String(point.connections).padStart(3)} conn ${round}/${point.rounds}`, m))
+        }
+      }
+    }
+    for (const report of reports) {
+      for (const level of report.sweep ?? []) level.summary = summarize(level.rounds)
     }
     for (const report of reports) report.summary = summarize(report.rounds)
 
     // Open loop: the same offered rate to every open-loop target, a fraction of the baseline's saturation rate.
     const openLoop: OpenLoopReport[] = []
-    const saturation = reports.find((report) => report.id === config.openLoopBaseline)?.summary.medianRequestsPerSecond
-    const openTargets = targets.filter((target) => target.openLoop)
+    const saturation = reports.find((report) => report.id === config.openLoopBaseline && !report.skipped)?.summary.medianRequestsPerSecond
     if (config.openLoopLoads.length > 0 && openTargets.length > 0) {
       if (saturation === undefined || !Number.isFinite(saturation)) {
         progress(`open loop skipped: its baseline ${config.openLoopBaseline} is not among the targets`)
@@ -409,6 +471,7 @@ async function main(): Promise<number> {
           for (let round = 1; round <= config.openLoopRounds; round += 1) {
             for (const [index, target] of openTargets.entries()) {
               const server = running.get(target.id) as RunningTarget
+              const finish = plan.begin(`open ${Math.round(fraction * 100)} %`, target.id, round, config.openLoopRounds, config.durationSeconds)
               const m = await load({
                 ...step,
                 ...scripts(target),
@@ -418,6 +481,7 @@ async function main(): Promise<number> {
                 seconds: config.durationSeconds,
                 openLoop: { rate: offered, tool: config.openLoopTool },
               })
+              finish()
               phase.targets[index]?.rounds.push(m)
               progress(describeRound(target, `open ${Math.round(fraction * 100)} % ${round}/${config.openLoopRounds}`, m))
             }
@@ -435,7 +499,11 @@ async function main(): Promise<number> {
       if (s.unexpected > 0) problems.push(`${report.label}: ${s.unexpected} responses with an unexpected status`)
       if (s.errors > 0) problems.push(`${report.label}: ${s.errors} request errors (${s.timeouts} timeouts)`)
     }
-    const goals = evaluateGoals(GOALS, reports, openLoop)
+    const goals = evaluateGoals(
+      GOALS,
+      reports.filter((report) => report.skipped === undefined),
+      openLoop,
+    )
 
     const report: BenchReport = {
       startedAt: startedAt.toISOString(),
@@ -457,19 +525,23 @@ async function main(): Promise<number> {
       problems,
     }
     // Scale of keys (bench/scale/): BENCH_SCALE_KEYS distinct keys (default 1,000,000); 0 skips it.
+    bar.update({ phase: 'scale of keys', target: 'bench/scale', round: 0, rounds: 0, fraction: 1 })
     const scale = await runScaleFromEnv({ ...context, progress, checkInterrupted })
     if (scale) problems.push(...scale.problems)
     const scaleSection = scale ? `\n${renderScaleSection(scale)}` : ''
     await mkdir(RESULTS_DIR, { recursive: true })
     await writeFile(path.join(RESULTS_DIR, 'latest.md'), renderMarkdown(report) + scaleSection)
     await writeFile(path.join(RESULTS_DIR, 'latest.json'), `${JSON.stringify(report, null, 2)}\n`)
+    await writeFile(path.join(RESULTS_DIR, 'latest.svg'), renderChart(report))
 
+    bar.done()
     process.stdout.write(`${renderSummary(report)}\n${scaleSection}`)
     if (postgres.warning) process.stdout.write(`\n> **Warning:** ${postgres.warning}\n`)
     if (problems.length > 0) process.stdout.write(`\n## Problems\n\n${problems.map((p) => `- ${p}`).join('\n')}\n`)
-    progress('wrote bench/results/latest.md and bench/results/latest.json')
+    progress('wrote bench/results/latest.md, latest.svg and latest.json')
     return problems.length > 0 ? 1 : 0
   } finally {
+    bar.done()
     cleaningUp = true
     for (const step of cleanup.reverse()) {
       try {

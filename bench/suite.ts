@@ -6,7 +6,9 @@ import {
   gatewayLogWarnTarget,
   gatewayReplyFromTarget,
   gatewayTarget,
+  fullStackTarget,
 } from './targets/gateway.ts'
+import { nginxTarget } from './targets/nginx.ts'
 import { minimalPetsTarget } from './targets/minimalPets.ts'
 import { petsServiceTarget } from './targets/petsService.ts'
 import { directUpstreamTarget, httpProxyTarget, peerTarget, proxyStageTarget } from './targets/proxyRows.ts'
@@ -17,12 +19,16 @@ import type { BenchTarget, Goal } from './targets/types.ts'
  * a row, write a module in bench/targets/ and list it here; add a goal to compare two rows.
  *
  * The proxy rows share one static upstream (bench/servers/staticUpstream.ts) and one private
- * redis-server; the four gateway rows share one gateway process.
+ * redis-server; the four gateway rows share one gateway process. The full-stack row is a second
+ * gateway in front of the pets-service row's own process. nginx is listed as skipped when it is not
+ * installed.
  */
 export const TARGETS: BenchTarget[] = [
   petsServiceTarget({ id: 'pets-service', label: 'pets-service', logLevel: 'info' }),
   minimalPetsTarget,
+  fullStackTarget,
   directUpstreamTarget,
+  nginxTarget,
   httpProxyTarget,
   proxyStageTarget,
   peerTarget,
@@ -47,8 +53,11 @@ export const OPTIONAL_TARGETS: BenchTarget[] = [
   gatewayAutoPipeliningTarget,
 ]
 
+/** Throughput goals read the closed-loop level BENCH_GOAL_CONNECTIONS (100 by default). */
 export const GOALS: Goal[] = [
   { kind: 'throughput', subject: 'pets-service', baseline: 'minimal-pets', minRatio: 0.9 },
+  // The whole stack (gateway → pets-service → Postgres) against the pets-service alone.
+  { kind: 'throughput', subject: 'full-stack', baseline: 'pets-service', minRatio: 0.9 },
   // Issue 3: authentication through the key cache is nearly free.
   { kind: 'throughput', subject: 'gateway', baseline: 'http-proxy', minRatio: 0.95 },
   // Issue 4: key auth + both sliding windows + the proxy (Kong reports 0.74× for the same against its bare proxy).

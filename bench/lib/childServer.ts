@@ -26,6 +26,8 @@ export interface ChildServerOptions {
   name: string
   /** Script path relative to the repository root, run with `node --import tsx`. */
   script: string
+  /** A program to run instead of the node script (nginx): `script` and `nodeArgs` are then unused. */
+  command?: { file: string; args: string[] }
   env: Record<string, string>
   /** Extra node flags placed before `--import tsx` (profiling, …). */
   nodeArgs?: string[]
@@ -70,7 +72,10 @@ export async function startChildServer(options: ChildServerOptions): Promise<Chi
   const log = openSync(options.logFile, 'w')
   let child: ChildProcess
   try {
-    child = spawn(process.execPath, [...(options.nodeArgs ?? []), '--import', 'tsx', options.script], {
+    const [file, args] = options.command
+      ? [options.command.file, options.command.args]
+      : [process.execPath, [...(options.nodeArgs ?? []), '--import', 'tsx', options.script]]
+    child = spawn(file, args, {
       cwd: REPO_ROOT,
       env: { ...process.env, ...options.env },
       stdio: ['ignore', log, log],

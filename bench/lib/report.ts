@@ -22,7 +22,20 @@ export interface TargetReport {
   expectedStatus?: number
   redisSample?: RedisSample
   description: string
+  /** Why the row was not measured on this machine (nginx not installed); every table says "skipped". */
+  skipped?: string
   warmup?: RoundMeasurement
+  /** The rounds at the goal level of connections (BenchConfig.connections) and their summary. */
+  rounds: RoundMeasurement[]
+  summary: TargetSummary
+  /** Every closed-loop level of the sweep, ascending (the goal level's rounds are the same as `rounds`). */
+  sweep?: SweepLevelReport[]
+}
+
+/** One closed-loop level of one row. */
+export interface SweepLevelReport {
+  connections: number
+  durationSeconds: number
   rounds: RoundMeasurement[]
   summary: TargetSummary
 }
@@ -85,6 +98,45 @@ export function otherCpuPercent(report: BenchReport): number | undefined {
   return median(report.targets.flatMap((target) => target.rounds.flatMap((round) => round.otherCpuPercent ?? [])))
 }
 
+/** The rows that were measured (not skipped). */
+export function measured(report: BenchReport): TargetReport[] {
+  return report.targets.filter((target) => target.skipped === undefined)
+}
+
+/** A table row for a skipped target: its leading cells, "skipped: why", dashes for the rest. */
+function skippedRow(target: TargetReport, columns: number, leading: string[]): string[] {
+  return [...leading, `skipped: ${target.skipped ?? ''}`, ...Array.from({ length: columns - leading.length - 1 }, () => '–')]
+}
+
+/**
+ * Closed-loop throughput at every level of the sweep: median req/s, the min–max of its rounds and
+ * p99 per level; the goal level is the one the targets read.
+ */
+export function renderSweepTable(report: BenchReport): string {
+  const levels = [...new Set(report.targets.flatMap((target) => (target.sweep ?? []).map((level) => level.connections)))].sort((a, b) => a - b)
+  if (levels.length === 0) return '(no closed-loop sweep in this run)'
+  const goalMark = (connections: number) => (connections === report.config.connections ? ' (targets)' : '')
+  const header = ['Target', ...levels.flatMap((connections) => [`${connections} conn req/s${goalMark(connections)}`, 'min–max (spread)', 'p99 ms'])]
+  const align = ['---', ...levels.flatMap(() => ['---:', '---:', '---:'])]
+  const rows = report.targets.map((target) => {
+    if (target.skipped !== undefined) return skippedRow(target, header.length, [target.label])
+    return [
+      target.label,
+      ...levels.flatMap((connections) => {
+        const level = target.sweep?.find((candidate) => candidate.connections === connections)
+        if (!level || level.rounds.length === 0) return ['n/a', 'n/a', 'n/a']
+        const s = level.summary
+        return [
+          integer.format(s.medianRequestsPerSecond),
+          `${integer.format(s.minRequestsPerSecond)}–${integer.format(s.maxRequestsPerSecond)} (${decimal(s.spreadPercent, 1)} %)`,
+          decimal(s.medianLatencyP99),
+        ]
+      }),
+    ]
+  })
+  return table(header, align, rows)
+}
+
 export function renderTable(report: BenchReport): string {
   const flag = (count: number) => (count === 0 ? '0' : `**${integer.format(count)} ⚠**`)
   return table(
@@ -104,6 +156,7 @@ export function renderTable(report: BenchReport): string {
     ['---', '---', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:', '---:'],
     report.targets.map((target) => {
       const s = target.summary
+      if (target.skipped !== undefined) return skippedRow(target, 11, [target.label, requestCell(target)])
       return [
         target.label,
         requestCell(target),
@@ -139,7 +192,7 @@ export function renderCostTable(report: BenchReport): string {
       'executed by Redis/req',
     ],
     ['---', '---:', '---:', '---:', '---:', '---:', '---:', '---:'],
-    report.targets.map((target) => {
+    measured(report).map((target) => {
       const s = target.summary
       const supporting = s.medianSupportingCpuMicrosPerRequest ?? {}
       return [
@@ -210,7 +263,8 @@ export function renderGoals(report: BenchReport): string {
             : ` — rounds of ${goal.noisy.map((id) => labelOf(report, id)).join(' and ')} spread more than ` +
               `${NOISY_SPREAD_PERCENT} %: trust the CPU figure more`
         return (
-          `- ${labelOf(report, goal.subject)} ≥ ${goal.minRatio}× ${labelOf(report, goal.baseline)}: ` +
+          `- ${labelOf(report, goal.subject)} ≥ ${goal.minRatio}× ${labelOf(report, goal.baseline)} ` +
+          `(${report.config.connections} connections): ` +
           `${verdict(goal.met)} by req/s (${decimal(goal.ratio, 3)}×)` +
           (goal.cpuRatio === undefined ? '' : `; ${verdict(goal.metByCpu ?? false)} by server CPU per request (${decimal(goal.cpuRatio, 3)}×)`) +
           noisy
@@ -242,7 +296,7 @@ export function renderGoals(report: BenchReport): string {
         `- ${labelOf(report, goal.subject)} p99 ≤ ${labelOf(report, goal.baseline)} p99 + ${goal.maxAddedMillis} ms at ` +
         `${Math.round(goal.load * 100)} % of its saturation rate (${whole(goal.offeredRate)} req/s offered to both): ` +
         `${verdict(goal.met)} (p99 ${decimal(goal.subjectP99 ?? Number.NaN)} vs ${decimal(goal.baselineP99 ?? Number.NaN)} ms, ` +
-        `+${decimal(goal.added, 2)} ms; p50 ${decimal(goal.subjectP50 ?? Number.NaN)} vs ${decimal(goal.baselineP50 ?? Number.NaN)} ms)`
+        `${goal.added >= 0 ? '+' : ''}${decimal(goal.added, 2)} ms; p50 ${decimal(goal.subjectP50 ?? Number.NaN)} vs ${decimal(goal.baselineP50 ?? Number.NaN)} ms)`
       )
     })
     .join('\n')
@@ -252,6 +306,10 @@ export function renderGoals(report: BenchReport): string {
 export function renderSummary(report: BenchReport): string {
   return [
     renderTable(report),
+    '',
+    '## Throughput by connections (closed loop)',
+    '',
+    renderSweepTable(report),
     '',
     '## Cost per request',
     '',
@@ -284,8 +342,10 @@ export function renderMarkdown(report: BenchReport): string {
         : `; during the rounds, CPU used by nothing this benchmark measures (other work on the machine, the ` +
           `kernel's loopback softirq) was ${integer.format(other)} % of one core (median over all rounds)`),
     `- Commit: ${env.gitCommit}`,
-    `- Parameters: ${config.rounds} rounds × ${config.durationSeconds} s per target, interleaved; ` +
-      `${config.warmupSeconds} s warm-up per target (discarded); ${config.connections} connections, pipelining 1` +
+    `- Parameters: closed loop at ${config.connectionLevels.join(', ')} connections (pipelining 1); ` +
+      `${config.rounds} rounds × ${config.durationSeconds} s per target at ${config.connections} connections, ` +
+      `${config.sweepRounds} rounds × ${config.sweepDurationSeconds} s at the other levels, interleaved; ` +
+      `${config.warmupSeconds} s warm-up per target (discarded)` +
       ((report.openLoop ?? []).length === 0
         ? ''
         : `; open loop (${config.openLoopTool}) at ${config.openLoopLoads.map((load) => `${Math.round(load * 100)} %`).join(', ')} ` +
@@ -298,6 +358,10 @@ export function renderMarkdown(report: BenchReport): string {
   if (database.warning) parts.push('', `> **Warning:** ${database.warning}`)
   parts.push(
     '',
+    `![Throughput per row and open-loop latency](latest.svg)`,
+    '',
+    `## Throughput at ${config.connections} connections (the targets' figures)`,
+    '',
     renderTable(report),
     '',
     'req/s: median of the rounds (each round: responses ÷ its duration). p50/p99: median across rounds of ' +
@@ -309,6 +373,15 @@ export function renderMarkdown(report: BenchReport): string {
       "machine, kernel softirq); a server near 100 % is the bottleneck, and the columns together near " +
       `${report.environment.cores * 100} % mean the machine was saturated. Spread: (max − min) ÷ median. ` +
       'Unexpected status: responses other than the row’s expected status (any 2xx unless it names one).',
+    '',
+    '## Throughput by connections (closed loop)',
+    '',
+    renderSweepTable(report),
+    '',
+    `Each level is its own interleaved set of rounds (targets A, B, A, B, …). The ${config.connections}-connection ` +
+      `level (the targets' figures, the table above) runs ${config.rounds} rounds × ${config.durationSeconds} s; the others ` +
+      `${config.sweepRounds} rounds × ${config.sweepDurationSeconds} s, so their min–max spread is printed beside each median. ` +
+      'At 1 connection req/s is 1 ÷ the round-trip time; at 100 the server (or the load generator: see its CPU %) is saturated.',
     '',
     '## Cost per request',
     '',
@@ -338,7 +411,7 @@ export function renderMarkdown(report: BenchReport): string {
     '',
     renderGoals(report),
   )
-  const noisy = report.targets.filter((target) => target.summary.spreadPercent > NOISY_SPREAD_PERCENT)
+  const noisy = measured(report).filter((target) => target.summary.spreadPercent > NOISY_SPREAD_PERCENT)
   if (noisy.length > 0) {
     parts.push(
       '',
@@ -378,6 +451,10 @@ export function renderMarkdown(report: BenchReport): string {
   }
   parts.push('', '## Rounds', '')
   for (const target of report.targets) {
+    if (target.skipped !== undefined) {
+      parts.push(`- ${target.label}: skipped (${target.skipped})`)
+      continue
+    }
     const warmup = target.warmup ? ` (warm-up ${integer.format(target.warmup.requestsPerSecond)})` : ''
     const cpuPerRound = target.rounds.map((round) => round.serverCpuMicrosPerRequest)
     const cpu = cpuPerRound.every((value) => value !== undefined)
@@ -385,7 +462,11 @@ export function renderMarkdown(report: BenchReport): string {
       : ''
     parts.push(
       `- ${target.label}: req/s ${target.rounds.map((round) => integer.format(round.requestsPerSecond)).join(', ')}` +
-        `${warmup}${cpu}`,
+        `${warmup}${cpu}` +
+        (target.sweep ?? [])
+          .filter((level) => level.connections !== config.connections)
+          .map((level) => `; ${level.connections} conn req/s ${level.rounds.map((round) => integer.format(round.requestsPerSecond)).join(', ')}`)
+          .join(''),
     )
   }
   for (const phase of report.openLoop ?? []) {

@@ -13,7 +13,8 @@ import { REPO_ROOT, freePort, startChildServer } from '../lib/childServer.ts'
 import type { PrivateRedis } from '../lib/redisServer.ts'
 import { checkFirstPetsPage } from './petsPage.ts'
 import { PROXY_PATH } from './proxyRows.ts'
-import { firstFailure, privateRedis, staticUpstream, type StaticUpstream } from './shared.ts'
+import { petsService } from './petsService.ts'
+import { firstFailure, privateRedis, staticUpstream } from './shared.ts'
 import type { BenchTarget, ResponseSample, SharedService, TargetContext } from './types.ts'
 
 /** Plans of the bench config: `bench` admits everything a run can send, `limited` one request a day. */
@@ -28,7 +29,7 @@ const BAN_MILLIS = 3_600_000
 interface GatewayFixture extends SharedService {
   origin: string
   opsOrigin: string
-  upstream: StaticUpstream
+  upstream: GatewayUpstream
   redis: PrivateRedis
   configFile: string
   /** Bearer tokens, one per row. */
@@ -91,6 +92,14 @@ async function banKey(redisUrl: string, configText: string, key: { id: string; p
   }
 }
 
+/** What a gateway forwards to: the static upstream, or the real pets-service for the full stack. */
+export interface GatewayUpstream extends SharedService {
+  /** http://127.0.0.1:port, no path (the gateway's PETS_URL). */
+  origin: string
+  /** The x-internal-token the upstream requires; a random one when it checks none. */
+  internalToken?: string
+}
+
 /**
  * A gateway process: the default one serves the four gateway rows; experiments start their own
  * with different env or node flags (BENCH_TARGETS=gateway,gateway-log-warn).
@@ -106,12 +115,15 @@ export interface GatewayVariant {
   swaps?: Record<string, string>
   /** Runs before the process starts (writes a generated replacement module); undone when it stops. */
   prepare?: () => Promise<() => Promise<void>>
+  /** Its upstream; the static upstream when unset. */
+  upstream?: (context: TargetContext) => Promise<GatewayUpstream>
 }
 
 const DEFAULT_GATEWAY: GatewayVariant = { id: 'gateway' }
 
 async function startGateway(context: TargetContext, variant: GatewayVariant): Promise<GatewayFixture> {
-  const [upstream, redis] = [await staticUpstream(context), await privateRedis(context)]
+  const upstream: GatewayUpstream = await (variant.upstream ?? staticUpstream)(context)
+  const redis = await privateRedis(context)
   const [port, opsPort] = [await freePort(), await freePort()]
   const undo = (await variant.prepare?.()) ?? (async () => undefined)
   const swaps = Object.entries(variant.swaps ?? {})
@@ -126,7 +138,7 @@ async function startGateway(context: TargetContext, variant: GatewayVariant): Pr
     env: {
       DATABASE_URL: context.databaseUrl,
       REDIS_URL: redis.url,
-      INTERNAL_TOKEN: randomBytes(24).toString('hex'),
+      INTERNAL_TOKEN: upstream.internalToken ?? randomBytes(24).toString('hex'),
       PETS_URL: upstream.origin,
       GATEWAY_CONFIG: configFile,
       GATEWAY_HOST: '127.0.0.1',
@@ -207,6 +219,9 @@ interface GatewayRow {
   description: string
   checkResponse(response: ResponseSample): string | undefined
   openLoop?: boolean
+  /** Count the upstream's CPU as the row's own (the full stack: gateway + pets-service). */
+  upstreamIsOwnCost?: boolean
+  upstreamLabel?: string
 }
 
 function gatewayRow(row: GatewayRow): BenchTarget {
@@ -224,16 +239,16 @@ function gatewayRow(row: GatewayRow): BenchTarget {
       return {
         url: `${gateway.origin}${PROXY_PATH}`,
         headers: { authorization: `Bearer ${gateway.keys[row.key]}` },
-        pids: [gateway.pid],
+        pids: row.upstreamIsOwnCost ? [gateway.pid, gateway.upstream.pid] : [gateway.pid],
         supporting: [
-          { role: 'upstream', pid: gateway.upstream.pid },
+          ...(row.upstreamIsOwnCost ? [] : [{ role: 'upstream' as const, pid: gateway.upstream.pid }]),
           { role: 'Redis', pid: gateway.redis.pid },
         ],
         redis: gateway.redis,
         counters: () => decisionCounters(gateway.opsOrigin),
         failure: firstFailure(
           { name: 'gateway', failure: gateway.failure },
-          { name: 'static upstream', failure: gateway.upstream.failure },
+          { name: row.upstreamLabel ?? 'static upstream', failure: gateway.upstream.failure },
           { name: 'Redis', failure: gateway.redis.failure },
         ),
         // One gateway process serves all rows of its variant; the harness stops it once at the end.
@@ -291,6 +306,27 @@ export const gatewayBannedTarget = gatewayRow({
   description:
     `${GATEWAY_PROCESS}. A key the harness banned for an hour through the gateway’s own Redis store; the ` +
     'response check learns the ban (one EVALSHA), every measured request is answered from the local ban cache.',
+})
+
+/**
+ * The whole stack: a gateway of its own in front of the real pets-service (the same process the
+ * pets-service row measures directly) on Postgres, an admitted key, the first page of pets.
+ */
+export const fullStackTarget = gatewayRow({
+  variant: {
+    id: 'gateway-full-stack',
+    upstream: (context) => petsService(context, { id: 'pets-service', logLevel: 'info' }),
+  },
+  id: 'full-stack',
+  label: 'full stack: gateway → pets-service → Postgres',
+  key: 'admitted',
+  checkResponse: checkFirstPetsPage,
+  upstreamIsOwnCost: true,
+  upstreamLabel: 'pets-service',
+  description:
+    `${GATEWAY_PROCESS.replace('one process serves the four gateway rows', 'its own process')}, PETS_URL = the ` +
+    'pets-service row’s own process (LOG_LEVEL=info, the same INTERNAL_TOKEN), which reads the page from the ' +
+    'bench database. Server CPU counts the gateway and the pets-service; Postgres is its own column.',
 })
 
 /** Experiment: the admitted row with LOG_LEVEL=warn, i.e. without the one log line per request. */

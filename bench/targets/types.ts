@@ -85,6 +85,11 @@ export interface BenchTarget {
    * saturation rate) for latency under load.
    */
   openLoop?: boolean
+  /**
+   * Why this row cannot run on this machine (e.g. nginx is not installed), or undefined when it
+   * can: an unavailable row is listed as skipped in every table and never started.
+   */
+  unavailable?(): string | undefined
   start(context: TargetContext): Promise<RunningTarget>
   /**
    * Checked once on a single request before the warm-up: returns a problem description, or
