@@ -83,14 +83,21 @@ export function createGatewayMetrics(registry: Registry) {
     registers,
   })
 
+  // Every request records a decision: the label children are looked up once per label set and
+  // kept (plans, outcomes, sources and windows are bounded), not hashed from an object each time.
+  const requestCounts = labelChildren((plan, outcome, source) => requests.labels({ plan, outcome, source }))
+  const windowCounts = labelChildren((plan, window, outcome) => windowDecisions.labels({ plan, window, outcome }))
+  const nearLimitCounts = labelChildren((plan, window) => nearLimit.labels({ plan, window }))
+  const storeTimes = labelChildren((kind) => storeDuration.labels({ store: kind }))
+
   const rateLimit: RateLimitObserver = {
     decision(event) {
-      requests.inc({ plan: event.plan, outcome: event.outcome, source: event.source })
+      requestCounts(event.plan, event.outcome, event.source).inc()
       for (const window of event.windows ?? []) {
         const exceeded = event.outcome !== 'admitted' && window.remaining === 0
-        windowDecisions.inc({ plan: event.plan, window: window.name, outcome: exceeded ? 'exceeded' : 'allowed' })
+        windowCounts(event.plan, window.name, exceeded ? 'exceeded' : 'allowed').inc()
         if (event.outcome === 'admitted' && window.limit - window.remaining >= NEAR_LIMIT_RATIO * window.limit) {
-          nearLimit.inc({ plan: event.plan, window: window.name })
+          nearLimitCounts(event.plan, window.name).inc()
         }
       }
       if (event.newBanStep !== undefined) bans.inc({ step: String(event.newBanStep) })
@@ -103,7 +110,7 @@ export function createGatewayMetrics(registry: Registry) {
       for (const result of ['timeout', 'error']) storeErrors.inc({ store: kind, kind: result }, 0)
     },
     call(kind, seconds, result) {
-      storeDuration.observe({ store: kind }, seconds)
+      storeTimes(kind).observe(seconds)
       if (result !== 'ok') storeErrors.inc({ store: kind, kind: result })
     },
   }
@@ -165,3 +172,17 @@ export function createGatewayMetrics(registry: Registry) {
 }
 
 export type GatewayMetrics = ReturnType<typeof createGatewayMetrics>
+
+/** A metric's child for a label set, made on first use and kept. */
+function labelChildren<Child>(make: (...values: string[]) => Child): (...values: string[]) => Child {
+  const children = new Map<string, Child>()
+  return (...values) => {
+    const id = values.join('\u0000')
+    let child = children.get(id)
+    if (child === undefined) {
+      child = make(...values)
+      children.set(id, child)
+    }
+    return child
+  }
+}
