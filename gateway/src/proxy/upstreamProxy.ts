@@ -142,6 +142,25 @@ function sanitizeHeaderValue(value: string): string {
   return INVALID_HEADER_VALUE.test(value) ? value.replace(INVALID_HEADER_CHARACTERS, '') : value
 }
 
+const isJson = (contentType: string | string[] | undefined) => typeof contentType === 'string' && /^application\/json\b/i.test(contentType)
+
+/** Exactly `{code, message, status}` with the answer's own status, as every service answers an error. */
+function isErrorBody(body: Buffer, statusCode: number): boolean {
+  try {
+    const error = JSON.parse(body.toString('utf8')) as Record<string, unknown> | null
+    return (
+      typeof error === 'object' &&
+      error !== null &&
+      Object.keys(error).length === 3 &&
+      typeof error.code === 'string' &&
+      typeof error.message === 'string' &&
+      error.status === statusCode
+    )
+  } catch {
+    return false
+  }
+}
+
 /** A path segment WHATWG URL parsing leaves exactly as it is: no `%`, no dot segment, nothing it encodes. */
 const PLAIN_PATH = /^(?:\/(?!\.\.?(?:\/|$))[A-Za-z0-9\-._~!$&'()*+,;=:@]*)+$/
 
@@ -169,7 +188,8 @@ function upstreamPathname(destination: string, base: string, baseHref: string): 
 /**
  * Stage 4: a public prefix (`/v1/pets` and below) to its upstream. Bodies are read (at most
  * 1 MiB, else 413 before the upstream is contacted) and forwarded as they came; answers, the
- * upstream's Error bodies included, pass through unchanged.
+ * upstream's Error bodies included, pass through unchanged. An error answer that is not the
+ * Error body (an upstream's stack trace or HTML page) is replaced by 502 bad_gateway.
  *
  * `@fastify/http-proxy` owns the routes, the prefix rewrite and the destination checks; its
  * handler hands the checked destination to ours, which talks to the upstream through one undici
@@ -230,6 +250,12 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     if (statusCode === 401) {
       reply.log.error('the upstream refused the internal credential: INTERNAL_TOKEN differs between gateway and upstream')
       fail(reply, new Error('upstream refused the internal credential'))
+      return false
+    }
+    // An error answer reaches the client only as the Error body: an upstream's own page (a stack
+    // trace, SQL, a framework's HTML) is a broken answer, refused with 502 and kept in the log.
+    if (statusCode >= 400 && !isJson(parsed['content-type'])) {
+      fail(reply, new Error(`upstream answered ${statusCode} with content-type ${String(parsed['content-type'])}`))
       return false
     }
     // withoutHopByHop, then @fastify/http-proxy's sanitizeHeaders, then reply-from's copyHeaders, in one pass.
@@ -325,8 +351,13 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
           return
         }
         if (!chunks || !parsed) return
+        const answer = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)
+        if (statusCode >= 400 && !isErrorBody(answer, statusCode)) {
+          fail(reply, new Error(`upstream answered ${statusCode} with a body that is not the Error body`))
+          return
+        }
         if (!answerHead(request, reply, statusCode, parsed)) return
-        reply.send(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks))
+        reply.send(answer)
       },
       onError(error) {
         if (dropped) return
