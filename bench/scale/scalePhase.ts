@@ -22,7 +22,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { Redis } from 'ioredis'
 import { parse, stringify } from 'yaml'
-import { Pool } from 'undici'
+import { Pool, WebSocket } from 'undici'
 import { createPool } from '../../common/src/database/pool.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { DEFAULT_CONFIG_PATH, parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
@@ -358,9 +358,47 @@ async function gatewayGauges(opsOrigin: string): Promise<GatewayGauges | undefin
   }
 }
 
-async function startScaleGateway(context: ScaleContext, redisUrl: string, keyCacheMaxEntries: number): Promise<{ server: ChildServer; origin: string; opsOrigin: string }> {
+interface ScaleGateway {
+  server: ChildServer
+  origin: string
+  opsOrigin: string
+  /** The gateway's inspector (loopback only), used to run a full garbage collection before reading the live heap. */
+  inspectOrigin: string
+}
+
+/**
+ * Runs a full garbage collection in the gateway (Chrome DevTools Protocol, HeapProfiler.collectGarbage
+ * over the inspector's WebSocket), so the heap read next is live data, not garbage V8 has not
+ * collected yet. False when the inspector did not answer.
+ */
+async function collectGarbage(inspectOrigin: string): Promise<boolean> {
+  try {
+    const targets = (await (await fetch(`${inspectOrigin}/json/list`, { signal: AbortSignal.timeout(5_000) })).json()) as Array<{ webSocketDebuggerUrl?: string }>
+    const url = targets[0]?.webSocketDebuggerUrl
+    if (!url) return false
+    const socket = new WebSocket(url)
+    return await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => finish(false), 30_000)
+      const finish = (done: boolean) => {
+        clearTimeout(timer)
+        socket.close()
+        resolve(done)
+      }
+      socket.addEventListener('open', () => socket.send(JSON.stringify({ id: 1, method: 'HeapProfiler.collectGarbage' })))
+      socket.addEventListener('message', (event) => {
+        const reply = JSON.parse(String(event.data)) as { id?: number; error?: unknown }
+        if (reply.id === 1) finish(reply.error === undefined)
+      })
+      socket.addEventListener('error', () => finish(false))
+    })
+  } catch {
+    return false
+  }
+}
+
+async function startScaleGateway(context: ScaleContext, redisUrl: string, keyCacheMaxEntries: number): Promise<ScaleGateway> {
   const upstream = await staticUpstream(context)
-  const [port, opsPort] = [await freePort(), await freePort()]
+  const [port, opsPort, inspectPort] = [await freePort(), await freePort(), await freePort()]
   // The shipped config with every free-plan key admitted for its one request; the key cache as shipped unless asked otherwise.
   const file = parse(shippedConfig().text) as Record<string, Record<string, unknown>>
   file.keyCache = { ...file.keyCache, maxEntries: keyCacheMaxEntries }
@@ -371,7 +409,7 @@ async function startScaleGateway(context: ScaleContext, redisUrl: string, keyCac
   const server = await startChildServer({
     name: 'gateway-scale',
     script: 'gateway/src/main.ts',
-    nodeArgs: context.nodeArgs,
+    nodeArgs: [...context.nodeArgs, `--inspect=127.0.0.1:${inspectPort}`],
     env: {
       DATABASE_URL: context.databaseUrl,
       REDIS_URL: redisUrl,
@@ -387,18 +425,19 @@ async function startScaleGateway(context: ScaleContext, redisUrl: string, keyCac
     readyUrl: `http://127.0.0.1:${opsPort}/readyz`,
     logFile: path.join(context.logDir, 'gateway-scale.log'),
   })
-  return { server, origin: `http://127.0.0.1:${port}`, opsOrigin: `http://127.0.0.1:${opsPort}` }
+  return { server, origin: `http://127.0.0.1:${port}`, opsOrigin: `http://127.0.0.1:${opsPort}`, inspectOrigin: `http://127.0.0.1:${inspectPort}` }
 }
 
 async function httpStep(
   name: string,
   keys: string[],
-  gateway: { server: ChildServer; origin: string; opsOrigin: string },
+  gateway: ScaleGateway,
   context: ScaleContext,
 ): Promise<HttpStep> {
   const statuses: Record<string, number> = {}
   let errors = 0
   const before = await gatewayGauges(gateway.opsOrigin)
+  const cpuBefore = processCpuSeconds(gateway.server.pid)
   const started = performance.now()
   if (keys.length > 0) {
     const pool = new Pool(gateway.origin, { connections: HTTP_CONNECTIONS, pipelining: 1 })
@@ -423,6 +462,7 @@ async function httpStep(
     }
   }
   const seconds = (performance.now() - started) / 1_000
+  const cpuAfter = processCpuSeconds(gateway.server.pid)
   const failure = gateway.server.exitReason()
   if (failure !== undefined) throw new Error(`the scale gateway ${failure} during "${name}"`)
   await delay(500)
@@ -430,6 +470,10 @@ async function httpStep(
   const after = await gatewayGauges(gateway.opsOrigin)
   const entries = after?.keyCacheEntries
   const fallback = before && after ? (after.decisionsBySource.fallback ?? 0) - (before.decisionsBySource.fallback ?? 0) : undefined
+  // Then the live heap and RSS once a full GC has run: what the process keeps, not what it has not freed yet.
+  const collected = await collectGarbage(gateway.inspectOrigin)
+  const afterGc = collected ? await gatewayGauges(gateway.opsOrigin) : undefined
+  const memoryAfterGc = collected ? gatewayMemory(gateway.server.pid) : undefined
   const step: HttpStep = {
     name,
     distinctKeys: keys.length,
@@ -441,10 +485,17 @@ async function httpStep(
     ...(entries === undefined ? {} : { keyCacheEntries: entries }),
     ...(after?.heapUsedBytes === undefined ? {} : { heapUsedBytes: after.heapUsedBytes }),
     ...(fallback === undefined ? {} : { fallbackDecisions: fallback }),
+    ...(cpuBefore === undefined || cpuAfter === undefined || keys.length === 0
+      ? {}
+      : { gatewayCpuMicrosPerRequest: ((cpuAfter - cpuBefore) * 1e6) / keys.length }),
+    ...(afterGc?.heapUsedBytes === undefined ? {} : { liveHeapBytes: afterGc.heapUsedBytes }),
+    ...(memoryAfterGc === undefined ? {} : { rssAfterGcBytes: memoryAfterGc.rssBytes }),
   }
   context.progress(
-    `scale: gateway ${name}: ${keys.length} new keys, ${Math.round(step.requestsPerSecond)} req/s, RSS ${round1(memory.rssBytes / 1048576)} MB, ` +
-      `heap ${after?.heapUsedBytes === undefined ? 'n/a' : round1(after.heapUsedBytes / 1048576)} MB, key cache ${entries ?? 'n/a'}, fallback decisions ${fallback ?? 'n/a'}`,
+    `scale: gateway ${name}: ${keys.length} new keys, ${Math.round(step.requestsPerSecond)} req/s, ` +
+      `${step.gatewayCpuMicrosPerRequest === undefined ? '' : `${Math.round(step.gatewayCpuMicrosPerRequest)} µs CPU/req, `}RSS ${round1(memory.rssBytes / 1048576)} MB, ` +
+      `heap ${after?.heapUsedBytes === undefined ? 'n/a' : round1(after.heapUsedBytes / 1048576)} MB ` +
+      `(after a full GC ${afterGc?.heapUsedBytes === undefined ? 'n/a' : round1(afterGc.heapUsedBytes / 1048576)} MB), key cache ${entries ?? 'n/a'}, fallback decisions ${fallback ?? 'n/a'}`,
   )
   return step
 }

@@ -152,7 +152,7 @@ describe('scale targets', () => {
       ['Redis ≤ 400 bytes per active key', true],
       ['every rate-limit key has a TTL', true],
       ['gateway RSS ≤ 250 MB', true],
-      ['gateway RSS bounded by the key cache', true],
+      ['gateway memory bounded by the key cache', true],
     ])
   })
 
@@ -177,6 +177,25 @@ describe('scale targets', () => {
     expect(targets[2]?.measured).toContain('270 MB after burst 3')
     expect(targets[3]?.met).toBe(false)
     expect(targets[3]?.measured).toContain('+30 MB (240 MB → 270 MB)')
+  })
+})
+
+describe('memory bounded by the key cache', () => {
+  it('is judged on the live heap after a full GC when the gateway reported it, not on garbage not yet collected', () => {
+    const scale = http([150, 170, 200, 230, 260])
+    const live = [0, 30, 40, 41, 42]
+    scale.steps.forEach((step, index) => (step.liveHeapBytes = (live[index] ?? 0) * MB))
+    const target = evaluateScaleTargets({ keys: 1_000_000, memory: memory(), http: scale })[3]
+    expect(target?.label).toContain('live heap (after a full GC)')
+    expect(target?.met).toBe(true)
+    expect(target?.measured).toContain('live heap +1 MB (41 MB → 42 MB)')
+  })
+
+  it('is missed when the live heap keeps growing with the number of keys', () => {
+    const scale = http([150, 170, 200, 230, 260])
+    const live = [0, 30, 40, 60, 80]
+    scale.steps.forEach((step, index) => (step.liveHeapBytes = (live[index] ?? 0) * MB))
+    expect(evaluateScaleTargets({ keys: 1_000_000, memory: memory(), http: scale })[3]?.met).toBe(false)
   })
 })
 
