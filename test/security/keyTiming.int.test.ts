@@ -63,7 +63,7 @@ describe('how long an invalid key takes to refuse', () => {
   beforeAll(async () => {
     database = await freshDatabase()
     // The gateway is ready once its upstream answers at all; no request here gets past a 401.
-    upstream = http.createServer((_request, response) => response.writeHead(404).end())
+    upstream = http.createServer((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
     await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
     gateway = await startGatewayProcess({
       databaseUrl: database.url,
@@ -100,8 +100,8 @@ describe('how long an invalid key takes to refuse', () => {
 
   it('does not depend on how much of a real key was guessed', { timeout: 120_000 }, async () => {
     const { key: real } = await createKeyRepository(pool).create({ name: 'the real one', plan: 'free' })
-    // The real key is admitted (the stub upstream answers 404): the guesses share parts of a working key.
-    expect((await timedRequest(real)).status).toBe(404)
+    // The real key is admitted: the guesses share parts of a working key.
+    expect((await timedRequest(real)).status).toBe(200)
     const samples = new Map<string, number[]>(GROUPS.map(([group]) => [group, []]))
     const statuses = new Set<number>()
     for (let round = 0; round < WARM_UP_ROUNDS + ROUNDS; round++) {
