@@ -1,5 +1,4 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { parse, stringify } from 'yaml'
@@ -65,38 +64,5 @@ export async function startGatewayProcess(options: {
   }
 }
 
-/**
- * A TCP relay to `target` that the test can cut (every open connection destroyed, new ones
- * refused) and restore on the same port: "the network to Postgres/Redis went away".
- */
-export async function cuttableRelay(target: { host: string; port: number }) {
-  const sockets = new Set<net.Socket>()
-  let server: net.Server | undefined
-  let port = 0
-  const listen = async () => {
-    server = net.createServer((client) => {
-      const upstream = net.connect(target)
-      for (const socket of [client, upstream]) {
-        sockets.add(socket)
-        socket.on('close', () => sockets.delete(socket))
-        socket.on('error', () => undefined)
-      }
-      client.pipe(upstream).pipe(client)
-    })
-    await new Promise<void>((resolve) => server!.listen(port, '127.0.0.1', resolve))
-    port = (server.address() as net.AddressInfo).port
-  }
-  await listen()
-  const cut = async () => {
-    const closing = new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
-    for (const socket of sockets) socket.destroy()
-    await closing
-    server = undefined
-  }
-  return {
-    port,
-    cut,
-    restore: listen,
-    close: cut,
-  }
-}
+// The relay moved to test/helpers/tcpRelay.ts, where the fault tests share it.
+export { cuttableRelay } from '../helpers/tcpRelay.ts'
