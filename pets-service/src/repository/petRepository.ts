@@ -63,6 +63,13 @@ export function createPetRepository(pool: pg.Pool) {
     async create(pet: NewPetRow, claim?: IdempotencyClaim): Promise<CreateResult> {
       if (!claim) return { outcome: 'created', pet: await insertPet(pool, pet) }
       const client = await pool.connect()
+      // A connection lost mid-transaction is also reported as an 'error' event on the checked-out
+      // client, which the pool only listens to while the client is idle. Unheard, that event is an
+      // uncaught exception and stops the service; heard, the request answers 503 and the broken
+      // connection is destroyed rather than returned to the pool.
+      let lost: Error | undefined
+      const onLost = (error: Error) => (lost = error)
+      client.on('error', onLost)
       try {
         await client.query('BEGIN')
         // A concurrent request with the same key blocks here until the first commits, then
@@ -90,7 +97,8 @@ export function createPetRepository(pool: pg.Pool) {
         await client.query('ROLLBACK').catch(() => undefined)
         throw error
       } finally {
-        client.release()
+        client.off('error', onLost)
+        client.release(lost)
       }
     },
 

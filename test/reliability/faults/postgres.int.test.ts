@@ -1,0 +1,257 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { expectErrorResponse } from '../../helpers/assertions.ts'
+import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
+import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import type { TestDatabase } from '../../helpers/postgres.ts'
+import { recordScenario } from '../../helpers/scenarioLog.ts'
+import { cuttableRelay } from '../../helpers/tcpRelay.ts'
+import { freshDatabase } from '../../helpers/testDatabase.ts'
+
+/**
+ * The README's fault table: "Postgres unreachable: 503 service_unavailable within the 2 s
+ * connection timeout". This is that bound plus slack for a loaded machine; a hang would be the
+ * 5 s statement timeout or more.
+ */
+const ANSWER_WITHIN_MILLIS = 4_000
+/** The gateway's key-cache TTL in this test (config keyCache.ttlSeconds; 60 s shipped). */
+const KEY_CACHE_TTL_SECONDS = 3
+const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
+
+type Relay = Awaited<ReturnType<typeof cuttableRelay>>
+
+interface Pet {
+  id: number
+  name: string
+  categoryId: number
+  status: string
+}
+
+/**
+ * Postgres goes away for both services without stopping the shared server: each service reaches
+ * it through its own TCP relay, and cutting the relays destroys every connection and refuses new
+ * ones, as a lost network or a stopped server would.
+ */
+describe('Postgres down (the services reach it through relays the test cuts)', () => {
+  let database: TestDatabase
+  let gatewayRelay: Relay
+  let petsRelay: Relay
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+  let direct: pg.Pool
+
+  const through = (relay: Relay) => {
+    const url = new URL(database.url)
+    url.host = `127.0.0.1:${relay.port}`
+    return url.toString()
+  }
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    const target = new URL(database.url)
+    gatewayRelay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    petsRelay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    pets = await startPetsService(through(petsRelay))
+    gateway = await startGateway({
+      databaseUrl: through(gatewayRelay),
+      petsUrl: pets.url,
+      configure: (file) => {
+        file.keyCache.ttlSeconds = KEY_CACHE_TTL_SECONDS
+      },
+    })
+    direct = new pg.Pool({ connectionString: database.url, max: 2 })
+  })
+  afterAll(async () => {
+    await gatewayRelay?.restore().catch(() => undefined)
+    await petsRelay?.restore().catch(() => undefined)
+    await gateway?.close()
+    await pets?.close()
+    await gatewayRelay?.close()
+    await petsRelay?.close()
+    await direct?.end()
+    await database?.drop()
+  })
+
+  async function timed(path: string, init: RequestInit & { key: string }) {
+    const started = performance.now()
+    const response = await gateway.request(path, init)
+    return { response, millis: performance.now() - started }
+  }
+
+  const create = (key: string, name: string, idempotencyKey: string) =>
+    timed('/v1/pets', {
+      key,
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+      body: JSON.stringify({ name, categoryId: 3 }),
+    })
+
+  /**
+   * Puts `key` in the gateway's key cache; returns when it was looked up (its TTL runs from then).
+   * A new key's creation reaches the gateway as a key change, which evicts it from the cache, so
+   * the lookup that counts is one made after that change: the change feed reads the log every
+   * second, and a lookup is repeated until the next request is a cache hit.
+   */
+  async function warmKeyCache(key: string): Promise<number> {
+    await sleep(1_500)
+    let lookedUpAt = 0
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const misses = gateway.cache.stats.misses
+      const startedAt = performance.now()
+      const response = await gateway.request('/v1/pets?limit=1', { key })
+      expect(response.status).toBe(200)
+      await response.arrayBuffer()
+      if (gateway.cache.stats.misses === misses) return lookedUpAt
+      lookedUpAt = startedAt
+    }
+    throw new Error('the key never stayed in the gateway cache')
+  }
+
+  /** Polls until `check` holds; returns how long that took. */
+  async function within(millis: number, check: () => Promise<boolean>): Promise<number> {
+    const started = performance.now()
+    while (!(await check().catch(() => false))) {
+      if (performance.now() - started > millis) throw new Error(`not within ${millis} ms`)
+      await sleep(100)
+    }
+    return performance.now() - started
+  }
+
+  it('keys in the gateway cache keep working for their TTL, other keys get 503 service_unavailable, and both work again when Postgres returns', async () => {
+    const cached = await gateway.createKey({ name: 'cached' })
+    const uncached = await gateway.createKey({ name: 'uncached' })
+    const cachedAt = await warmKeyCache(cached.key)
+
+    await gatewayRelay.cut()
+    try {
+      // The cached key is still authenticated, rate limited and proxied: the catalogue answers.
+      const list = await timed('/v1/pets', { key: cached.key })
+      expect(list.response.status).toBe(200)
+      await list.response.arrayBuffer()
+      const created = await create(cached.key, 'Cached while down', 'cached-while-down')
+      expect(created.response.status).toBe(201)
+      await created.response.arrayBuffer()
+      expect(performance.now() - cachedAt, 'still inside the cache TTL').toBeLessThan(KEY_CACHE_TTL_SECONDS * 1_000)
+
+      // A key the gateway has not seen cannot be checked: 503, never 401 and never a hang.
+      const unknown = await timed('/v1/pets', { key: uncached.key })
+      expect(unknown.millis).toBeLessThan(ANSWER_WITHIN_MILLIS)
+      expect(unknown.response.headers.get('retry-after')).toBe('5')
+      await expectErrorResponse(unknown.response, 503, 'service_unavailable')
+
+      // Past its TTL the cached key is one the gateway cannot check either.
+      await sleep(Math.max(cachedAt + KEY_CACHE_TTL_SECONDS * 1_000 + 200 - performance.now(), 0))
+      const expired = await timed('/v1/pets', { key: cached.key })
+      expect(expired.millis).toBeLessThan(ANSWER_WITHIN_MILLIS)
+      await expectErrorResponse(expired.response, 503, 'service_unavailable')
+
+      await gatewayRelay.restore()
+      const recoveredIn = await within(10_000, async () => {
+        const [a, b] = await Promise.all([gateway.request('/v1/pets', { key: cached.key }), gateway.request('/v1/pets', { key: uncached.key })])
+        await Promise.all([a.arrayBuffer(), b.arrayBuffer()])
+        return a.status === 200 && b.status === 200
+      })
+      // The change feed is back too: a revocation made now is refused within the README's 2 s.
+      await gateway.keys.revoke(uncached.id)
+      const revokedIn = await within(2_000, async () => {
+        const response = await gateway.request('/v1/pets', { key: uncached.key })
+        await response.arrayBuffer()
+        return response.status === 401
+      })
+
+      recordScenario({
+        area: 'Postgres',
+        scenario: `the gateway's Postgres unreachable (relay cut), key cache TTL ${KEY_CACHE_TTL_SECONDS} s`,
+        answered:
+          `a cached key: 200 list and 201 create while within its TTL, then 503 service_unavailable in ${Math.round(expired.millis)} ms; ` +
+          `a key not in the cache: 503 service_unavailable, Retry-After: 5, in ${Math.round(unknown.millis)} ms; both 200 again ` +
+          `${Math.round(recoveredIn)} ms after Postgres returned, and a revocation refused ${Math.round(revokedIn)} ms after it was made`,
+        lost: 'nothing: the create made while down is stored (201), no key refused as invalid while Postgres was away',
+        test: 'test/reliability/faults/postgres.int.test.ts',
+      })
+    } finally {
+      await gatewayRelay.restore().catch(() => undefined)
+    }
+  })
+
+  it('creates in flight or sent while Postgres is down answer 201 or 503, write nothing half-way, and retried with their Idempotency-Key make each pet exactly once', async () => {
+    const { key } = await gateway.createKey({ name: 'creator', plan: 'pro' })
+    await warmKeyCache(key)
+    const { rows: before } = await direct.query<{ count: number }>('SELECT count(*)::int AS count FROM pets.pets')
+
+    // 24 creates start; Postgres goes away under them once the first has been answered.
+    const names = Array.from({ length: 24 }, (_, i) => `In flight ${i}`)
+    let firstAnswered: () => void = () => undefined
+    const firstAnswer = new Promise<void>((resolve) => (firstAnswered = resolve))
+    const inFlight = names.map((name, i) =>
+      create(key, name, `flight-${i}`).then(async ({ response, millis }) => {
+        firstAnswered()
+        return { name, idempotencyKey: `flight-${i}`, status: response.status, millis, body: (await response.json()) as Pet & { code?: string } }
+      }),
+    )
+    await firstAnswer
+    await Promise.all([petsRelay.cut(), gatewayRelay.cut()])
+    const flown = await Promise.all(inFlight)
+
+    // Sent while it is down: every one 503, quickly.
+    const whileDown = []
+    for (let i = 0; i < 4; i++) {
+      const { response, millis } = await create(key, `While down ${i}`, `down-${i}`)
+      expect(millis).toBeLessThan(ANSWER_WITHIN_MILLIS)
+      expect(response.headers.get('retry-after')).toBe('5')
+      await expectErrorResponse(response, 503, 'service_unavailable')
+      whileDown.push({ name: `While down ${i}`, idempotencyKey: `down-${i}`, millis })
+    }
+    for (const answer of flown) {
+      expect([201, 503], `${answer.name}: ${JSON.stringify(answer.body)}`).toContain(answer.status)
+      if (answer.status === 503) expect(answer.body.code).toBe('service_unavailable')
+      expect(answer.millis).toBeLessThan(ANSWER_WITHIN_MILLIS + 5_000)
+    }
+
+    await Promise.all([petsRelay.restore(), gatewayRelay.restore()])
+    // Nothing half-way: no idempotency claim without its pet, no pet beyond the creates.
+    const { rows: orphans } = await direct.query('SELECT key FROM pets.idempotency_keys WHERE pet_id IS NULL')
+    expect(orphans).toEqual([])
+
+    // The client retries what got 503, with the same Idempotency-Key: 201, and never a second pet.
+    const retried = [...flown.filter((answer) => answer.status === 503), ...whileDown]
+    const recoveredIn = await within(10_000, async () => {
+      const response = await gateway.request('/v1/pets?limit=1', { key })
+      await response.arrayBuffer()
+      return response.status === 200
+    })
+    const final = new Map<string, Pet>()
+    for (const answer of flown.filter((answer) => answer.status === 201)) final.set(answer.idempotencyKey, answer.body)
+    for (const attempt of retried) {
+      const { response } = await create(key, attempt.name, attempt.idempotencyKey)
+      expect(response.status, attempt.name).toBe(201)
+      final.set(attempt.idempotencyKey, (await response.json()) as Pet)
+    }
+    for (const answer of flown.filter((answer) => answer.status === 201)) {
+      const { response } = await create(key, answer.name, answer.idempotencyKey)
+      expect(response.headers.get('idempotent-replayed')).toBe('true')
+      expect(await response.json()).toEqual(answer.body)
+    }
+
+    const total = names.length + whileDown.length
+    const { rows: after } = await direct.query<{ count: number }>('SELECT count(*)::int AS count FROM pets.pets')
+    expect(after[0]!.count - before[0]!.count, 'one pet per create').toBe(total)
+    const { rows: stored } = await direct.query<{ id: number; name: string }>(
+      'SELECT id::int AS id, name FROM pets.pets WHERE id = ANY($1::bigint[])',
+      [[...final.values()].map((pet) => pet.id)],
+    )
+    expect(new Map(stored.map((row) => [row.id, row.name]))).toEqual(new Map([...final.values()].map((pet) => [pet.id, pet.name])))
+
+    const flown503 = flown.filter((answer) => answer.status === 503)
+    recordScenario({
+      area: 'Postgres',
+      scenario: `Postgres unreachable for both services (relays cut) under ${names.length} concurrent creates, then ${whileDown.length} more while down`,
+      answered:
+        `in flight: ${flown.length - flown503.length} × 201, ${flown503.length} × 503 service_unavailable (slowest ${Math.round(Math.max(...flown.map((answer) => answer.millis)))} ms); ` +
+        `while down: ${whileDown.length} × 503 with Retry-After: 5, slowest ${Math.round(Math.max(...whileDown.map((answer) => answer.millis)))} ms; ` +
+        `200 again ${Math.round(recoveredIn)} ms after Postgres returned`,
+      lost: `nothing: no idempotency claim without its pet; ${retried.length} retries with the same Idempotency-Key answered 201, and the table grew by exactly ${total} pets for ${total} creates`,
+      test: 'test/reliability/faults/postgres.int.test.ts',
+    })
+  })
+})
