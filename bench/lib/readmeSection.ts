@@ -38,15 +38,24 @@ function met(goal: GoalReport): boolean {
   return goal.kind === 'throughput' ? goal.met || goal.metByCpu === true : goal.met
 }
 
+/** Fewer or shorter rounds than a default full run. */
+function shortRun(report: BenchReport): boolean {
+  const { config } = report
+  return config.rounds < 5 || config.durationSeconds < 5 || config.warmupSeconds < 5
+}
+
 export function renderReadmeSection(report: BenchReport): string {
   const env = report.environment
   const other = otherCpuPercent(report)
   const levels = [...new Set(report.targets.flatMap((target) => (target.sweep ?? []).map((level) => level.connections)))].sort((a, b) => a - b)
   const lines: string[] = [
-    `Last full run: \`${report.command}\`, ${report.startedAt.slice(0, 16).replace('T', ' ')} UTC, Node ${env.node.replace(/^v/, '')}, ` +
+    `Last run: \`${report.command}\`, ${report.startedAt.slice(0, 16).replace('T', ' ')} UTC, Node ${env.node.replace(/^v/, '')}, ` +
       `${env.cores} × ${env.cpuModel}, ${env.memoryGiB} GiB, commit ${env.gitCommit}. Load average ${env.loadAverageAtStart} at the start` +
       (other === undefined ? '.' : `; other work on the machine used a median of ${integer.format(other)} % of one core during the rounds.`) +
-      ' Every row was measured in the same run, in interleaved rounds; `bench/results/latest.md` has every column, spread and round.',
+      ' Every row was measured in the same run, in interleaved rounds; `bench/results/latest.md` has every column, spread and round.' +
+      (shortRun(report)
+        ? ' **This was a short run** (rounds shorter or fewer than the defaults): its spreads are wide; the numbers to quote come from a full `npm run bench` on a quiet machine.'
+        : ''),
     '',
     '![Throughput per row at 1, 10 and 100 connections, and open-loop latency per offered load](bench/results/latest.svg)',
     '',

@@ -22,12 +22,19 @@ const report = () => ({
 describe('the README benchmark results', () => {
   it('name the command, the machine and the date, show the chart, and give req/s at every level of connections', () => {
     const section = renderReadmeSection(report())
-    expect(section).toContain('Last full run: `npm run bench`, 2026-11-22 05:00 UTC, Node 20.20.2, 2 × Test CPU, 8 GiB, commit abc1234.')
+    expect(section).not.toContain('short run')
+    expect(section).toContain('Last run: `npm run bench`, 2026-11-22 05:00 UTC, Node 20.20.2, 2 × Test CPU, 8 GiB, commit abc1234.')
     expect(section).toContain('![Throughput per row at 1, 10 and 100 connections, and open-loop latency per offered load](bench/results/latest.svg)')
     expect(section).toContain('| row | req/s at 1 / 10 / 100 connections | spread at 100 | server CPU µs/req | Redis commands/req |')
     expect(section).toContain('| bare @fastify/http-proxy | 1,000 / 2,500 / 3,400 | 29 % | 200 | – |')
     expect(section).toContain('| nginx reverse proxy (C ceiling) | skipped: nginx is not installed | – | – | – |')
     expect(section).toContain('| bare @fastify/http-proxy | 1.2 / 4.6 |')
+  })
+
+  it('say so when the run was shorter than a full one', () => {
+    const quick = report()
+    quick.config = { ...quick.config, rounds: 2, durationSeconds: 2 }
+    expect(renderReadmeSection(quick)).toContain('**This was a short run**')
   })
 
   it('split the targets into met (by req/s or by CPU per request) and missed', () => {
