@@ -27,6 +27,8 @@ export interface ScenarioRow {
   lost: string
   test: string
   recordedAt: string
+  /** The records file (one per test worker process, so one per run of a test file). */
+  batch?: string
 }
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
@@ -47,7 +49,7 @@ export function readRecords(directory: string): ScenarioRow[] {
       if (line.trim() === '') continue
       try {
         const parsed: unknown = JSON.parse(line)
-        if (isRow(parsed)) rows.push(parsed)
+        if (isRow(parsed)) rows.push({ ...parsed, batch: file })
       } catch {
         // A line cut short by a killed worker: not a record.
       }
@@ -84,31 +86,42 @@ export function sortRows(rows: ScenarioRow[]): ScenarioRow[] {
   )
 }
 
+/** Template literals need this much literal text to stand for a scenario (`${a}: ${b}` stands for nothing). */
+const TEMPLATE_LITERAL_MIN = 15
+
 /**
- * Whether the test file's source still produces this scenario text: as a literal anywhere in the
- * file (a recordScenario argument, an it.each table), or through a template literal whose `${…}`
- * parts stand for anything. The file must call recordScenario at all.
+ * What in the test file's source produces this scenario text, or undefined when nothing does: the
+ * text as a literal anywhere in the file (a recordScenario argument, an it.each table, a helper's
+ * argument), or a template literal whose `${…}` parts stand for anything. The file must call
+ * recordScenario at all. Records matching the same template are one row (the latest).
  */
-export function sourceRecords(source: string, scenario: string): boolean {
-  if (!source.includes('recordScenario(')) return false
-  if (source.includes(scenario)) return true
+export function sourcePattern(source: string, scenario: string): string | undefined {
+  if (!source.includes('recordScenario(')) return undefined
+  if (source.includes(scenario)) return scenario
   for (const match of source.matchAll(/`((?:[^`\\]|\\.)*)`/g)) {
     const template = match[1]!
     if (!template.includes('${')) continue
-    const pattern = template
-      .split(/\$\{[^}]*\}/)
-      .map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
-      .join('.*')
-    if (new RegExp(`^${pattern}$`, 's').test(scenario)) return true
+    const literals = template.split(/\$\{[^}]*\}/)
+    if (literals.join('').length < TEMPLATE_LITERAL_MIN) continue
+    const pattern = literals.map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*')
+    if (new RegExp(`^${pattern}$`, 's').test(scenario)) return template
   }
-  return false
+  return undefined
+}
+
+export function sourceRecords(source: string, scenario: string): boolean {
+  return sourcePattern(source, scenario) !== undefined
+}
+
+function testSource(test: string, root: string): string | undefined {
+  const file = path.join(root, test)
+  return test.startsWith('test/') && existsSync(file) ? readFileSync(file, 'utf8') : undefined
 }
 
 /** Whether `row.test` exists under `root` and still records `row.scenario`. */
 export function isBackedBySource(row: Pick<ScenarioRow, 'scenario' | 'test'>, root = ROOT): boolean {
-  const file = path.join(root, row.test)
-  if (!row.test.startsWith('test/') || !existsSync(file)) return false
-  return sourceRecords(readFileSync(file, 'utf8'), row.scenario)
+  const source = testSource(row.test, root)
+  return source !== undefined && sourceRecords(source, row.scenario)
 }
 
 /** A table cell: one line, pipes escaped. */
@@ -186,8 +199,26 @@ export interface Rendered {
 
 export function render(recordsDirectory = DEFAULT_RECORDS_DIRECTORY, generatedAt = new Date(), root = ROOT): Rendered {
   const all = latestRows(readRecords(recordsDirectory))
-  const rows = all.filter((row) => isBackedBySource(row, root))
-  const dropped = all.filter((row) => !rows.includes(row))
+  const dropped: ScenarioRow[] = []
+  // Rows from one source pattern (a templated scenario) come from the latest run of their test
+  // only: a scenario whose text carries a setting (`for 12 s`, soak sizes) is not listed twice,
+  // while the cases of one run (`sent to the gateway`, `…to the pets-service`) all are.
+  const byPattern = new Map<string, ScenarioRow[]>()
+  for (const row of all) {
+    const source = testSource(row.test, root)
+    const pattern = source === undefined ? undefined : sourcePattern(source, row.scenario)
+    if (pattern === undefined) {
+      dropped.push(row)
+      continue
+    }
+    const key = `${row.area}\u0000${row.test}\u0000${pattern}`
+    byPattern.set(key, [...(byPattern.get(key) ?? []), row])
+  }
+  const rows: ScenarioRow[] = []
+  for (const group of byPattern.values()) {
+    const latest = group.reduce((a, b) => (b.recordedAt >= a.recordedAt ? b : a))
+    rows.push(...group.filter((row) => row.batch === latest.batch))
+  }
   return { section: renderSection(rows, generatedAt), rows, dropped }
 }
 

@@ -122,6 +122,26 @@ describe('npm run reliability-table', () => {
     expect(isBackedBySource({ scenario: 'Redis killed', test: 'test/faults/a.int.test.ts' }, root)).toBe(false)
   })
 
+  it('lists the rows of a templated scenario from its latest run only; a template of mostly placeholders backs nothing', () => {
+    const { root, recordsDirectory } = fixture(`${SOURCE}\n    log(\`\${place}: \${what}\`)`, [
+      { area: 'Load', scenario: '200 clients at once', answered: 'older run', recordedAt: '2026-11-22T05:00:00.000Z' },
+      { scenario: 'Redis: anything at all' },
+    ])
+    // A later run (another worker, another file) recorded two cases of the same template.
+    writeFileSync(
+      path.join(recordsDirectory, '200.jsonl'),
+      ['300 clients at once', '400 clients at once']
+        .map((scenario) => JSON.stringify({ area: 'Load', scenario, answered: 'newer run', lost: 'nothing', test: 'test/faults/a.int.test.ts', recordedAt: '2026-11-22T05:10:00.000Z' }))
+        .join('\n'),
+    )
+    const { rows, dropped } = render(recordsDirectory, new Date(), root)
+    expect(rows.filter((row) => row.area === 'Load').map((row) => [row.scenario, row.answered])).toEqual([
+      ['300 clients at once', 'newer run'],
+      ['400 clients at once', 'newer run'],
+    ])
+    expect(dropped.map((row) => row.scenario)).toEqual(['Redis: anything at all'])
+  })
+
   it('replaces only what lies between the markers, and refuses a README without them', () => {
     const before = `# Title\n\nintro\n\n${BEGIN_MARKER}\nold table\n${END_MARKER}\n\n## Next\n`
     const after = replaceSection(before, `${BEGIN_MARKER}\nnew\n${END_MARKER}`)
