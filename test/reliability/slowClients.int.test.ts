@@ -5,7 +5,7 @@ import { startPetsService, type RunningPetsService } from '../helpers/petsServic
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { openRaw, parseAnswer, type RawConnection } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { percentile, scaled } from '../helpers/soak.ts'
+import { maxOf, percentile, printedInSoak, scaled } from '../helpers/soak.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 import { startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
 import { killAll } from '../scripts/processes.ts'
@@ -59,13 +59,13 @@ describe('slow and idle clients', () => {
     // timeout itself, not that interval.
     expect(closedAfter).toBeLessThan(2 * TIMEOUTS.headersTimeoutMillis)
     expect((await gateway.request('/v1/pets?limit=1', { key })).status).toBe(200)
-    recordScenario({
+    recordScenario(printedInSoak({
       area: 'Hostile input',
       scenario: `Slowloris: request headers dribbled one byte every 100 ms (headers timeout set to ${TIMEOUTS.headersTimeoutMillis} ms)`,
       answered: `408 request_timeout and the connection closed after ${Math.round(closedAfter)} ms; the next request got 200`,
       lost: 'nothing: no request reached the upstream',
       test: TEST,
-    })
+    }))
   })
 
   it('a body dribbled slower than the request timeout gets 408 and creates no pet', async () => {
@@ -86,13 +86,13 @@ describe('slow and idle clients', () => {
     const created = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: PET })
     expect(created.status).toBe(201)
     expect(await petRows()).toBe(before + 1)
-    recordScenario({
+    recordScenario(printedInSoak({
       area: 'Hostile input',
       scenario: `A POST body dribbled one byte every 100 ms (request timeout set to ${TIMEOUTS.requestTimeoutMillis} ms)`,
       answered: `408 request_timeout and the connection closed after ${Math.round(closedAfter)} ms; the next POST got 201`,
       lost: `nothing half-done: pet rows ${before} before, ${before} after the cut, ${before + 1} after the next POST`,
       test: TEST,
-    })
+    }))
   })
 
   it('a body that ends before its Content-Length leaves no pet behind and the gateway keeps serving', async () => {
@@ -118,13 +118,13 @@ describe('slow and idle clients', () => {
     const created = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: PET })
     expect(created.status).toBe(201)
     expect(await petRows()).toBe(before + 1)
-    recordScenario({
+    recordScenario(printedInSoak({
       area: 'Hostile input',
       scenario: `${attempts} POSTs whose body stops ${100} bytes short of Content-Length, then the client closes (FIN or reset)`,
       answered: `no answer or 400 to the broken requests (${answers.filter((line) => line === '').length} silent closes); the next GET got 200 and the next POST 201`,
       lost: `nothing half-done: pet rows ${before} before and after the broken requests, ${before + 1} after one complete POST`,
       test: TEST,
-    })
+    }))
   })
 
   describe('idle connections on a gateway process with the production timeouts', () => {
@@ -181,19 +181,19 @@ describe('slow and idle clients', () => {
         const closedAfter = await Promise.all(idle.map((connection) => connection.closed))
         const timedOut = idle.filter((connection) => parseAnswer(connection.answer()).statusLine === 'HTTP/1.1 408 Request Timeout').length
         expect(timedOut).toBe(IDLE_CONNECTIONS)
-        const lastClosed = Math.max(...closedAfter)
+        const lastClosed = maxOf(closedAfter)
         expect(lastClosed).toBeLessThan(2 * PRODUCTION_HEADERS_TIMEOUT_MILLIS + openMillis)
         const after = await fetch(`${gatewayProcess.url}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${realKey}` } })
         expect(after.status).toBe(200)
         const p99 = percentile(latencies, 99)
-        const max = Math.max(...latencies)
-        recordScenario({
+        const max = maxOf(latencies)
+        recordScenario(printedInSoak({
           area: 'Load',
           scenario: `${IDLE_CONNECTIONS} idle connections (opened in ${Math.round(openMillis)} ms, nothing sent) held on one gateway process for ${Math.round(heldMillis / 1000)} s while 4 real clients call it`,
           answered: `${latencies.length} real requests, all 200, p50 ${Math.round(percentile(latencies, 50))} ms, p99 ${Math.round(p99)} ms, max ${Math.round(max)} ms; every idle connection got 408 and was closed by ${(lastClosed / 1000).toFixed(1)} s (headers timeout 10 s)`,
           lost: `nothing: ${stillOpen} of ${IDLE_CONNECTIONS} idle connections still open at the end of the hold, no real request refused or slowed past the 10 s bound`,
           test: TEST,
-        })
+        }))
       },
       scaled(60_000, 120_000),
     )
