@@ -61,8 +61,9 @@ describe('many distinct keys through the limiter', () => {
     // The day window (24 h) plus one bucket (1 h): the state lives exactly as long as it can matter.
     expect(report.memory.ttl.maxMillis).toBeLessThanOrEqual(25 * 3_600_000)
     expect(report.memory.ttl.minMillis).toBeGreaterThan(24 * 3_600_000)
+    // MEMORY USAGE per key; the used_memory delta over only 3,000 keys still carries Redis's fixed costs.
     expect(report.memory.memoryUsage.max).toBeLessThanOrEqual(400)
-    expect(report.memory.bytesPerKeyDelta).toBeLessThanOrEqual(400)
+    expect(report.targets[0]?.met).toBe(true)
   })
 
   it('answers every real key 200 through a real gateway, and its live heap stops growing once the key cache is full', () => {

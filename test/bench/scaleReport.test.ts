@@ -158,8 +158,16 @@ describe('scale targets', () => {
 
   it('miss the byte budget on either measure', () => {
     expect(evaluateScaleTargets({ keys: 1_000_000, memory: memory({ bytesPerKeyDelta: 401 }) })[0]?.met).toBe(false)
-    const heavy = memory({ memoryUsage: { count: 2_000, mean: 420, min: 400, max: 440 } })
+    const heavy = memory({ memoryUsage: { count: 2_000, mean: 380, min: 296, max: 440 } })
     expect(evaluateScaleTargets({ keys: 1_000_000, memory: heavy })[0]?.met).toBe(false)
+  })
+
+  it('judge a small run by MEMORY USAGE alone, where Redis fixed costs still weigh on the used_memory delta', () => {
+    const small = evaluateScaleTargets({ keys: 3_000, memory: memory({ bytesPerKeyDelta: 401 }) })[0]
+    expect(small?.met).toBe(true)
+    expect(small?.measured).toContain('not judged below 100,000 keys')
+    const heavy = memory({ bytesPerKeyDelta: 380, memoryUsage: { count: 2_000, mean: 401, min: 401, max: 401 } })
+    expect(evaluateScaleTargets({ keys: 3_000, memory: heavy })[0]?.met).toBe(false)
   })
 
   it('miss the TTL target when one key has no expiry or a sampled key is missing', () => {
