@@ -10,6 +10,7 @@ import {
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
+import { recordScenario } from '../helpers/scenarioLog.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 
 const json = (body: unknown, headers: Record<string, string> = {}) => ({
@@ -179,15 +180,31 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
   it('answers 502 bad_gateway when the upstream refuses connections', async () => {
     const { gateway, key } = await gatewayTo(await refusingUpstream())
+    const started = Date.now()
     await expectErrorResponse(await gateway.request('/v1/pets', { key }), 502, 'bad_gateway')
+    recordScenario({
+      area: 'pets-service',
+      scenario: 'upstream address refusing connections',
+      answered: `502 bad_gateway with the Error body in ${Date.now() - started} ms`,
+      lost: 'nothing: no upstream detail in the answer',
+      test: 'test/gateway/proxy.int.test.ts',
+    })
   })
 
   it('answers 504 upstream_timeout when the upstream stays silent past the timeout', async () => {
     const { gateway, key } = await gatewayTo(await silentUpstream(), 0.5)
     const started = Date.now()
     await expectErrorResponse(await gateway.request('/v1/pets', { key }), 504, 'upstream_timeout')
-    expect(Date.now() - started).toBeGreaterThanOrEqual(450)
-    expect(Date.now() - started).toBeLessThan(3_000)
+    const millis = Date.now() - started
+    expect(millis).toBeGreaterThanOrEqual(450)
+    expect(millis).toBeLessThan(3_000)
+    recordScenario({
+      area: 'pets-service',
+      scenario: 'upstream accepting connections and never answering (timeoutSeconds 0.5)',
+      answered: `504 upstream_timeout with the Error body after ${millis} ms`,
+      lost: 'nothing: the request was not left hanging',
+      test: 'test/gateway/proxy.int.test.ts',
+    })
   })
 
   it('answers 502 for an upstream reply with broken headers, and keeps serving', async () => {
@@ -196,5 +213,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       await expectErrorResponse(await gateway.request('/v1/pets', { key }), 502, 'bad_gateway')
     }
     await expectErrorResponse(await gateway.request('/v1/store/orders', { key }), 501, 'not_implemented')
+    recordScenario({
+      area: 'pets-service',
+      scenario: 'upstream answering bytes that are not HTTP',
+      answered: '502 bad_gateway with the Error body, 3 of 3; the next request answered normally (501 on /v1/store/orders)',
+      lost: 'nothing: the gateway kept serving',
+      test: 'test/gateway/proxy.int.test.ts',
+    })
   })
 })
