@@ -67,7 +67,7 @@ async function main(): Promise<number> {
       `- Command: \`${process.env.BENCH_SCALE_KEYS ? `BENCH_SCALE_KEYS=${process.env.BENCH_SCALE_KEYS} ` : ''}npm run bench:scale\`\n` +
       `- Node ${environment.node}, ${environment.platform}; CPU: ${environment.cpuModel}, ${environment.cores} cores, ${environment.memoryGiB} GiB RAM\n` +
       `- Commit: ${environment.gitCommit}; Postgres ${postgres.version} (${postgres.source})\n\n`
-    const markdown = `${header}${renderScaleSection(report).replace(/^## /m, '## ')}`
+    const markdown = `${header}${renderScaleSection(report)}`
     await mkdir(path.join(REPO_ROOT, 'bench', 'results'), { recursive: true })
     await writeFile(path.join(REPO_ROOT, 'bench', 'results', 'scale.md'), markdown)
     process.stdout.write(markdown)
