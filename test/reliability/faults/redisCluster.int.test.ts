@@ -109,7 +109,8 @@ describe('Redis Cluster: the master holding a key is killed while requests flow'
     const { master, replica } = await shardOf(seed, slot)
     expect(replica, 'the master has a replica').toBeDefined()
     let openKey = await open.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })
-    while ((await shardOf(seed, await slotOf(openKey.id))).master !== master) {
+    for (let attempt = 0; (await shardOf(seed, await slotOf(openKey.id))).master !== master; attempt++) {
+      if (attempt > 50) throw new Error(`no key landed on ${master}`)
       openKey = await open.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })
     }
     const survivor = cluster.nodes.find((node) => node !== master && node !== replica)!
@@ -155,7 +156,11 @@ describe('Redis Cluster: the master holding a key is killed while requests flow'
     try {
       // Traffic on Redis first, then the master dies with requests in flight.
       const admitted = () => closedAnswers.filter((answer) => answer.status === 200).length
-      while (admitted() < 40) await sleep(20)
+      const warm = performance.now() + 15_000
+      while (admitted() < 40) {
+        if (performance.now() > warm) throw new Error(`only ${admitted()} admitted before the kill`)
+        await sleep(20)
+      }
       const index = cluster.nodes.indexOf(master)
       killedAt = performance.now() - t0
       cluster.processes[index]!.kill('SIGKILL')
