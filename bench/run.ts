@@ -54,12 +54,19 @@ class Interrupted extends Error {
 let interruptedBy: NodeJS.Signals | undefined
 let currentLoad: { stop(): void } | undefined
 let cleaningUp = false
+let interruptedAt = 0
+// One Ctrl-C can arrive twice: the terminal signals the whole process group, and tsx's parent
+// process relays the same signal to this one. A repeat within a second is that echo, not a
+// second Ctrl-C, and must not skip the cleanup.
+const SIGNAL_ECHO_MILLIS = 1_000
 function onSignal(signal: NodeJS.Signals): void {
+  if (interruptedBy !== undefined && Date.now() - interruptedAt < SIGNAL_ECHO_MILLIS) return
   if (interruptedBy !== undefined) {
     progress(`second ${signal}: exiting without finishing the cleanup (look for aas_bench_* databases)`)
     process.exit(130)
   }
   interruptedBy = signal
+  interruptedAt = Date.now()
   progress(`${signal}: stopping${cleaningUp ? '' : ', then cleaning up'}`)
   currentLoad?.stop()
 }

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
 import {
@@ -15,7 +14,6 @@ import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import { privateResponses } from './auth/privateResponses.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
 import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors } from './errors.ts'
-import { KEY_PREFIX } from './keys/apiKeyFormat.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { BODY_LIMIT_BYTES, upstreamProxy } from './proxy/upstreamProxy.ts'
@@ -36,18 +34,6 @@ export interface GatewayDependencies {
   registry: Registry
   /** How long a client may take to send its headers and its whole request (CLIENT_TIMEOUTS unless set). */
   clientTimeouts?: ClientTimeouts
-}
-
-/** Anything that looks like an API key: the prefix and 16 or more characters of its alphabet. */
-const KEY_LIKE = new RegExp(`${KEY_PREFIX}[0-9A-Za-z]{16}`)
-
-/**
- * The client's X-Request-Id is reused (and so logged, and passed to the upstream) unless it looks
- * like an API key: a client that sends its key there gets a fresh id, and the key reaches no log.
- */
-function gatewayRequestId(request: { headers: Record<string, string | string[] | undefined> }): string {
-  const incoming = request.headers['x-request-id']
-  return typeof incoming === 'string' && KEY_LIKE.test(incoming) ? randomUUID() : requestIdFrom(request)
 }
 
 /**
@@ -71,7 +57,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     trustProxy: boot.server.trustedProxies.length > 0 ? [...boot.server.trustedProxies] : false,
     loggerInstance: deps.logger,
     logController: singleLineRequestLogging(),
-    genReqId: gatewayRequestId,
+    genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
     requestTimeout: timeouts.requestTimeoutMillis,
     http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts) },

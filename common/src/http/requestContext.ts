@@ -4,10 +4,17 @@ import fp from 'fastify-plugin'
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
-/** Reuses a well-formed `X-Request-Id` from the caller (the gateway) so one id follows a request. */
+/** Anything shaped like one of the product's API keys (gateway/src/keys/apiKeyFormat.ts): `aas_` and 16+ base62 characters. */
+const KEY_LIKE = /aas_[0-9A-Za-z]{16}/
+
+/**
+ * Reuses a well-formed `X-Request-Id` from the caller (the gateway) so one id follows a request,
+ * unless it looks like an API key: a client that sends its key there gets a fresh id, and the key
+ * reaches no log line and no upstream.
+ */
 export function requestIdFrom(request: { headers: Record<string, string | string[] | undefined> }): string {
   const incoming = request.headers['x-request-id']
-  return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID()
+  return typeof incoming === 'string' && REQUEST_ID.test(incoming) && !KEY_LIKE.test(incoming) ? incoming : randomUUID()
 }
 
 /** Turns off Fastify's two lines per request; `requestContext` writes one instead. */

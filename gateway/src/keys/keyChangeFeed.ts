@@ -53,23 +53,47 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   timer.unref()
 
   let listener: pg.Client | undefined
+  // Once LISTEN has worked, it is tried again every 5 s for as long as it is lost (Postgres down,
+  // restarted): the periodic read bounds propagation meanwhile, NOTIFY makes it instant again.
+  const RELISTEN_MILLIS = 5_000
+  let reported = false
+  let everListened = false
+  const listenLater = () => {
+    if (!stopped) setTimeout(() => void listen(), RELISTEN_MILLIS).unref()
+  }
   const listen = async () => {
     if (stopped) return
     const client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 2_000 })
+    let lost = false
     client.on('notification', () => void catchUp())
     client.on('error', (error) => {
+      if (lost) return
+      lost = true
       logger.warn({ err: error }, 'API key change notifications lost; relying on the periodic read')
-      listener = undefined
+      reported = true
+      if (listener === client) listener = undefined
       client.end().catch(() => undefined)
-      setTimeout(() => void listen(), 5_000).unref()
+      if (everListened) listenLater()
     })
     try {
       await client.connect()
       await client.query(`LISTEN ${KEY_CHANGES_CHANNEL}`)
+      if (lost || stopped) return void client.end().catch(() => undefined)
       listener = client
+      // Changes made while nobody listened are read now rather than at the next periodic read.
+      if (everListened) void catchUp()
+      everListened = true
+      if (reported) logger.info('API key change notifications restored')
+      reported = false
     } catch (error) {
-      logger.debug({ err: error }, 'LISTEN unavailable; relying on the periodic read')
       await client.end().catch(() => undefined)
+      if (lost) return
+      lost = true
+      // A database that never took LISTEN (a transaction pooler) is not asked again.
+      if (!everListened) return void logger.debug({ err: error }, 'LISTEN unavailable; relying on the periodic read')
+      if (!reported) logger.warn({ err: error }, 'LISTEN unavailable; relying on the periodic read and trying again')
+      reported = true
+      listenLater()
     }
   }
   await listen()

@@ -1,0 +1,58 @@
+import pino from 'pino'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { createPool } from '../../common/src/database/pool.ts'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
+import { createKeyRepository, type KeyChange } from '../../gateway/src/keys/keyRepository.ts'
+import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { cuttableRelay } from '../helpers/tcpRelay.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
+
+describe('API key change notifications', () => {
+  let database: TestDatabase
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+  })
+  afterAll(async () => {
+    await database?.drop()
+  })
+
+  it('come back by themselves after Postgres was unreachable for longer than one retry', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const repository = createKeyRepository(pool)
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const viaRelay = new URL(database.url)
+    viaRelay.port = String(relay.port)
+    const seen: KeyChange[] = []
+    // The periodic read is a minute away, so only NOTIFY can deliver a change within the test.
+    const feed = await startKeyChangeFeed({
+      repository,
+      connectionString: viaRelay.toString(),
+      onChange: (change) => seen.push(change),
+      logger: pino({ level: 'silent' }),
+      pollMillis: 60_000,
+    })
+    try {
+      const { record: first } = await repository.create({ name: 'before', plan: 'free' })
+      await repository.revoke(first.id)
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(first.id), { timeout: 2_000, interval: 50 })
+
+      // Longer than the 5 s between attempts, so at least one attempt to listen again fails too.
+      await relay.cut()
+      await new Promise((resolve) => setTimeout(resolve, 7_000))
+      await relay.restore()
+
+      const { record: second } = await repository.create({ name: 'after', plan: 'free' })
+      await repository.revoke(second.id)
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(second.id), { timeout: 8_000, interval: 100 })
+    } finally {
+      await feed.stop()
+      await relay.close()
+      await pool.end()
+    }
+  }, 30_000)
+})
