@@ -54,7 +54,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
   )
   const store = createResilientStore({
     primary,
-    fallback: redis && boot.onStoreFailure === 'open' ? createMemoryStore() : undefined,
+    // Bounded like the key cache: a long Redis outage with many keys cannot grow the heap past it.
+    fallback: redis && boot.onStoreFailure === 'open' ? createMemoryStore({ maxKeys: boot.keyCache.maxEntries }) : undefined,
     logger: options.logger,
     onFailure: options.onStoreFailure,
   })

@@ -13,8 +13,10 @@ export interface ResilientStoreOptions {
   /** Per-process limits used while the primary fails (onStoreFailure: open). */
   fallback: LimitStore | undefined
   logger: Logger
-  /** After a failure, skip the primary for this long instead of paying its timeout on every request. */
+  /** After consecutive failures, skip the primary for this long instead of paying its timeout on every request. */
   retryAfterFailureMillis?: number
+  /** Failures in a row that set the primary aside; one late reply on a busy machine is not an outage. */
+  failuresBeforePause?: number
   onFailure?: (error: unknown) => void
   clock?: () => number
 }
@@ -23,14 +25,17 @@ export type ResilientDecision = LimitDecision & { degraded: boolean }
 
 /**
  * onStoreFailure in one place. Open: a failed or slow primary is replaced by per-process limits
- * (headers still present) until a probe succeeds again. Closed: StoreUnavailableError, which the
+ * (headers still present) for that request; after a few failures in a row the primary is set
+ * aside for a moment, then probed again. Closed: StoreUnavailableError, which the
  * rate-limit stage answers 503. Recovery is automatic either way.
  */
 export function createResilientStore(options: ResilientStoreOptions) {
   const clock = options.clock ?? Date.now
   const pause = options.retryAfterFailureMillis ?? 1_000
+  const failuresBeforePause = options.failuresBeforePause ?? 3
   let skipUntil = 0
   let failing = false
+  let failuresInARow = 0
 
   async function fallbackOr(error: unknown, request: LimitRequest): Promise<ResilientDecision> {
     if (!options.fallback) throw new StoreUnavailableError(error)
@@ -42,13 +47,14 @@ export function createResilientStore(options: ResilientStoreOptions) {
       if (clock() < skipUntil) return fallbackOr(new Error('primary paused after a failure'), request)
       try {
         const decision = await options.primary.consume(request)
+        failuresInARow = 0
         if (failing) {
           failing = false
           options.logger.info({ store: options.primary.kind }, 'rate-limit store recovered')
         }
         return { ...decision, degraded: false }
       } catch (error) {
-        skipUntil = clock() + pause
+        if (++failuresInARow >= failuresBeforePause) skipUntil = clock() + pause
         options.onFailure?.(error)
         if (!failing) {
           failing = true

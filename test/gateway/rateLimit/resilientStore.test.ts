@@ -1,0 +1,63 @@
+import pino from 'pino'
+import { describe, expect, it } from 'vitest'
+import type { LimitRequest, LimitStore } from '../../../gateway/src/rateLimit/limitStore.ts'
+import { createMemoryStore } from '../../../gateway/src/rateLimit/memoryStore.ts'
+import { createResilientStore } from '../../../gateway/src/rateLimit/resilientStore.ts'
+
+const request: LimitRequest = {
+  keyId: 'key_resilient',
+  minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
+  day: { limit: 10_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+  bans: { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+}
+
+/** A real in-process store standing in for Redis, which fails (like a late or refused Redis) while told to. */
+function primaryThatCanFail() {
+  const inner = createMemoryStore()
+  const state = { failing: false, calls: 0 }
+  const store: LimitStore = {
+    ...inner,
+    async consume(input) {
+      state.calls++
+      if (state.failing) throw new Error('Redis did not answer within 50 ms')
+      return inner.consume(input)
+    },
+  }
+  return { store, state }
+}
+
+describe('onStoreFailure open: when Redis fails, requests are decided by per-process limits', () => {
+  function setUp() {
+    const primary = primaryThatCanFail()
+    let now = 1_000_000
+    const store = createResilientStore({
+      primary: primary.store,
+      fallback: createMemoryStore(),
+      logger: pino({ level: 'silent' }),
+      retryAfterFailureMillis: 1_000,
+      clock: () => now,
+    })
+    return { store, primary: primary.state, advance: (millis: number) => (now += millis) }
+  }
+
+  it('one late reply sends only that request to the fallback; the next one asks Redis again', async () => {
+    const { store, primary } = setUp()
+    primary.failing = true
+    expect((await store.consume(request)).degraded).toBe(true)
+    primary.failing = false
+    expect((await store.consume(request)).degraded).toBe(false)
+    expect(primary.calls).toBe(2)
+  })
+
+  it('three failures in a row set Redis aside for a second, then it is asked again and used', async () => {
+    const { store, primary, advance } = setUp()
+    primary.failing = true
+    for (let i = 0; i < 3; i++) expect((await store.consume(request)).degraded).toBe(true)
+    primary.failing = false
+    expect((await store.consume(request)).degraded).toBe(true)
+    expect(primary.calls).toBe(3)
+    advance(1_001)
+    expect((await store.consume(request)).degraded).toBe(false)
+    expect(primary.calls).toBe(4)
+  })
+})
