@@ -44,6 +44,13 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
   const client = await pool.connect()
   const lock = lockId(set.schema).toString()
   const applied: number[] = []
+  // The pool listens for errors on idle clients only: a connection lost while migrating would
+  // otherwise be an unhandled 'error' event, a crash instead of the failed query's error.
+  let lost: Error | undefined
+  const onLost = (error: Error) => {
+    lost = error
+  }
+  client.on('error', onLost)
   try {
     await client.query('SELECT pg_advisory_lock($1::bigint)', [lock])
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdentifier(set.schema)}`)
@@ -65,15 +72,17 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
         await client.query(`INSERT INTO ${table} (version, name) VALUES ($1, $2)`, [migration.version, migration.name])
         await client.query('COMMIT')
       } catch (error) {
-        await client.query('ROLLBACK')
+        await client.query('ROLLBACK').catch(() => undefined)
         throw new Error(`migration ${migration.name} failed`, { cause: error })
       }
       applied.push(migration.version)
       logger?.info({ schema: set.schema, migration: migration.name }, 'migration applied')
     }
   } finally {
-    await client.query('SELECT pg_advisory_unlock($1::bigint)', [lock]).catch(() => undefined)
-    client.release()
+    if (!lost) await client.query('SELECT pg_advisory_unlock($1::bigint)', [lock]).catch(() => undefined)
+    client.off('error', onLost)
+    // A lost connection is destroyed, not returned to the pool (its session lock died with it).
+    client.release(lost)
   }
   return applied
 }
