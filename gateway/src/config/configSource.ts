@@ -1,4 +1,4 @@
-import { unwatchFile, watchFile } from 'node:fs'
+import { statSync, unwatchFile, watchFile } from 'node:fs'
 import type { Logger } from 'pino'
 import { ConfigError, loadGatewayConfig, type GatewayConfig } from './loadConfig.ts'
 
@@ -11,15 +11,27 @@ export interface ConfigSource {
   watch(): () => void
 }
 
+const WATCH_INTERVAL_MILLIS = 500
+
 export function createConfigSource(
   path: string,
   env: NodeJS.ProcessEnv,
   logger: Logger,
   onReload?: (outcome: 'success' | 'failure', config: GatewayConfig) => void,
 ): ConfigSource {
+  const modifiedAt = () => {
+    try {
+      return statSync(path).mtimeMs
+    } catch {
+      return undefined
+    }
+  }
+  // The file's modification time when it was last read, valid or not.
+  let readAt = modifiedAt()
   let current = loadGatewayConfig(path, env)
 
   const reload = (): boolean => {
+    readAt = modifiedAt()
     try {
       current = loadGatewayConfig(path, env)
       logger.info({ path }, 'gateway config reloaded')
@@ -43,8 +55,16 @@ export function createConfigSource(
       const onChange = (now: { mtimeMs: number }, before: { mtimeMs: number }) => {
         if (now.mtimeMs !== before.mtimeMs) reload()
       }
-      watchFile(path, { interval: 500 }, onChange)
+      watchFile(path, { interval: WATCH_INTERVAL_MILLIS }, onChange)
+      // watchFile takes its first stat asynchronously and compares later ones with it: a change
+      // made after the last read but before that first stat would never be seen. One comparison
+      // with the last read's modification time, once the watcher has its baseline, closes that gap.
+      const firstCheck = setTimeout(() => {
+        if (modifiedAt() !== readAt) reload()
+      }, WATCH_INTERVAL_MILLIS)
+      firstCheck.unref()
       return () => {
+        clearTimeout(firstCheck)
         process.off('SIGHUP', onSignal)
         unwatchFile(path, onChange)
       }

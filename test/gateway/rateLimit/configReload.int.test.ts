@@ -98,6 +98,17 @@ describe('config source: reload keeps a valid config in force', () => {
     // Polled every 500 ms; the bound is generous because CI machines are loaded.
     await eventually(async () => source.get().plans.pro?.perMinute === 7, 10_000)
   })
+
+  it('a change made between the last read and the start of watching is not missed', async () => {
+    stopWatching?.()
+    copy.write(readFileSync('config/gateway.yaml', 'utf8'))
+    expect(source.reload()).toBe(true)
+    copy.edit((document) => document.setIn(['plans', 'pro', 'perMinute'], 11))
+    const later = new Date(Date.now() + 4_000)
+    utimesSync(copy.file, later, later)
+    stopWatching = source.watch()
+    await eventually(async () => source.get().plans.pro?.perMinute === 11, 10_000)
+  })
 })
 
 describe('a running gateway follows a config reload on its next request', () => {
