@@ -35,7 +35,7 @@ export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'revoked_o
 /**
  * Stage 2a: who is calling. Only `Authorization: Bearer <key>` counts (a key in the query
  * string is never read). Malformed, unknown, revoked and expired keys get the same answer so
- * it tells a guesser nothing; a malformed key costs no lookup at all. A failure is recorded,
+ * it tells a guesser nothing; a malformed key costs no Postgres or Redis call. A failure is recorded,
  * not answered yet: the request is first charged to its client IP (stage 3), then refused
  * by requireAuthentication (stage 2b).
  *
