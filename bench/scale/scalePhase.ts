@@ -36,6 +36,7 @@ import { SLIDING_WINDOW_LUA } from '../../gateway/src/rateLimit/slidingWindowScr
 import { REPO_ROOT, freePort, startChildServer, type ChildServer } from '../lib/childServer.ts'
 import { processCpuSeconds } from '../lib/processCpu.ts'
 import { startPrivateRedis, type PrivateRedis } from '../lib/redisServer.ts'
+import { gatewayEnv } from '../targets/gateway.ts'
 import { PROXY_PATH } from '../targets/proxyRows.ts'
 import { staticUpstream } from '../targets/shared.ts'
 import type { TargetContext } from '../targets/types.ts'
@@ -410,18 +411,7 @@ async function startScaleGateway(context: ScaleContext, redisUrl: string, keyCac
     name: 'gateway-scale',
     script: 'gateway/src/main.ts',
     nodeArgs: [...context.nodeArgs, `--inspect=127.0.0.1:${inspectPort}`],
-    env: {
-      DATABASE_URL: context.databaseUrl,
-      REDIS_URL: redisUrl,
-      INTERNAL_TOKEN: randomBytes(24).toString('hex'),
-      PETS_URL: upstream.origin,
-      GATEWAY_CONFIG: configFile,
-      GATEWAY_HOST: '127.0.0.1',
-      GATEWAY_PORT: String(port),
-      GATEWAY_OPS_HOST: '127.0.0.1',
-      GATEWAY_OPS_PORT: String(opsPort),
-      LOG_LEVEL: 'info',
-    },
+    env: gatewayEnv({ databaseUrl: context.databaseUrl, redisUrl, petsUrl: upstream.origin, configFile, port, opsPort }),
     readyUrl: `http://127.0.0.1:${opsPort}/readyz`,
     logFile: path.join(context.logDir, 'gateway-scale.log'),
   })

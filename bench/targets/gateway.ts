@@ -121,6 +121,30 @@ export interface GatewayVariant {
 
 const DEFAULT_GATEWAY: GatewayVariant = { id: 'gateway' }
 
+/** The environment `gateway/src/main.ts` runs with in the bench: loopback ports, the bench's config, info logs. */
+export function gatewayEnv(options: {
+  databaseUrl: string
+  redisUrl: string
+  internalToken?: string
+  petsUrl: string
+  configFile: string
+  port: number
+  opsPort: number
+}): Record<string, string> {
+  return {
+    DATABASE_URL: options.databaseUrl,
+    REDIS_URL: options.redisUrl,
+    INTERNAL_TOKEN: options.internalToken ?? randomBytes(24).toString('hex'),
+    PETS_URL: options.petsUrl,
+    GATEWAY_CONFIG: options.configFile,
+    GATEWAY_HOST: '127.0.0.1',
+    GATEWAY_PORT: String(options.port),
+    GATEWAY_OPS_HOST: '127.0.0.1',
+    GATEWAY_OPS_PORT: String(options.opsPort),
+    LOG_LEVEL: 'info',
+  }
+}
+
 async function startGateway(context: TargetContext, variant: GatewayVariant): Promise<GatewayFixture> {
   const upstream: GatewayUpstream = await (variant.upstream ?? staticUpstream)(context)
   const redis = await privateRedis(context)
@@ -136,16 +160,15 @@ async function startGateway(context: TargetContext, variant: GatewayVariant): Pr
     script: 'gateway/src/main.ts',
     nodeArgs: [...context.nodeArgs, ...(swaps.length > 0 ? ['--import', './bench/experiments/swapModules.mjs'] : [])],
     env: {
-      DATABASE_URL: context.databaseUrl,
-      REDIS_URL: redis.url,
-      INTERNAL_TOKEN: upstream.internalToken ?? randomBytes(24).toString('hex'),
-      PETS_URL: upstream.origin,
-      GATEWAY_CONFIG: configFile,
-      GATEWAY_HOST: '127.0.0.1',
-      GATEWAY_PORT: String(port),
-      GATEWAY_OPS_HOST: '127.0.0.1',
-      GATEWAY_OPS_PORT: String(opsPort),
-      LOG_LEVEL: 'info',
+      ...gatewayEnv({
+        databaseUrl: context.databaseUrl,
+        redisUrl: redis.url,
+        internalToken: upstream.internalToken,
+        petsUrl: upstream.origin,
+        configFile,
+        port,
+        opsPort,
+      }),
       ...(swaps.length > 0 ? { BENCH_MODULE_SWAPS: swaps.map(([from, to]) => `${from}=${to}`).join(',') } : {}),
       ...variant.env,
     },

@@ -1,8 +1,6 @@
-import { spawn } from 'node:child_process'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import type pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate } from '../../common/src/database/migrate.ts'
@@ -12,35 +10,13 @@ import { createKeyRepository, type KeyRepository } from '../../gateway/src/keys/
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
+import { runKeysCli, type CliRun } from '../scripts/processes.ts'
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const ANY_KEY = /aas_[0-9A-Za-z]{38}/g
 
-interface Run {
-  code: number | null
-  stdout: string
-  stderr: string
-}
-
-/** `npm run keys -- …` as an operator runs it, minus npm: the real entry point in a child process. */
-function keys(args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/cli/keys.ts', ...args], {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()))
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
-    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000)
-    child.once('error', reject)
-    child.once('close', (code) => {
-      clearTimeout(timer)
-      resolve({ code, stdout, stderr })
-    })
-  })
+/** `npm run keys -- …` as an operator runs it. */
+function keys(args: string[], env: NodeJS.ProcessEnv): Promise<CliRun> {
+  return runKeysCli(args, env, 20_000)
 }
 
 function cleanEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
@@ -49,7 +25,7 @@ function cleanEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return { ...env, ...extra }
 }
 
-function expectUsageError(run: Run, message: string | RegExp) {
+function expectUsageError(run: CliRun, message: string | RegExp) {
   expect(run.code, run.stderr).toBe(2)
   expect(run.stdout).toBe('')
   expect(run.stderr).toMatch(message)

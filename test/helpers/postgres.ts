@@ -9,8 +9,11 @@ import pg from 'pg'
 export const TEST_DATABASE_PREFIX = 'aas_test_'
 const LOCAL_DEFAULT = 'postgres://postgres@127.0.0.1:5432/postgres'
 
-async function reachable(url: string): Promise<boolean> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 })
+/** True when a Postgres at `url` accepts a connection and answers a query within the timeout. */
+export async function reachable(url: string, timeoutMillis = 2_000): Promise<boolean> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMillis })
+  // A server that drops the connection reports it as an 'error' event too.
+  client.on('error', () => undefined)
   try {
     await client.connect()
     await client.query('SELECT 1')

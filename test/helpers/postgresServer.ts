@@ -2,7 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import pg from 'pg'
+import { reachable } from './postgres.ts'
 import { freePort } from './redis.ts'
 
 /**
@@ -76,20 +76,6 @@ export async function startPrivatePostgres(settings: Record<string, string> = {}
   const killOnExit = () => child && killGroup(child)
   process.once('exit', killOnExit)
 
-  async function accepts(): Promise<boolean> {
-    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1_000 })
-    client.on('error', () => undefined)
-    try {
-      await client.connect()
-      await client.query('SELECT 1')
-      return true
-    } catch {
-      return false
-    } finally {
-      await client.end().catch(() => undefined)
-    }
-  }
-
   async function start(): Promise<void> {
     if (child) throw new Error('private postgres already running')
     const deadline = Date.now() + 30_000
@@ -108,7 +94,7 @@ export async function startPrivatePostgres(settings: Record<string, string> = {}
       server.stderr?.on('data', (chunk: Buffer) => (log = (log + chunk.toString()).slice(-20_000)))
       child = server
       while (Date.now() < deadline && server.exitCode === null && server.signalCode === null) {
-        if (await accepts()) return
+        if (await reachable(url, 1_000)) return
         await new Promise((resolve) => setTimeout(resolve, 100))
       }
       child = undefined

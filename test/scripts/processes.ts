@@ -181,3 +181,31 @@ export function petsClient(port: number) {
     get: (id: number) => fetch(`${base}/pets/${id}`, { headers }),
   }
 }
+
+export interface CliRun {
+  args: string[]
+  code: number | null
+  stdout: string
+  stderr: string
+}
+
+/** `npm run keys -- …` as an operator runs it, minus npm: the real CLI entry point in a child process. */
+export function runKeysCli(args: string[], env: NodeJS.ProcessEnv, timeoutMillis = 45_000): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/cli/keys.ts', ...args], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()))
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMillis)
+    child.once('error', reject)
+    child.once('close', (code) => {
+      clearTimeout(timer)
+      resolve({ args, code, stdout, stderr })
+    })
+  })
+}

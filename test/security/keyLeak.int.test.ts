@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import type pg from 'pg'
 import { Redis } from 'ioredis'
@@ -11,39 +10,25 @@ import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
-import { ROOT, baseEnv, exitWithin, freePort, killAll, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
+import {
+  baseEnv,
+  exitWithin,
+  freePort,
+  killAll,
+  runKeysCli,
+  startNode,
+  waitForReady,
+  type CliRun,
+  type NodeProcess,
+} from '../scripts/processes.ts'
 
 const TEST_FILE = 'test/security/keyLeak.int.test.ts'
 /** Anything shaped like a key: the prefix and at least 16 base62 characters. */
 const KEY_LIKE = /aas_[0-9A-Za-z]{16,}/
 
-interface CliRun {
-  args: string[]
-  code: number | null
-  stdout: string
-  stderr: string
-}
-
-/** `npm run keys -- …` minus npm: the real CLI entry point as a child process. */
+/** `npm run keys -- …` against the session's database. */
 function keysCli(databaseUrl: string, ...args: string[]): Promise<CliRun> {
-  const env = { ...baseEnv(), DATABASE_URL: databaseUrl }
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/cli/keys.ts', ...args], {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()))
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
-    const timer = setTimeout(() => child.kill('SIGKILL'), 45_000)
-    child.once('error', reject)
-    child.once('close', (code) => {
-      clearTimeout(timer)
-      resolve({ args, code, stdout, stderr })
-    })
-  })
+  return runKeysCli(args, { ...baseEnv(), DATABASE_URL: databaseUrl })
 }
 
 /**

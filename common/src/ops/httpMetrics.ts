@@ -8,6 +8,23 @@ export function statusClass(status: number): string {
 }
 
 /**
+ * A metric's children for a label set, made on first use and kept: prom-client hashes a label
+ * object on every call, which the hot path need not pay for a set it has already seen.
+ */
+export function labelChildren<Child>(make: (...values: string[]) => Child): (...values: string[]) => Child {
+  const children = new Map<string, Child>()
+  return (...values) => {
+    const id = values.join('\u0000')
+    let child = children.get(id)
+    if (child === undefined) {
+      child = make(...values)
+      children.set(id, child)
+    }
+    return child
+  }
+}
+
+/**
  * Request count and latency by route template (never the raw path: ids would make the label
  * set unbounded), method and status class.
  */
@@ -27,19 +44,13 @@ export const httpMetrics = fp(
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: [options.registry],
     })
-    // prom-client hashes the label object on every call; the children for each label set are
-    // looked up once and kept (the sets are bounded: route templates × methods × status classes).
-    const children = new Map<string, { count: Counter.Internal; time: Histogram.Internal<string> }>()
+    // The label sets are bounded: route templates × methods × status classes.
+    const children = labelChildren((method, route, status_class) => {
+      const labels = { method, route, status_class }
+      return { count: requests.labels(labels), time: duration.labels(labels) }
+    })
     app.addHook('onResponse', (request, reply, done) => {
-      const route = request.routeOptions.url ?? 'unmatched'
-      const status = statusClass(reply.statusCode)
-      const id = `${request.method} ${route} ${status}`
-      let child = children.get(id)
-      if (!child) {
-        const labels = { method: request.method, route, status_class: status }
-        child = { count: requests.labels(labels), time: duration.labels(labels) }
-        children.set(id, child)
-      }
+      const child = children(request.method, request.routeOptions.url ?? 'unmatched', statusClass(reply.statusCode))
       child.count.inc()
       child.time.observe(reply.elapsedTime / 1000)
       done()

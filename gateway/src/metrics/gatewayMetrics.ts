@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
-import { statusClass } from '../../../common/src/ops/httpMetrics.ts'
+import { labelChildren, statusClass } from '../../../common/src/ops/httpMetrics.ts'
 import type { AuthFailureReason } from '../auth/authenticate.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
 import type { UpstreamFailureKind, UpstreamObserver } from '../proxy/upstreamProxy.ts'
@@ -83,8 +83,7 @@ export function createGatewayMetrics(registry: Registry) {
     registers,
   })
 
-  // Every request records a decision: the label children are looked up once per label set and
-  // kept (plans, outcomes, sources and windows are bounded), not hashed from an object each time.
+  // Every request records a decision; plans, outcomes, sources and windows are bounded sets.
   const requestCounts = labelChildren((plan, outcome, source) => requests.labels({ plan, outcome, source }))
   const windowCounts = labelChildren((plan, window, outcome) => windowDecisions.labels({ plan, window, outcome }))
   const nearLimitCounts = labelChildren((plan, window) => nearLimit.labels({ plan, window }))
@@ -173,16 +172,3 @@ export function createGatewayMetrics(registry: Registry) {
 
 export type GatewayMetrics = ReturnType<typeof createGatewayMetrics>
 
-/** A metric's child for a label set, made on first use and kept. */
-function labelChildren<Child>(make: (...values: string[]) => Child): (...values: string[]) => Child {
-  const children = new Map<string, Child>()
-  return (...values) => {
-    const id = values.join('\u0000')
-    let child = children.get(id)
-    if (child === undefined) {
-      child = make(...values)
-      children.set(id, child)
-    }
-    return child
-  }
-}

@@ -9,14 +9,14 @@ export const UNDECODABLE_PATH_ROUTE = '/v1/.undecodable-path'
  * The router refuses a path whose percent-encoding does not decode (`/v1/pets/%zz`, invalid
  * UTF-8) before any hook runs: no key check, no rate limit, no headers, no log fields. Fastify's
  * rewriteUrl runs before the router, so such a path is sent to a route of its own instead, and
- * its 400 goes through authentication and the limits like every other answer. Paths without a
+ * its 400 goes through authentication and the limits like every other answer. URLs without a
  * `%` (nearly all) cost one indexOf.
  */
 export function routeUndecodablePaths(request: IncomingMessage): string {
   const url = request.url ?? '/'
+  if (url.indexOf('%') < 0) return url
   const queryAt = url.indexOf('?')
   const path = queryAt < 0 ? url : url.slice(0, queryAt)
-  if (path.indexOf('%') < 0) return url
   try {
     decodeURIComponent(path)
     return url
