@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis'
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible'
-import { withinBudget } from './redisStore.ts'
+import { coalesceWritesPerTurn, withinBudget } from './redisStore.ts'
 
 export interface AnonymousDecision {
   admitted: boolean
@@ -29,6 +29,7 @@ export function createAnonymousLimiter(options: {
   // time when a late command fails after all.
   const local = new RateLimiterMemory(shape)
   const shared = options.redis ? new RateLimiterRedis({ ...shape, storeClient: options.redis }) : undefined
+  const coalesce = options.redis ? coalesceWritesPerTurn(options.redis) : () => undefined
 
   const decision = (result: RateLimiterRes, admitted: boolean): AnonymousDecision => ({
     admitted,
@@ -43,6 +44,7 @@ export function createAnonymousLimiter(options: {
       try {
         if (!shared) return decision(await local.consume(clientIp), true)
         try {
+          coalesce()
           const pending = shared.consume(clientIp)
           return decision(await (options.budgetMillis === undefined ? pending : withinBudget(pending, options.budgetMillis)), true)
         } catch (error) {
