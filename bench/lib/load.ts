@@ -133,6 +133,13 @@ function usageFields(usage: RoundUsage, requests: number, durationSeconds: numbe
   const all = commands === undefined ? 0 : Object.values(commands).reduce((sum, count) => sum + count, 0)
   const evals = commands === undefined ? 0 : (commands.evalsha ?? 0) + (commands.eval ?? 0)
   const insideScripts = Object.values(usage.scriptCallsPerEval ?? {}).reduce((sum, perEval) => sum + perEval * evals, 0)
+  // Redis's counters also hold the commands of the requests still in flight when the round
+  // stopped (up to one per connection), whose responses the load generator never counted. The
+  // server's own count of rate-limit decisions covers exactly the requests it sent commands for.
+  const decided = Object.entries(usage.counters ?? {})
+    .filter(([name]) => name.startsWith('decisions from '))
+    .reduce((sum, [, count]) => sum + count, 0)
+  const commandsPer = decided > 0 ? decided : requests
   const accounted =
     usage.clientCpuSeconds +
     (usage.serverCpuSeconds ?? 0) +
@@ -163,9 +170,9 @@ function usageFields(usage: RoundUsage, requests: number, durationSeconds: numbe
       ? {}
       : {
           redisCommands: commands,
-          redisCommandsPerRequest: Math.max(0, all - insideScripts) / requests,
-          redisEvalsPerRequest: evals / requests,
-          redisExecutedPerRequest: all / requests,
+          redisCommandsPerRequest: Math.max(0, all - insideScripts) / commandsPer,
+          redisEvalsPerRequest: evals / commandsPer,
+          redisExecutedPerRequest: all / commandsPer,
         }),
   }
 }

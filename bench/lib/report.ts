@@ -392,6 +392,8 @@ export function renderMarkdown(report: BenchReport): string {
       'harness’s own, left out). commandstats also counts every command a Lua script runs (redis.call), so ' +
       '"executed" is everything Redis ran and "sent" subtracts what the row’s scripts run per EVALSHA, learned ' +
       'from a MONITOR sample of 100 requests taken before the warm-up: "sent" is the round trips the server made. ' +
+      'Commands per request divide by the gateway’s own count of rate-limit decisions where it has one (the ' +
+      'delta also holds the commands of requests still in flight when a round stops), else by the responses. ' +
       'n/a: the row does not use Redis.',
     '',
     '## Latency at a fixed offered rate (open loop)',
