@@ -27,88 +27,91 @@ end
 local mLimit, mWindow, mBucket = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local dLimit, dWindow, dBucket = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local strikeLimit, strikeWindow, banMemory = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local ladder = {}
-for step in string.gmatch(ARGV[11], '[^,]+') do ladder[#ladder + 1] = tonumber(step) end
 
 local mBuckets, dBuckets = math.floor(mWindow / mBucket), math.floor(dWindow / dBucket)
 local nM, nD = mBuckets + 1, dBuckets + 1
 local format = '<I2I2d' .. string.rep('I4', nM) .. 'd' .. string.rep('I4', nD) .. 'I4ddI4d'
 
-local m, d = {}, {}
-local mHead, dHead = 0, 0
-local strikes, strikeStart, banUntil, level, levelUntil = 0, 0, 0, 0, 0
+-- The state is worked on in place, as the flat array struct.unpack returns and struct.pack takes
+-- (copying it into per-window tables and back cost more than the decision itself):
+-- v[1] nM, v[2] nD, v[M] minute head, v[M + 1 .. M + nM] minute ring, v[D] day head,
+-- v[D + 1 .. D + nD] day ring, then strikes, strikeStart, banUntil, level, levelUntil from v[T + 1].
+local M, D = 3, 4 + nM
+local T = D + nD
+local size = T + 5
+local v
 local raw = redis.call('GET', KEYS[1])
 if raw and string.len(raw) == struct.size(format) then
-  local v = { struct.unpack(format, raw) }
-  if v[1] == nM and v[2] == nD then
-    mHead = v[3]
-    for i = 1, nM do m[i] = v[3 + i] end
-    dHead = v[4 + nM]
-    for i = 1, nD do d[i] = v[4 + nM + i] end
-    local o = 4 + nM + nD
-    strikes, strikeStart, banUntil, level, levelUntil = v[o + 1], v[o + 2], v[o + 3], v[o + 4], v[o + 5]
-  end
+  v = { struct.unpack(format, raw) }
+  if v[1] ~= nM or v[2] ~= nD then v = nil end
 end
-for i = 1, nM do m[i] = m[i] or 0 end
-for i = 1, nD do d[i] = d[i] or 0 end
+if v == nil then
+  v = { nM, nD }
+  for i = 3, size do v[i] = 0 end
+end
 
 -- Moves a ring to the current bucket, zeroing the buckets it skipped; never moves backwards.
-local function advance(ring, n, head, current)
+local function advance(base, n, current)
+  local head = v[base]
   if current <= head then return head end
   if current - head >= n then
-    for i = 1, n do ring[i] = 0 end
+    for i = base + 1, base + n do v[i] = 0 end
   else
-    for index = head + 1, current do ring[index % n + 1] = 0 end
+    for index = head + 1, current do v[base + index % n + 1] = 0 end
   end
+  v[base] = current
   return current
 end
 
-local mCurrent = advance(m, nM, mHead, math.floor(now / mBucket))
-local dCurrent = advance(d, nD, dHead, math.floor(now / dBucket))
+local mCurrent = advance(M, nM, math.floor(now / mBucket))
+local dCurrent = advance(D, nD, math.floor(now / dBucket))
 
-local function total(ring, n)
+local function total(base, n)
   local sum = 0
-  for i = 1, n do sum = sum + ring[i] end
+  for i = base + 1, base + n do sum = sum + v[i] end
   return sum
 end
 
 -- Time when enough of the oldest buckets have left the window to let \`need\` requests in.
-local function freedAt(ring, n, buckets, bucket, current, need)
+local function freedAt(base, n, buckets, bucket, current, need)
   if need <= 0 then return now end
   local freed = 0
   for index = current - buckets, current do
-    freed = freed + ring[index % n + 1]
+    freed = freed + v[base + index % n + 1]
     if freed >= need then return (index + buckets + 1) * bucket end
   end
   return (current + buckets + 1) * bucket
 end
 
-local function resetAt(ring, n, buckets, bucket, current)
+local function resetAt(base, n, buckets, bucket, current)
   for index = current - buckets, current do
-    if ring[index % n + 1] > 0 then return (index + buckets + 1) * bucket end
+    if v[base + index % n + 1] > 0 then return (index + buckets + 1) * bucket end
   end
   return now
 end
 
 local outcome, retryAfter, banStep, newBan = 0, 0, 0, 0
-local mSum, dSum = total(m, nM), total(d, nD)
+local mSum, dSum = total(M, nM), total(D, nD)
+local strikes, strikeStart, banUntil, level, levelUntil = v[T + 1], v[T + 2], v[T + 3], v[T + 4], v[T + 5]
 
 if banUntil > now then
   outcome, retryAfter, banStep = 2, banUntil - now, math.max(level - 1, 0)
 elseif mSum + 1 <= mLimit and dSum + 1 <= dLimit then
-  local mi, di = mCurrent % nM + 1, dCurrent % nD + 1
-  m[mi] = m[mi] + 1
-  d[di] = d[di] + 1
+  local mi, di = M + mCurrent % nM + 1, D + dCurrent % nD + 1
+  v[mi] = v[mi] + 1
+  v[di] = v[di] + 1
   mSum, dSum = mSum + 1, dSum + 1
 else
   outcome = 1
   local waitUntil = math.max(
-    freedAt(m, nM, mBuckets, mBucket, mCurrent, mSum + 1 - mLimit),
-    freedAt(d, nD, dBuckets, dBucket, dCurrent, dSum + 1 - dLimit))
+    freedAt(M, nM, mBuckets, mBucket, mCurrent, mSum + 1 - mLimit),
+    freedAt(D, nD, dBuckets, dBucket, dCurrent, dSum + 1 - dLimit))
   retryAfter = waitUntil - now
   if now - strikeStart >= strikeWindow then strikes, strikeStart = 0, now end
   strikes = strikes + 1
   if strikes >= strikeLimit then
+    local ladder = {}
+    for step in string.gmatch(ARGV[11], '[^,]+') do ladder[#ladder + 1] = tonumber(step) end
     if levelUntil <= now then level = 0 end
     banStep = math.min(level, #ladder - 1)
     banUntil = now + ladder[banStep + 1]
@@ -117,18 +120,13 @@ else
   end
 end
 
-local values = { nM, nD, mCurrent }
-for i = 1, nM do values[#values + 1] = m[i] end
-values[#values + 1] = dCurrent
-for i = 1, nD do values[#values + 1] = d[i] end
-for _, value in ipairs({ strikes, strikeStart, banUntil, level, levelUntil }) do values[#values + 1] = value end
-local packed = struct.pack(format, unpack(values))
+v[T + 1], v[T + 2], v[T + 3], v[T + 4], v[T + 5] = strikes, strikeStart, banUntil, level, levelUntil
 local ttl = math.max(dWindow + dBucket, mWindow + mBucket, banUntil - now, levelUntil - now, strikeStart + strikeWindow - now)
-redis.call('SET', KEYS[1], packed, 'PX', math.ceil(ttl))
+redis.call('SET', KEYS[1], struct.pack(format, unpack(v, 1, size)), 'PX', math.ceil(ttl))
 
 return { outcome, now,
-  math.max(mLimit - mSum, 0), resetAt(m, nM, mBuckets, mBucket, mCurrent),
-  math.max(dLimit - dSum, 0), resetAt(d, nD, dBuckets, dBucket, dCurrent),
+  math.max(mLimit - mSum, 0), resetAt(M, nM, mBuckets, mBucket, mCurrent),
+  math.max(dLimit - dSum, 0), resetAt(D, nD, dBuckets, dBucket, dCurrent),
   math.ceil(retryAfter), banStep, newBan }
 `
 

@@ -56,3 +56,69 @@ describe('Redis writes', () => {
     }
   })
 })
+
+/**
+ * A key's state as it is stored, written byte by byte: little-endian nM:u16 nD:u16,
+ * minuteHead:f64 minute[nM]:u32, dayHead:f64 day[nD]:u32, strikes:u32 strikeStart:f64
+ * banUntil:f64 level:u32 levelUntil:f64. Gateways of different versions share these keys during
+ * a rolling upgrade, so the layout is a contract: a script that read it differently would drop
+ * every count and ban on deploy.
+ */
+function storedState(state: { minute: number[]; minuteHead: number; day: number[]; dayHead: number; strikes: number; strikeStart: number; banUntil: number; level: number; levelUntil: number }): Buffer {
+  const parts: Buffer[] = []
+  const u16 = (n: number) => { const b = Buffer.alloc(2); b.writeUInt16LE(n); parts.push(b) }
+  const u32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(n); parts.push(b) }
+  const f64 = (n: number) => { const b = Buffer.alloc(8); b.writeDoubleLE(n); parts.push(b) }
+  u16(state.minute.length)
+  u16(state.day.length)
+  f64(state.minuteHead)
+  state.minute.forEach(u32)
+  f64(state.dayHead)
+  state.day.forEach(u32)
+  u32(state.strikes)
+  f64(state.strikeStart)
+  f64(state.banUntil)
+  u32(state.level)
+  f64(state.levelUntil)
+  return Buffer.concat(parts)
+}
+
+describe('stored state', () => {
+  it('honours counts and bans in the layout gateways already wrote to Redis', async () => {
+    const keyPrefix = testKeyPrefix()
+    const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
+    const admin = new Redis(TEST_REDIS_URL)
+    try {
+      if (!(await redisReady(client))) throw new Error('Redis did not become ready')
+      const store = createRedisStore(client)
+      const now = 1_800_000_000_000
+      const minute = { limit: 60, windowMillis: 60_000, bucketMillis: 5_000 }
+      const day = { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 }
+      const bans = { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000, 300_000], memoryMillis: 86_400_000 }
+      const minuteHead = Math.floor(now / 5_000)
+      const dayHead = Math.floor(now / 3_600_000)
+      // 40 requests in the current minute bucket, 500 in the current hour; 9 strikes so far.
+      const minuteRing = Array.from({ length: 13 }, (_, i) => (i === (minuteHead % 13) ? 40 : 0))
+      const dayRing = Array.from({ length: 25 }, (_, i) => (i === (dayHead % 25) ? 500 : 0))
+      const counted = storedState({ minute: minuteRing, minuteHead, day: dayRing, dayHead, strikes: 9, strikeStart: now - 1_000, banUntil: 0, level: 1, levelUntil: now + 3_600_000 })
+      await admin.set(keyPrefix + limitKey('counted'), counted, 'PX', 60_000)
+
+      const admitted = await store.consume({ keyId: 'counted', nowMillis: now, minute, day, bans })
+      expect(admitted).toMatchObject({ outcome: 'admitted', minute: { remaining: 19 }, day: { remaining: 499 } })
+      expect(Buffer.compare(await admin.getBuffer(keyPrefix + limitKey('counted')) as Buffer, counted)).not.toBe(0)
+
+      const banned = storedState({ minute: minuteRing, minuteHead, day: dayRing, dayHead, strikes: 0, strikeStart: 0, banUntil: now + 42_000, level: 1, levelUntil: now + 3_600_000 })
+      await admin.set(keyPrefix + limitKey('banned'), banned, 'PX', 60_000)
+      expect(await store.consume({ keyId: 'banned', nowMillis: now, minute, day, bans })).toMatchObject({ outcome: 'banned', retryAfterMillis: 42_000 })
+
+      // Level 1 within its memory: the 10th strike bans for the ladder's second step.
+      const limited = storedState({ minute: minuteRing.map((n) => (n ? 60 : 0)), minuteHead, day: dayRing, dayHead, strikes: 9, strikeStart: now - 1_000, banUntil: 0, level: 1, levelUntil: now + 3_600_000 })
+      await admin.set(keyPrefix + limitKey('striking'), limited, 'PX', 60_000)
+      expect(await store.consume({ keyId: 'striking', nowMillis: now, minute, day, bans })).toMatchObject({ outcome: 'banned', banStep: 1, newBan: true, retryAfterMillis: 300_000 })
+    } finally {
+      client.disconnect()
+      admin.disconnect()
+      await deleteKeysWithPrefix(keyPrefix)
+    }
+  })
+})
