@@ -1,4 +1,5 @@
 import net from 'node:net'
+import type { InjectOptions } from 'fastify'
 import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import { Registry } from 'prom-client'
@@ -14,6 +15,7 @@ import { expectErrorResponse } from '../helpers/assertions.ts'
 import { TEST_INTERNAL_TOKEN, jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
+import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 
 const auth = { 'x-internal-token': TEST_INTERNAL_TOKEN }
@@ -42,8 +44,13 @@ async function hungPostgres(): Promise<{ url: string; close(): void }> {
   }
 }
 
-async function serviceOn(databaseUrl: string) {
-  const pool = createPool({ connectionString: databaseUrl, applicationName: 'test', connectionTimeoutMillis: 1_000 })
+async function serviceOn(databaseUrl: string, statementTimeoutMillis?: number) {
+  const pool = createPool({
+    connectionString: databaseUrl,
+    applicationName: 'test',
+    connectionTimeoutMillis: 1_000,
+    statementTimeoutMillis,
+  })
   const registry = new Registry()
   const app = await buildPetsService({
     pets: createPetRepository(pool),
@@ -91,6 +98,71 @@ describe('pets-service when Postgres is unavailable', () => {
       await app.close()
       await pool.end()
       postgres.close()
+    }
+  })
+})
+
+describe('pets-service when Postgres stops answering in the middle of a connection', () => {
+  let database: TestDatabase
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
+    await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
+  })
+  afterAll(async () => {
+    await database?.drop()
+  })
+
+  it('answers 503 within the statement timeout plus one second, then serves again once Postgres answers', async () => {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    target.host = `127.0.0.1:${relay.port}`
+    const statementTimeout = 1_000
+    const { app, pool } = await serviceOn(target.toString(), statementTimeout)
+    const slowest: Record<string, number> = {}
+    try {
+      // Warm connections sit idle in the pool: the requests below reuse them, so no connection
+      // timeout applies, only the bound on the statement itself.
+      const warm = await Promise.all([0, 1, 2].map(() => app.inject({ method: 'GET', url: '/pets', headers: auth })))
+      expect(warm.map((response) => response.statusCode)).toEqual([200, 200, 200])
+      await relay.silence()
+      const requests: Record<string, InjectOptions & { headers?: Record<string, string> }> = {
+        list: { method: 'GET', url: '/pets' },
+        create: { method: 'POST', url: '/pets', payload: { name: 'Rex', categoryId: 1 } },
+        'create with Idempotency-Key': {
+          method: 'POST',
+          url: '/pets',
+          payload: { name: 'Rex', categoryId: 1 },
+          headers: { 'idempotency-key': 'hung-postgres-1' },
+        },
+      }
+      await Promise.all(
+        Object.entries(requests).map(async ([name, request]) => {
+          const started = performance.now()
+          const response = await app.inject({ ...request, headers: { ...auth, ...request.headers } })
+          slowest[name] = Math.round(performance.now() - started)
+          expect(response.statusCode).toBe(503)
+          expect(response.headers['retry-after']).toBe('5')
+          expect(response.json()).toMatchObject({ code: 'service_unavailable', status: 503 })
+        }),
+      )
+      for (const elapsed of Object.values(slowest)) expect(elapsed).toBeLessThan(statementTimeout + 1_000 + 500)
+      await relay.restore()
+      const again = await app.inject({ method: 'GET', url: '/pets', headers: auth })
+      expect(again.statusCode).toBe(200)
+      expect(again.json()).toEqual([])
+      recordScenario({
+        area: 'Postgres',
+        scenario: `the pets-service's Postgres stops answering on open connections (statement timeout ${statementTimeout} ms)`,
+        answered: `list, create and idempotent create: 503 service_unavailable with Retry-After: 5 in ${Object.values(slowest).join(', ')} ms (bound asserted ${statementTimeout + 1_500} ms); 200 again as soon as Postgres answered`,
+        lost: 'nothing: no pet stored, the table is empty afterwards',
+        test: 'test/pets-service/operations.int.test.ts',
+      })
+    } finally {
+      await app.close()
+      await pool.end()
+      await relay.close()
     }
   })
 })
