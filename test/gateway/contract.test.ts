@@ -69,12 +69,19 @@ describe('the contract check', () => {
     )
   })
 
-  it('lets an undocumented path get only 404 or an answer given before routing, as an Error with the common headers', async () => {
+  it('lets an undocumented path get only 404, 405 or an answer given before routing, as an Error with the common headers', async () => {
     await check('GET', '/v1/nowhere', answer(404, error(404, 'not_found')))
-    await check('DELETE', '/v1/pets/1', answer(404, error(404, 'not_found')))
+    await check('DELETE', '/v1/pets/1', answer(405, error(405, 'method_not_allowed'), { ...LIMIT_HEADERS, allow: 'GET, HEAD' }))
     await check('GET', '/v1/nowhere', answer(401, error(401, 'missing_api_key')))
-    await expect(check('GET', '/v1/nowhere', answer(200, []))).rejects.toThrow(/has no operation GET \/v1\/nowhere; such a request may only get 404/)
-    await expect(check('PUT', '/v1/pets', answer(405, error(405, 'not_found')))).rejects.toThrow(/has no operation PUT/)
+    await expect(check('GET', '/v1/nowhere', answer(200, []))).rejects.toThrow(/has no operation GET \/v1\/nowhere; such a request may only get 404, 405/)
+    await expect(check('PUT', '/v1/pets', answer(200, []))).rejects.toThrow(/has no operation PUT/)
     await expect(check('GET', '/v1/nowhere', answer(404, error(404, 'not_found'), {}))).rejects.toThrow(/x-ratelimit-limit is documented as required/)
+  })
+
+  it('refuses a 405 without an Allow header, or one whose Allow names the method asked', async () => {
+    await expect(check('PUT', '/v1/pets', answer(405, error(405, 'method_not_allowed')))).rejects.toThrow(/must carry an Allow header/)
+    await expect(check('PUT', '/v1/pets', answer(405, error(405, 'method_not_allowed'), { ...LIMIT_HEADERS, allow: 'GET, PUT' }))).rejects.toThrow(
+      /names that very method/,
+    )
   })
 })

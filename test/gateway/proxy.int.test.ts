@@ -71,6 +71,27 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(await gateway.request('/v1/pets/abc', { key }), 400, 'validation_failed')
   })
 
+  it('answers a method a path does not have with 405 and the Allow header, and changes nothing stored', async () => {
+    const created = await gateway.request('/v1/pets', { key, ...json({ name: 'Stays', categoryId: 3 }) })
+    const pet = (await created.json()) as { id: number }
+    const deleted = await gateway.request(`/v1/pets/${pet.id}`, { key, method: 'DELETE' })
+    expect(deleted.headers.get('allow')).toBe('GET, HEAD')
+    expect(deleted.headers.get('x-ratelimit-remaining')).toMatch(/^\d+$/)
+    await expectErrorResponse(deleted, 405, 'method_not_allowed')
+    const replaced = await gateway.request('/v1/pets', { key, method: 'PUT', headers: { 'content-type': 'application/json' }, body: '[]' })
+    expect(replaced.headers.get('allow')).toBe('GET, HEAD, POST')
+    await expectErrorResponse(replaced, 405, 'method_not_allowed')
+    const posted = await gateway.request(`/v1/pets/${pet.id}`, { key, ...json({ name: 'Other', categoryId: 1 }) })
+    expect(posted.headers.get('allow')).toBe('GET, HEAD')
+    await expectErrorResponse(posted, 405, 'method_not_allowed')
+    expect(await (await gateway.request(`/v1/pets/${pet.id}`, { key })).json()).toEqual({ id: pet.id, name: 'Stays', categoryId: 3, status: 'available' })
+    // The gateway's own paths answer the same way, after authentication.
+    const orders = await gateway.request('/v1/store/orders', { key, ...json({}) })
+    expect(orders.headers.get('allow')).toBe('GET, HEAD')
+    await expectErrorResponse(orders, 405, 'method_not_allowed')
+    await expectErrorResponse(await gateway.request('/v1/store/orders', { method: 'DELETE' }), 401, 'missing_api_key')
+  })
+
   it('scopes Idempotency-Key to the calling key', async () => {
     const other = await gateway.createKey()
     const headers = { 'idempotency-key': 'same-key' }

@@ -6,8 +6,9 @@ import { loadOpenApiDocument, type OpenApiDocument } from '../../gateway/src/ope
  * (test/helpers/gateway.ts) is compared with gateway/openapi/openapi.yaml.
  *
  * - The method and path template must match an operation, and the status must be documented for
- *   it. A path (or method) the document does not describe may only get 404, or one of the answers
- *   the gateway gives before routing (the statuses every keyed operation documents: 401, 429 …).
+ *   it. A path (or method) the document does not describe may only get 404, 405 with an `Allow`
+ *   header that does not name the method asked, or one of the answers the gateway gives before
+ *   routing (the statuses every keyed operation documents: 401, 429 …).
  * - A JSON body must match the response's schema; an Error body's `status` must repeat the HTTP
  *   status.
  * - Every header the response documents as required must be present, and every documented header
@@ -151,7 +152,9 @@ export function compileContract(document: OpenApiDocument = loadOpenApiDocument(
     return (own ?? globalSecurity).length > 0
   })
   const everyKeyed = keyed.map((operation) => new Set([...operation.responses.keys()].map(Number)))
-  const unmatchedStatuses = new Set([404, ...(everyKeyed[0] ?? [])].filter((status) => status === 404 || everyKeyed.every((set) => set.has(status))))
+  const unmatchedStatuses = new Set(
+    [404, 405, ...(everyKeyed[0] ?? [])].filter((status) => status === 404 || status === 405 || everyKeyed.every((set) => set.has(status))),
+  )
 
   // Headers an undocumented path's answer must carry: those required on every response of that
   // status, and on every response that documents headers at all (so not getPet's Deprecation on
@@ -219,6 +222,13 @@ export async function assertMatchesContract(method: string, url: URL, response: 
     throw new ContractViolation(
       `${what}: the document has no operation ${method.toUpperCase()} ${url.pathname}; such a request may only get ${[...checks.unmatched.keys()].join(', ')}. Body: ${text.slice(0, 300)}`,
     )
+  }
+
+  // RFC 9110 §15.5.6: a 405 names the methods the path does answer, and the one asked is not among them.
+  if (status === 405) {
+    const allow = (response.headers.get('allow') ?? '').split(',').map((name) => name.trim()).filter(Boolean)
+    if (allow.length === 0) problems.push('a 405 must carry an Allow header naming the methods the path answers')
+    if (allow.includes(method.toUpperCase())) problems.push(`a 405 for ${method.toUpperCase()} names that very method in Allow: ${allow.join(', ')}`)
   }
 
   // Headers: every required one present, every documented one that came valid.

@@ -292,9 +292,18 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
     })
 
     describe('every answer', () => {
-      it('answers an unknown route with a 404 Error body', async () => {
+      it('answers an unknown path with a 404 Error body', async () => {
         await expectErrorResponse(await service.request('/store/orders'), 404, 'not_found')
-        await expectErrorResponse(await service.request('/pets', { method: 'DELETE' }), 404, 'not_found')
+        await expectErrorResponse(await service.request('/pets/1/photos', { method: 'DELETE' }), 404, 'not_found')
+      })
+
+      it('answers a known path asked with a method it lacks with 405 and Allow', async () => {
+        const list = await service.request('/pets', { method: 'DELETE' })
+        expect(list.headers.get('allow')).toBe('GET, HEAD, POST')
+        await expectErrorResponse(list, 405, 'method_not_allowed')
+        const one = await service.request('/pets/1', { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: '{}' })
+        expect(one.headers.get('allow')).toBe('GET, HEAD')
+        await expectErrorResponse(one, 405, 'method_not_allowed')
       })
 
       it('refuses callers without the internal credential with 401', async () => {

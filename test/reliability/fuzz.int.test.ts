@@ -8,7 +8,7 @@ import type { TestDatabase } from '../helpers/postgres.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 
 /** Every status the system documents; anything else is a defect. */
-const DOCUMENTED = new Set([200, 201, 400, 401, 404, 408, 413, 415, 422, 429, 431, 501, 502, 503, 504])
+const DOCUMENTED = new Set([200, 201, 400, 401, 404, 405, 408, 413, 415, 422, 429, 431, 501, 502, 503, 504])
 
 interface RawAnswer {
   status: number

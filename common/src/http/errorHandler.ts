@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPMethods } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from './apiError.ts'
 
@@ -7,6 +7,8 @@ export interface FrameworkErrorCodes {
   validation: (message: string) => ApiError
   invalidJson: (message: string) => ApiError
   notFound: () => ApiError
+  /** A path that exists, asked with a method it does not answer; `allow` lists the ones it does. */
+  methodNotAllowed: (allow: string) => ApiError
   payloadTooLarge: () => ApiError
   unsupportedMediaType: () => ApiError
   /** Anything else the client sent wrong that has no specific code (bad URL encoding …). */
@@ -57,6 +59,14 @@ export function frameworkErrorHandler(codes: FrameworkErrorCodes) {
 }
 
 /**
+ * The methods some route answers on this URL's path. RFC 9110 §15.5.6: a path that exists but
+ * not for the method asked is a 405 with these in `Allow`, not a 404 that says the path is gone.
+ */
+function methodsAnswering(app: FastifyInstance, url: string): string[] {
+  return app.supportedMethods.filter((method) => app.findRoute({ method: method as HTTPMethods, url }) !== null).sort()
+}
+
+/**
  * One error handler and one not-found handler: everything thrown becomes the spec's Error
  * body, and 5xx details stay in the log, never in the response.
  */
@@ -70,9 +80,10 @@ export const errorBodies = fp(
       }
       void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
     })
-    app.setNotFoundHandler((_request, reply) => {
-      const apiError = codes.notFound()
-      void reply.code(apiError.status).send(apiError.toBody())
+    app.setNotFoundHandler((request, reply) => {
+      const allowed = methodsAnswering(app, request.url)
+      const apiError = allowed.length > 0 ? codes.methodNotAllowed(allowed.join(', ')) : codes.notFound()
+      void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
     })
   },
   { name: 'error-bodies' },

@@ -379,6 +379,9 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // The upstream writes Location and Link with the public prefix it is given.
     internalRewriteLocationHeader: false,
     disableRequestLogging: true,
+    // Every method the router knows goes to the upstream, which owns the paths below the prefix
+    // and answers 405 with the Allow header only it can get right for each of them.
+    httpMethods: app.supportedMethods,
     // The handler below takes the query from the raw URL (as reply-from did); without it here,
     // http-proxy does not parse and re-serialise a query it would throw away.
     preRewrite: (url) => {

@@ -70,12 +70,13 @@ describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
     await deleteKeysWithPrefix(prefix)
   })
 
-  it('200, 201, 400 and 404 from the pets-service carry both windows', async () => {
+  it('200, 201, 400, 404 and 405 from the pets-service carry both windows', async () => {
     const cases: [Promise<Response>, number][] = [
       [gateway.request('/v1/pets', { key }), 200],
       [gateway.request('/v1/pets', { key, ...json({ name: 'Rex', categoryId: 1 }) }), 201],
       [gateway.request('/v1/pets', { key, ...json({ name: '', categoryId: 1 }) }), 400],
       [gateway.request('/v1/pets/999999', { key }), 404],
+      [gateway.request('/v1/pets/1', { key, method: 'DELETE' }), 405],
     ]
     for (const [pending, status] of cases) {
       const response = await pending
@@ -88,10 +89,13 @@ describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
     }
   })
 
-  it('404, 413 and 501 answered by the gateway itself carry both windows', async () => {
+  it('404, 405, 413 and 501 answered by the gateway itself carry both windows', async () => {
     const notFound = await gateway.request('/v1/no-such-route', { key })
     expect(notFound.status).toBe(404)
     expectRateLimitHeaders(notFound, keyed)
+    const notAllowed = await gateway.request('/v1/store/orders', { key, method: 'DELETE' })
+    expect(notAllowed.status).toBe(405)
+    expectRateLimitHeaders(notAllowed, keyed)
     const tooLarge = await gateway.request('/v1/pets', {
       key,
       method: 'POST',
