@@ -36,6 +36,8 @@ export const gatewayFrameworkErrors: FrameworkErrorCodes = {
   invalidJson: (message) => gatewayErrors.create('bad_request', message),
   notFound: () => gatewayErrors.create('not_found'),
   methodNotAllowed: (allow) => gatewayErrors.create('method_not_allowed', undefined, { headers: { allow } }),
+  // Under /v1/pets every method the router knows is forwarded; only the pets-service knows the rest.
+  unknownMethod: () => gatewayErrors.create('not_implemented', 'This method is not supported.'),
   payloadTooLarge: () => gatewayErrors.create('payload_too_large'),
   unsupportedMediaType: () => gatewayErrors.create('bad_request'),
   badRequest: () => gatewayErrors.create('bad_request'),

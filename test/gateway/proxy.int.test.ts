@@ -92,6 +92,17 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(await gateway.request('/v1/store/orders', { method: 'DELETE' }), 401, 'missing_api_key')
   })
 
+  it('answers a method no router here knows with 501, never an Allow header it cannot get right', async () => {
+    // The gateway forwards every method it knows under /v1/pets, so it cannot tell which ones the
+    // pets-service answers on a path; the pets-service itself can.
+    const unknown = await gateway.request('/v1/pets', { key, method: 'PROPFIND', contract: false })
+    expect(unknown.headers.get('allow')).toBeNull()
+    await expectErrorResponse(unknown, 501, 'not_implemented')
+    const direct = await pets.request('/pets', { method: 'PROPFIND' })
+    expect(direct.headers.get('allow')).toBe('GET, HEAD, POST')
+    await expectErrorResponse(direct, 405, 'method_not_allowed')
+  })
+
   it('scopes Idempotency-Key to the calling key', async () => {
     const other = await gateway.createKey()
     const headers = { 'idempotency-key': 'same-key' }

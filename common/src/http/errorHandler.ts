@@ -9,6 +9,12 @@ export interface FrameworkErrorCodes {
   notFound: () => ApiError
   /** A path that exists, asked with a method it does not answer; `allow` lists the ones it does. */
   methodNotAllowed: (allow: string) => ApiError
+  /**
+   * A method the router does not know at all (RFC 9110 §15.6.2: 501). A service whose routes
+   * forward whole prefixes cannot tell which methods such a path answers, so it says this instead;
+   * without it, the service answers from its own routes like any other method.
+   */
+  unknownMethod?: () => ApiError
   payloadTooLarge: () => ApiError
   unsupportedMediaType: () => ApiError
   /** Anything else the client sent wrong that has no specific code (bad URL encoding …). */
@@ -66,6 +72,12 @@ function methodsAnswering(app: FastifyInstance, url: string): string[] {
   return app.supportedMethods.filter((method) => app.findRoute({ method: method as HTTPMethods, url }) !== null).sort()
 }
 
+function notFoundAnswer(app: FastifyInstance, request: FastifyRequest, codes: FrameworkErrorCodes): ApiError {
+  if (codes.unknownMethod && !app.supportedMethods.includes(request.method)) return codes.unknownMethod()
+  const allowed = methodsAnswering(app, request.url)
+  return allowed.length > 0 ? codes.methodNotAllowed(allowed.join(', ')) : codes.notFound()
+}
+
 /**
  * One error handler and one not-found handler: everything thrown becomes the spec's Error
  * body, and 5xx details stay in the log, never in the response.
@@ -81,8 +93,7 @@ export const errorBodies = fp(
       void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
     })
     app.setNotFoundHandler((request, reply) => {
-      const allowed = methodsAnswering(app, request.url)
-      const apiError = allowed.length > 0 ? codes.methodNotAllowed(allowed.join(', ')) : codes.notFound()
+      const apiError = notFoundAnswer(app, request, codes)
       void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
     })
   },
