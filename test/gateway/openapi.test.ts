@@ -112,10 +112,9 @@ describe('the OpenAPI document (gateway/openapi/openapi.yaml)', () => {
     }
     expect([...(code.enum as string[])].sort()).toEqual([...declared.keys()].sort())
     const documentedStatuses = new Set(operations.flatMap(({ op }) => responsesOf(op).map(([status]) => Number(status))))
-    // A 405 answers a method no operation describes, so no operation's responses can list it.
-    const answersUndescribedMethods = new Set(['method_not_allowed'])
     for (const [name, status] of declared) {
-      if (!answersUndescribedMethods.has(name)) expect(documentedStatuses, `${name} (${status})`).toContain(status)
+      // A 405 answers a method no operation describes, so no operation's responses can list it.
+      if (name !== 'method_not_allowed') expect(documentedStatuses, `${name} (${status})`).toContain(status)
       expect(code.description, `${name} in the code description`).toContain(`\`${name}\` (${status})`)
     }
   })

@@ -152,9 +152,8 @@ export function compileContract(document: OpenApiDocument = loadOpenApiDocument(
     return (own ?? globalSecurity).length > 0
   })
   const everyKeyed = keyed.map((operation) => new Set([...operation.responses.keys()].map(Number)))
-  const unmatchedStatuses = new Set(
-    [404, 405, ...(everyKeyed[0] ?? [])].filter((status) => status === 404 || status === 405 || everyKeyed.every((set) => set.has(status))),
-  )
+  const beforeRouting = [...(everyKeyed[0] ?? [])].filter((status) => everyKeyed.every((set) => set.has(status)))
+  const unmatchedStatuses = new Set([404, 405, ...beforeRouting])
 
   // Headers an undocumented path's answer must carry: those required on every response of that
   // status, and on every response that documents headers at all (so not getPet's Deprecation on
