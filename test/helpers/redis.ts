@@ -88,22 +88,22 @@ export interface TestClusterOptions {
 export async function startRedisCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
   const replicas = options.replicasPerMaster ?? 0
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-cluster-'))
-  const ports: number[] = []
-  while (ports.length < 3 * (1 + replicas)) {
-    const port = await freePort()
-    if (!ports.includes(port)) ports.push(port)
-  }
-  const processes = ports.map((port) =>
-    spawn(
+  const ports = await clusterPorts(3 * (1 + replicas))
+  const output = new Map<number, string>()
+  const processes = ports.map((port) => {
+    const child = spawn(
       'redis-server',
       [
         '--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
         '--cluster-config-file', path.join(directory, `nodes-${port}.conf`), '--dir', directory,
         '--save', '', '--appendonly', 'no', '--cluster-node-timeout', '2000',
       ],
-      { stdio: 'ignore' },
-    ),
-  )
+      { stdio: ['ignore', 'pipe', 'ignore'] },
+    )
+    // Kept so that a node that refuses to start can say why (its log goes to stdout).
+    child.stdout!.on('data', (chunk: Buffer) => output.set(port, ((output.get(port) ?? '') + chunk.toString()).slice(-2000)))
+    return child
+  })
   // Should the test worker die without its afterAll, the servers go with it.
   const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
   process.once('exit', killOnExit)
@@ -123,7 +123,13 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
   }
   const nodes = ports.map((port) => `127.0.0.1:${port}`)
   try {
-    for (const port of ports) await waitFor(async () => (await ping(port)) === 'PONG')
+    for (const [index, port] of ports.entries()) {
+      await waitFor(async () => {
+        const child = processes[index]!
+        if (child.exitCode !== null) throw new ExitedError(`redis-server on port ${port} exited: ${output.get(port) ?? ''}`)
+        return (await ping(port)) === 'PONG'
+      })
+    }
     const created = spawnSync('redis-cli', ['--cluster', 'create', ...nodes, '--cluster-replicas', String(replicas), '--cluster-yes'], {
       encoding: 'utf8',
       timeout: 30_000,
@@ -165,10 +171,41 @@ async function ping(port: number): Promise<string | undefined> {
   }
 }
 
+/** A server that will never answer: waiting for it stops at once, with its reason. */
+class ExitedError extends Error {}
+
+/**
+ * Loopback ports for cluster nodes. Each node also listens on its port + 10000 (the cluster bus),
+ * so a port above 55535 cannot be used at all and the bus port must be free as well.
+ */
+async function clusterPorts(count: number): Promise<number[]> {
+  const ports: number[] = []
+  while (ports.length < count) {
+    const port = await freePort()
+    if (port > 55535 || ports.includes(port) || ports.includes(port + 10000) || ports.includes(port - 10000)) continue
+    if (await canListen(port + 10000)) ports.push(port)
+  }
+  return ports
+}
+
+async function canListen(port: number): Promise<boolean> {
+  const server = net.createServer()
+  const listening = await new Promise<boolean>((resolve) => {
+    server.once('error', () => resolve(false))
+    server.listen(port, '127.0.0.1', () => resolve(true))
+  })
+  if (listening) await new Promise((resolve) => server.close(resolve))
+  return listening
+}
+
 async function waitFor(condition: () => Promise<boolean>, timeoutMillis = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMillis
   while (Date.now() < deadline) {
-    if (await condition().catch(() => false)) return
+    const met = await condition().catch((error: unknown) => {
+      if (error instanceof ExitedError) throw error
+      return false
+    })
+    if (met) return
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
   throw new Error('timed out waiting for Redis')
