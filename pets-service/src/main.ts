@@ -1,6 +1,7 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
@@ -21,7 +22,7 @@ async function main(): Promise<void> {
   collectDefaultMetrics({ register: registry })
   registerPoolMetrics(registry, pool)
 
-  const pets = createPetRepository(pool)
+  const pets = createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) })
   const app = await buildPetsService({ pets, internalToken: config.internalToken, logger, registry })
   let accepting = true
   const ops = buildOpsServer({

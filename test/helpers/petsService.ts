@@ -5,6 +5,7 @@ import type pg from 'pg'
 import { Registry } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { buildPetsService } from '../../pets-service/src/app.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
@@ -30,7 +31,7 @@ export async function startPetsService(
   await migrate(pool, PETS_MIGRATIONS)
   const logger = options.logStream ? pino(options.logStream) : pino({ level: 'silent' })
   const app = await buildPetsService({
-    pets: createPetRepository(pool),
+    pets: createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) }),
     internalToken: TEST_INTERNAL_TOKEN,
     logger,
     registry: new Registry(),

@@ -291,6 +291,20 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       )
     })
 
+    describe('concurrent callers', () => {
+      // Every pooled connection runs the read queries, not only the one a sequential test reuses
+      // (PGlite serves all connections from one session, where a statement name is shared).
+      it('answers lists and reads arriving together, each on its own connection, with 200', async () => {
+        const pets = await seed(3, 'pending')
+        const paths = Array.from({ length: 8 }, (_, i) => ['/pets?limit=2', '/pets?status=pending', `/pets/${pets[i % 3]!.id}`][i % 3]!)
+        for (let wave = 0; wave < 2; wave++) {
+          const responses = await Promise.all([...paths, ...paths].map((path) => service.request(path)))
+          expect(responses.map((response) => response.status)).toEqual(responses.map(() => 200))
+        }
+        expect(service.pool.totalCount, 'the requests spread over several connections').toBeGreaterThan(1)
+      })
+    })
+
     describe('every answer', () => {
       it('answers an unknown path with a 404 Error body', async () => {
         await expectErrorResponse(await service.request('/store/orders'), 404, 'not_found')

@@ -27,8 +27,9 @@ export type CreateResult =
 
 const COLUMNS = 'id, name, category_id AS "categoryId", status'
 
-// The read queries run as named prepared statements: each pooled connection parses and plans
-// them once, and every later call only binds and executes, which saves Postgres CPU per request.
+// The read queries run as named prepared statements where every connection is its own session
+// (see connectionsHaveOwnSessions): each pooled connection parses and plans them once, and every
+// later call only binds and executes, which saves Postgres CPU per request.
 const LIST_PAGE = `SELECT ${COLUMNS} FROM pets.pets WHERE id > $1 ORDER BY id LIMIT $2`
 const LIST_PAGE_BY_STATUS = `SELECT ${COLUMNS} FROM pets.pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`
 const FIND_BY_ID = `SELECT ${COLUMNS} FROM pets.pets WHERE id = $1`
@@ -36,7 +37,16 @@ const FIND_BY_ID = `SELECT ${COLUMNS} FROM pets.pets WHERE id = $1`
 /** How long an Idempotency-Key is remembered. */
 export const IDEMPOTENCY_RETENTION_HOURS = 24
 
-export function createPetRepository(pool: pg.Pool) {
+export interface PetRepositoryOptions {
+  /** Name the read queries so each connection prepares them once. Default true. */
+  preparedStatements?: boolean
+}
+
+export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions = {}) {
+  const named = options.preparedStatements ?? true
+  const statement = (name: string, text: string, values: unknown[]): pg.QueryConfig =>
+    named ? { name, text, values } : { text, values }
+
   async function insertPet(client: pg.Pool | pg.PoolClient, pet: NewPetRow): Promise<Pet> {
     const { rows } = await client.query<Pet>(
       `INSERT INTO pets.pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${COLUMNS}`,
@@ -50,13 +60,13 @@ export function createPetRepository(pool: pg.Pool) {
     async listPage({ limit, status, afterId }: PageQuery): Promise<Pet[]> {
       const { rows } =
         status === undefined
-          ? await pool.query<Pet>({ name: 'pets.list-page', text: LIST_PAGE, values: [afterId, limit] })
-          : await pool.query<Pet>({ name: 'pets.list-page-by-status', text: LIST_PAGE_BY_STATUS, values: [status, afterId, limit] })
+          ? await pool.query<Pet>(statement('pets.list-page', LIST_PAGE, [afterId, limit]))
+          : await pool.query<Pet>(statement('pets.list-page-by-status', LIST_PAGE_BY_STATUS, [status, afterId, limit]))
       return rows
     },
 
     async findById(id: number): Promise<Pet | undefined> {
-      const { rows } = await pool.query<Pet>({ name: 'pets.find-by-id', text: FIND_BY_ID, values: [id] })
+      const { rows } = await pool.query<Pet>(statement('pets.find-by-id', FIND_BY_ID, [id]))
       return rows[0]
     },
 
