@@ -8,6 +8,7 @@ import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
+import { firstNumberRoundedToInteger } from './http/exactNumbers.ts'
 import type { PetRepository } from './repository/petRepository.ts'
 import { createPetRoute } from './routes/createPet.ts'
 import { getPetRoute } from './routes/getPet.ts'
@@ -47,6 +48,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   // The catalogue speaks JSON only: without this, Fastify would parse text/plain bodies and
   // answer 400 where 415 Unsupported Media Type is the truth.
   app.removeContentTypeParser('text/plain')
+  refuseNumbersRoundedToIntegers(app)
 
   await app.register(requestContext)
   await app.register(gracefulClose, {
@@ -61,4 +63,20 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   await app.register(createPetRoute, { pets: deps.pets })
   await app.register(getPetRoute, { pets: deps.pets })
   return app
+}
+
+/**
+ * JSON bodies are parsed as Fastify does, after one check on the text: a number that is not an
+ * integer but parses to one (`9007199254740990.5`) would pass the integer schema as a value the
+ * client never sent, so it is refused with 400 instead of being rounded.
+ */
+function refuseNumbersRoundedToIntegers(app: FastifyInstance): void {
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.removeContentTypeParser('application/json')
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body as string
+    const rounded = firstNumberRoundedToInteger(text)
+    if (rounded === undefined) return parseJson(request, text, done)
+    done(petsErrors.create('validation_failed', `body: ${rounded.slice(0, 40)} is not an integer; it would be rounded to one`))
+  })
 }

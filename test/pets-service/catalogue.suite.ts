@@ -93,6 +93,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['categoryId 0', '{"name":"Rex","categoryId":0}'],
         ['a negative categoryId', '{"name":"Rex","categoryId":-4}'],
         ['a fractional categoryId', '{"name":"Rex","categoryId":1.5}'],
+        ['a fractional categoryId JSON.parse rounds to an integer', '{"name":"Rex","categoryId":9007199254740990.5}'],
+        ['a categoryId of 1 plus 10^-16 (would round to 1)', '{"name":"Rex","categoryId":1.0000000000000001}'],
         ['categoryId as a string', '{"name":"Rex","categoryId":"7"}'],
         ['categoryId 2^53', '{"name":"Rex","categoryId":9007199254740992}'],
         ['categoryId 2^53 + 1 (would round)', '{"name":"Rex","categoryId":9007199254740993}'],

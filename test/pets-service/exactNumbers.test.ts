@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest'
+import { firstNumberRoundedToInteger } from '../../pets-service/src/http/exactNumbers.ts'
+
+describe('numbers JSON.parse would round to an integer', () => {
+  it.each([
+    ['{"name":"Rex","categoryId":9007199254740990.5}', '9007199254740990.5'],
+    ['{"name":"Rex","categoryId":9007199254740991.4}', '9007199254740991.4'],
+    ['{"name":"Rex","categoryId":1.0000000000000001}', '1.0000000000000001'],
+    ['{"categoryId":-2.00000000000000001}', '-2.00000000000000001'],
+    ['{"categoryId":1000000000000000000000.5}', '1000000000000000000000.5'],
+    ['{"categoryId":1.00000000000000000001e5}', '1.00000000000000000001e5'],
+    ['[1, 2.5, 3.0000000000000000001]', '3.0000000000000000001'],
+  ])('finds the rounded number in %s', (json, token) => {
+    expect(firstNumberRoundedToInteger(json)).toBe(token)
+  })
+
+  it.each([
+    '{"name":"Rex","categoryId":9007199254740991}',
+    '{"name":"Rex","categoryId":7.0}',
+    '{"name":"Rex","categoryId":1e3}',
+    '{"name":"Rex","categoryId":1.5e1}',
+    '{"name":"Rex","categoryId":0.0}',
+    // Not an integer after parsing either: the schema refuses these by itself.
+    '{"name":"Rex","categoryId":1.5}',
+    '{"name":"Rex","categoryId":15e-1}',
+    // Inside strings, digits are text.
+    '{"name":"1.0000000000000001 \\" 9007199254740990.5","categoryId":3}',
+  ])('finds none in %s', (json) => {
+    expect(firstNumberRoundedToInteger(json)).toBeUndefined()
+  })
+})
