@@ -286,9 +286,12 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       })
 
       it.each(['abc', '0', '-1', '1.5', '007', '1e3', '9223372036854775808', '99999999999999999999'])(
-        'answers 400 for the malformed id %s',
+        'answers 400 for the malformed id %s, with the deprecation headers',
         async (petId) => {
-          await expectErrorResponse(await service.request(`/pets/${petId}`), 400, 'validation_failed')
+          const response = await service.request(`/pets/${petId}`)
+          expect(response.headers.get('deprecation')).toBe('@1767225600')
+          expect(response.headers.get('sunset')).toBe('Thu, 05 Dec 2030 00:00:00 GMT')
+          await expectErrorResponse(response, 400, 'validation_failed')
         },
       )
     })

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { onRequestHookHandler } from 'fastify'
 import { petsErrors } from '../errors.ts'
 import { publicPrefix } from '../http/forwarded.ts'
 import type { PetRepository } from '../repository/petRepository.ts'
@@ -13,13 +14,18 @@ const INT64_MAX = 9_223_372_036_854_775_807n
 
 /** GET /pets/{petId} (getPet, deprecated): the replacement is GET /pets with the status filter. */
 export const getPetRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = async (app, { pets }) => {
-  app.get('/pets/:petId', { schema: { params: PetIdParams, response: { 200: Pet } } }, async (request, reply) => {
-    // Deprecation headers go on every answer of this operation, errors included.
+  const schema = { params: PetIdParams, response: { 200: Pet } }
+  // Deprecation headers go on every answer of this operation, errors included: set before the
+  // path is validated, so a malformed id's 400 carries them too.
+  const announceDeprecation: onRequestHookHandler = (request, reply, done) => {
     reply.headers({
       deprecation: DEPRECATED_SINCE,
       sunset: SUNSET,
       link: `<${publicPrefix(request)}/pets>; rel="successor-version"`,
     })
+    done()
+  }
+  app.get('/pets/:petId', { schema, onRequest: announceDeprecation }, async (request) => {
     const raw = BigInt(request.params.petId)
     if (raw > INT64_MAX) {
       throw petsErrors.create('validation_failed', 'params/petId must be an integer between 1 and 2^63 - 1')
