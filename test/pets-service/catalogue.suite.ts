@@ -325,13 +325,22 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         await expectErrorResponse(one, 405, 'method_not_allowed')
       })
 
-      it('refuses callers without the internal credential with 401', async () => {
+      it('refuses callers without the internal credential with 401 on every operation, and stores nothing', async () => {
         const missing = await fetch(`${service.url}/pets`)
         await expectErrorResponse(missing, 401, 'unauthorized')
         const wrong = await fetch(`${service.url}/pets`, { headers: { 'x-internal-token': 'guess' } })
         await expectErrorResponse(wrong, 401, 'unauthorized')
         const unknownRoute = await fetch(`${service.url}/nowhere`)
         await expectErrorResponse(unknownRoute, 401, 'unauthorized')
+        const pet = await createPet({ name: 'Rex', categoryId: 1 })
+        await expectErrorResponse(await fetch(`${service.url}/pets/${pet.id}`), 401, 'unauthorized')
+        const create = await fetch(`${service.url}/pets`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ name: 'Intruder', categoryId: 1 }),
+        })
+        await expectErrorResponse(create, 401, 'unauthorized')
+        expect(await storedCount(), 'pets stored').toBe(1)
       })
 
       it('echoes the caller request id, or issues one', async () => {

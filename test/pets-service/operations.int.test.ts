@@ -11,7 +11,6 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildPetsService } from '../../pets-service/src/app.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
-import { expectErrorResponse } from '../helpers/assertions.ts'
 import { TEST_INTERNAL_TOKEN, jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
@@ -330,11 +329,21 @@ describe('pets-service operations', () => {
   })
 
   it('refuses a create with 400 before touching Postgres when the body is invalid', async () => {
-    const service = await startPetsService(database.url)
+    // With no Postgres at all, a 400 (not 503) shows that validation ran without a connection.
+    const { app, pool } = await serviceOn(await refusedPostgresUrl())
     try {
-      await expectErrorResponse(await service.request('/pets', jsonPost({ name: '' })), 400, 'validation_failed')
+      const response = await app.inject({
+        method: 'POST',
+        url: '/pets',
+        headers: { 'content-type': 'application/json', 'x-internal-token': TEST_INTERNAL_TOKEN },
+        payload: JSON.stringify({ name: '' }),
+      })
+      expect(response.statusCode).toBe(400)
+      expect(response.json()).toMatchObject({ code: 'validation_failed', status: 400 })
+      expect(pool.totalCount, 'connections opened').toBe(0)
     } finally {
-      await service.close()
+      await app.close()
+      await pool.end()
     }
   })
 })
