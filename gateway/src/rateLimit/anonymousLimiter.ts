@@ -1,4 +1,5 @@
 import type { Cluster, Redis } from 'ioredis'
+import { LRUCache } from 'lru-cache'
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible'
 import { coalesceWritesPerTurn, withinBudget } from './redisStore.ts'
 
@@ -15,6 +16,12 @@ export interface AnonymousDecision {
  * Requests without a valid key are limited per client IP and never charged to any key: this
  * is what makes guessing keys slow. rate-limiter-flexible keeps the counts in Redis (shared by
  * all gateways) with an in-memory insurance limiter that takes over while Redis fails.
+ *
+ * An address that Redis says has spent its window is then refused from memory until the window
+ * resets: a flood of guesses past the limit costs no Redis call, the way a banned key's refusals
+ * cost none, and Redis would refuse each of them until then anyway. rate-limiter-flexible's own
+ * inMemoryBlockOnConsumed does the same with an unbounded map swept in full on every insert past
+ * 1,000 entries; this one is an LRU, so a flood from many addresses costs neither heap nor CPU.
  */
 export function createAnonymousLimiter(options: {
   perMinute: number
@@ -22,40 +29,68 @@ export function createAnonymousLimiter(options: {
   redis?: Redis | Cluster
   /** The Redis time budget; past it the in-memory insurance limiter decides. */
   budgetMillis?: number
+  /** Addresses remembered as spent (default 100,000); the least recently refused are forgotten first. */
+  maxSpentAddresses?: number
 }) {
-  const shape = { points: options.perMinute, duration: options.windowSeconds, keyPrefix: 'anon' }
+  const { perMinute: limit, windowSeconds, budgetMillis } = options
+  const shape = { points: limit, duration: windowSeconds, keyPrefix: 'anon' }
   // This process's limiter: the only one without Redis, else the insurance, consulted here exactly
   // once for each request Redis could not decide (an error or the budget passing), never a second
   // time when a late command fails after all.
   const local = new RateLimiterMemory(shape)
   const shared = options.redis ? new RateLimiterRedis({ ...shape, storeClient: options.redis }) : undefined
-  const coalesce = options.redis ? coalesceWritesPerTurn(options.redis) : () => undefined
+  const coalesce = options.redis ? coalesceWritesPerTurn(options.redis) : undefined
+  // Client IP → when its spent window resets, on this process's monotonic clock.
+  const spent = new LRUCache<string, number>({ max: options.maxSpentAddresses ?? 100_000 })
 
   const decision = (result: RateLimiterRes, admitted: boolean): AnonymousDecision => ({
     admitted,
-    limit: options.perMinute,
+    limit,
     remaining: Math.max(result.remainingPoints, 0),
     resetInMillis: Math.max(result.msBeforeNext, 0),
-    windowSeconds: options.windowSeconds,
+    windowSeconds,
   })
+
+  async function consumeLocal(clientIp: string): Promise<AnonymousDecision> {
+    try {
+      return decision(await local.consume(clientIp), true)
+    } catch (rejection) {
+      if (rejection instanceof RateLimiterRes) return decision(rejection, false)
+      throw rejection
+    }
+  }
+
+  /** Redis's decision; rejects when Redis fails or is slower than the budget. */
+  async function consumeShared(limiter: RateLimiterRedis, clientIp: string): Promise<AnonymousDecision> {
+    const whenSent = coalesce?.()
+    const pending = limiter.consume(clientIp)
+    let result: AnonymousDecision
+    try {
+      result = decision(await (budgetMillis === undefined ? pending : withinBudget(pending, budgetMillis, whenSent)), true)
+    } catch (rejection) {
+      if (!(rejection instanceof RateLimiterRes)) throw rejection
+      result = decision(rejection, false)
+    }
+    if (result.remaining === 0) spent.set(clientIp, performance.now() + result.resetInMillis)
+    return result
+  }
+
+  function spentWindow(clientIp: string): AnonymousDecision | undefined {
+    const resetsAt = spent.get(clientIp)
+    if (resetsAt === undefined) return undefined
+    const resetInMillis = resetsAt - performance.now()
+    if (resetInMillis > 0) return { admitted: false, limit, remaining: 0, resetInMillis, windowSeconds }
+    spent.delete(clientIp)
+    return undefined
+  }
 
   return {
     async consume(clientIp: string): Promise<AnonymousDecision> {
-      try {
-        if (!shared) return decision(await local.consume(clientIp), true)
-        try {
-          coalesce()
-          const pending = shared.consume(clientIp)
-          return decision(await (options.budgetMillis === undefined ? pending : withinBudget(pending, options.budgetMillis)), true)
-        } catch (error) {
-          if (error instanceof RateLimiterRes) throw error
-          // Redis failed, or is slower than the budget: this process's limiter decides.
-          return decision(await local.consume(clientIp), true)
-        }
-      } catch (rejection) {
-        if (rejection instanceof RateLimiterRes) return decision(rejection, false)
-        throw rejection
-      }
+      if (!shared) return consumeLocal(clientIp)
+      const refused = spentWindow(clientIp)
+      if (refused) return refused
+      // Redis failed, or is slower than the budget: this process's limiter decides.
+      return consumeShared(shared, clientIp).catch(() => consumeLocal(clientIp))
     },
   }
 }

@@ -33,24 +33,35 @@ export class RedisBudgetExceededError extends Error {
   }
 }
 
+/** Registers a callback to run once the commands written in this event-loop turn have left. */
+export type WhenSent = (callback: () => void) => void
+
+const sendNow: WhenSent = (callback) => callback()
+
 /**
  * Settles like `work`, or rejects with RedisBudgetExceededError once `budgetMillis` have passed
- * without an answer. The timer's verdict waits for the check phase of the event-loop turn in
- * which it fires (setImmediate), after that turn has read the sockets: a reply already waiting
- * there wins. A gateway whose event loop is merely busy (a burst of requests on a small CPU)
- * therefore never mistakes its own lag for a slow Redis, which would hand the decision to the
- * per-process fallback and over-admit. A Redis that really is late still loses at the budget.
+ * without an answer. The budget starts when the command leaves the process (`whenSent`: the writes
+ * of a turn are held until its check phase, see coalesceWritesPerTurn), and the timer's verdict
+ * waits for the check phase of the event-loop turn in which it fires (setImmediate), after that
+ * turn has read the sockets: a reply already waiting there wins. A gateway whose event loop is
+ * merely busy (a burst of requests on a small CPU) therefore never mistakes its own lag for a slow
+ * Redis, which would hand the decision to the per-process fallback and over-admit. A Redis that
+ * really is late still loses at the budget.
  */
-export function withinBudget<T>(work: Promise<T>, budgetMillis: number): Promise<T> {
+export function withinBudget<T>(work: Promise<T>, budgetMillis: number, whenSent: WhenSent = sendNow): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let settled = false
-    const timer = setTimeout(() => {
-      setImmediate(() => {
-        if (settled) return
-        settled = true
-        reject(new RedisBudgetExceededError(budgetMillis))
-      })
-    }, budgetMillis)
+    let timer: NodeJS.Timeout | undefined
+    whenSent(() => {
+      if (settled) return
+      timer = setTimeout(() => {
+        setImmediate(() => {
+          if (settled) return
+          settled = true
+          reject(new RedisBudgetExceededError(budgetMillis))
+        })
+      }, budgetMillis)
+    })
     work.then(
       (value) => {
         if (settled) return
@@ -108,26 +119,34 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   return client
 }
 
-const coalescers = new WeakMap<RedisClient, () => void>()
+const coalescers = new WeakMap<RedisClient, () => WhenSent>()
 
 /**
  * Holds a client's socket writes until the check phase of the current event-loop turn, so the
  * commands of all the requests that arrived together leave in one write (one syscall here, one
- * read in Redis) instead of one each. Call the returned function before sending a command; one
+ * read in Redis) instead of one each. Call the returned function before sending a command; it
+ * answers with a WhenSent for the writes of this turn (the time budget starts there). One
  * coalescer per client, shared by everything that sends through it.
  */
-export function coalesceWritesPerTurn(client: RedisClient): () => void {
+export function coalesceWritesPerTurn(client: RedisClient): () => WhenSent {
   let coalesce = coalescers.get(client)
   if (coalesce !== undefined) return coalesce
   let corked: Redis['stream'][] | undefined
+  let sent: (() => void)[] = []
+  const whenSent: WhenSent = (callback) => {
+    sent.push(callback)
+  }
   const uncork = () => {
     for (const stream of corked ?? []) stream.uncork()
     corked = undefined
+    const callbacks = sent
+    sent = []
+    for (const callback of callbacks) callback()
   }
   // A Cluster routes each command to its slot's master, known only inside ioredis: hold them all.
   const connections = () => (client instanceof Redis ? [client] : client.nodes('master'))
   coalesce = () => {
-    if (corked !== undefined) return
+    if (corked !== undefined) return whenSent
     corked = []
     for (const connection of connections()) {
       if (connection.status !== 'ready') continue
@@ -135,19 +154,21 @@ export function coalesceWritesPerTurn(client: RedisClient): () => void {
       corked.push(connection.stream)
     }
     setImmediate(uncork)
+    return whenSent
   }
   coalescers.set(client, coalesce)
   return coalesce
 }
 
 export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
-  const budgeted = <T>(work: Promise<T>) => (options.budgetMillis === undefined ? work : withinBudget(work, options.budgetMillis))
+  const budgeted = <T>(work: Promise<T>, whenSent: WhenSent) =>
+    options.budgetMillis === undefined ? work : withinBudget(work, options.budgetMillis, whenSent)
   const coalesce = coalesceWritesPerTurn(client)
   return {
     kind: 'redis',
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const { minute, day, bans } = request
-      coalesce()
+      const whenSent = coalesce()
       const reply = await budgeted(client.slidingWindow(
         limitKey(request.keyId),
         request.nowMillis ?? 0,
@@ -161,7 +182,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
         bans.strikeWindowMillis,
         bans.memoryMillis,
         bans.ladderMillis.join(','),
-      ))
+      ), whenSent)
       const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan] = reply
       return {
         outcome: OUTCOMES[outcome] ?? 'limited',

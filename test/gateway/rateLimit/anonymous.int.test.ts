@@ -4,7 +4,8 @@ import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import type { TestDatabase } from '../../helpers/postgres.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+import { Redis } from 'ioredis'
+import { TEST_REDIS_URL, deleteKeysWithPrefix, keyNames, testKeyPrefix } from '../../helpers/redis.ts'
 import { freshDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, expectRateLimitHeaders, expectTooManyRequests, keyed } from './httpLimits.ts'
 
@@ -56,6 +57,27 @@ describe('requests without a valid key are limited per client IP', () => {
       const limited = await g.request('/v1/pets', init)
       expect(expectRateLimitHeaders(limited, anonymous)).toMatchObject({ limit: 3, remaining: 0 })
       expect(await expectTooManyRequests(limited)).toBeLessThanOrEqual(60)
+    }
+  })
+
+  it('refuses an address past its limit from memory: 20 more guesses leave its Redis count where the limit left it', async () => {
+    const g = await gateway()
+    const gatewayPrefix = `${prefix}${gateways.length - 1}:`
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
+    for (let i = 0; i < 20; i++) {
+      const refused = await g.request('/v1/pets', { key: generateApiKey() })
+      expect(expectRateLimitHeaders(refused, anonymous)).toMatchObject({ limit: 3, remaining: 0 })
+      // Retry-After still counts down to the window's end in Redis, not to some local guess.
+      expect(await expectTooManyRequests(refused)).toBeLessThanOrEqual(60)
+    }
+    const [counter, ...others] = await keyNames(`${gatewayPrefix}*anon*`)
+    expect(others).toEqual([])
+    const redis = new Redis(TEST_REDIS_URL)
+    try {
+      // rate-limiter-flexible adds one per request it sends to Redis, refused or not.
+      expect(await redis.get(counter as string)).toBe('3')
+    } finally {
+      redis.disconnect()
     }
   })
 
