@@ -1,27 +1,11 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { Counter, Histogram, type Registry } from 'prom-client'
+import type { Registry } from 'prom-client'
+import { HotPathCounter, HotPathHistogram } from './hotPathMetrics.ts'
 
 /** Status class ("2xx" …) keeps the label set bounded whatever statuses appear. */
 export function statusClass(status: number): string {
   return `${Math.floor(status / 100)}xx`
-}
-
-/**
- * A metric's children for a label set, made on first use and kept: prom-client hashes a label
- * object on every call, which the hot path need not pay for a set it has already seen.
- */
-export function labelChildren<Child>(make: (...values: string[]) => Child): (...values: string[]) => Child {
-  const children = new Map<string, Child>()
-  return (...values) => {
-    const id = values.join('\u0000')
-    let child = children.get(id)
-    if (child === undefined) {
-      child = make(...values)
-      children.set(id, child)
-    }
-    return child
-  }
 }
 
 /**
@@ -31,13 +15,13 @@ export function labelChildren<Child>(make: (...values: string[]) => Child): (...
 export const httpMetrics = fp(
   async (app: FastifyInstance, options: { registry: Registry }) => {
     const labelNames = ['method', 'route', 'status_class'] as const
-    const requests = new Counter({
+    const requests = new HotPathCounter({
       name: 'http_requests_total',
       help: 'HTTP requests answered, by route template, method and status class.',
       labelNames,
       registers: [options.registry],
     })
-    const duration = new Histogram({
+    const duration = new HotPathHistogram({
       name: 'http_request_duration_seconds',
       help: 'Time from request received to response sent, by route template, method and status class.',
       labelNames,
@@ -45,14 +29,12 @@ export const httpMetrics = fp(
       registers: [options.registry],
     })
     // The label sets are bounded: route templates × methods × status classes.
-    const children = labelChildren((method, route, status_class) => {
-      const labels = { method, route, status_class }
-      return { count: requests.labels(labels), time: duration.labels(labels) }
-    })
     app.addHook('onResponse', (request, reply, done) => {
-      const child = children(request.method, request.routeOptions.url ?? 'unmatched', statusClass(reply.statusCode))
-      child.count.inc()
-      child.time.observe(reply.elapsedTime / 1000)
+      const method = request.method
+      const route = request.routeOptions.url ?? 'unmatched'
+      const status = statusClass(reply.statusCode)
+      requests.labels(method, route, status).inc()
+      duration.labels(method, route, status).observe(reply.elapsedTime / 1000)
       done()
     })
   },

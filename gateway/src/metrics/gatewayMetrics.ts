@@ -1,5 +1,6 @@
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
-import { labelChildren, statusClass } from '../../../common/src/ops/httpMetrics.ts'
+import { Counter, Gauge, type Registry } from 'prom-client'
+import { statusClass } from '../../../common/src/ops/httpMetrics.ts'
+import { HotPathCounter, HotPathHistogram } from '../../../common/src/ops/hotPathMetrics.ts'
 import type { AuthFailureReason } from '../auth/authenticate.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
 import type { UpstreamFailureKind, UpstreamObserver } from '../proxy/upstreamProxy.ts'
@@ -24,7 +25,7 @@ export function createGatewayMetrics(registry: Registry) {
     registers,
   })
 
-  const upstreamDuration = new Histogram({
+  const upstreamDuration = new HotPathHistogram({
     name: 'gateway_upstream_duration_seconds',
     help: 'Time from handing a request to the upstream to its response headers, by upstream and status class.',
     labelNames: ['upstream', 'status_class'],
@@ -45,19 +46,20 @@ export function createGatewayMetrics(registry: Registry) {
     registers,
   })
 
-  const requests = new Counter({
+  // Every request records a decision; plans, outcomes, sources and windows are bounded sets.
+  const requests = new HotPathCounter({
     name: 'gateway_rate_limit_requests_total',
     help: 'Rate-limit decisions by plan ("anonymous" for per-IP), outcome and source (store, fallback, ban_cache, anonymous).',
     labelNames: ['plan', 'outcome', 'source'],
     registers,
   })
-  const windowDecisions = new Counter({
+  const windowDecisions = new HotPathCounter({
     name: 'gateway_rate_limit_window_decisions_total',
     help: 'Per window, whether it still had room (allowed) or was spent (exceeded) when a request was decided.',
     labelNames: ['plan', 'window', 'outcome'],
     registers,
   })
-  const nearLimit = new Counter({
+  const nearLimit = new HotPathCounter({
     name: 'gateway_rate_limit_near_limit_total',
     help: `Admitted requests after which a window is at least ${NEAR_LIMIT_RATIO * 100} % used.`,
     labelNames: ['plan', 'window'],
@@ -69,7 +71,7 @@ export function createGatewayMetrics(registry: Registry) {
     labelNames: ['step'],
     registers,
   })
-  const storeDuration = new Histogram({
+  const storeDuration = new HotPathHistogram({
     name: 'gateway_rate_limit_store_duration_seconds',
     help: 'Time of one rate-limit store call (one Redis round trip), by store.',
     labelNames: ['store'],
@@ -83,20 +85,14 @@ export function createGatewayMetrics(registry: Registry) {
     registers,
   })
 
-  // Every request records a decision; plans, outcomes, sources and windows are bounded sets.
-  const requestCounts = labelChildren((plan, outcome, source) => requests.labels({ plan, outcome, source }))
-  const windowCounts = labelChildren((plan, window, outcome) => windowDecisions.labels({ plan, window, outcome }))
-  const nearLimitCounts = labelChildren((plan, window) => nearLimit.labels({ plan, window }))
-  const storeTimes = labelChildren((kind) => storeDuration.labels({ store: kind }))
-
   const rateLimit: RateLimitObserver = {
     decision(event) {
-      requestCounts(event.plan, event.outcome, event.source).inc()
+      requests.labels(event.plan, event.outcome, event.source).inc()
       for (const window of event.windows ?? []) {
         const exceeded = event.outcome !== 'admitted' && window.remaining === 0
-        windowCounts(event.plan, window.name, exceeded ? 'exceeded' : 'allowed').inc()
+        windowDecisions.labels(event.plan, window.name, exceeded ? 'exceeded' : 'allowed').inc()
         if (event.outcome === 'admitted' && window.limit - window.remaining >= NEAR_LIMIT_RATIO * window.limit) {
-          nearLimitCounts(event.plan, window.name).inc()
+          nearLimit.labels(event.plan, window.name).inc()
         }
       }
       if (event.newBanStep !== undefined) bans.inc({ step: String(event.newBanStep) })
@@ -109,7 +105,7 @@ export function createGatewayMetrics(registry: Registry) {
       for (const result of ['timeout', 'error']) storeErrors.inc({ store: kind, kind: result }, 0)
     },
     call(kind, seconds, result) {
-      storeTimes(kind).observe(seconds)
+      storeDuration.labels(kind).observe(seconds)
       if (result !== 'ok') storeErrors.inc({ store: kind, kind: result })
     },
   }
@@ -120,7 +116,7 @@ export function createGatewayMetrics(registry: Registry) {
   for (const outcome of ['success', 'failure']) configReloads.inc({ outcome }, 0)
 
   const upstream: UpstreamObserver = {
-    response: (name, status, seconds) => upstreamDuration.observe({ upstream: name, status_class: statusClass(status) }, seconds),
+    response: (name, status, seconds) => upstreamDuration.labels(name, statusClass(status)).observe(seconds),
     failure: (name, kind: UpstreamFailureKind) => upstreamErrors.inc({ upstream: name, kind }),
   }
 
