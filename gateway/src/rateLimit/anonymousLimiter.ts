@@ -1,7 +1,7 @@
 import type { Cluster, Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible'
-import { coalesceWritesPerTurn, withinBudget } from './redisStore.ts'
+import { budgetedSender } from './redisStore.ts'
 
 export interface AnonymousDecision {
   admitted: boolean
@@ -38,8 +38,10 @@ export function createAnonymousLimiter(options: {
   // once for each request Redis could not decide (an error or the budget passing), never a second
   // time when a late command fails after all.
   const local = new RateLimiterMemory(shape)
-  const shared = options.redis ? new RateLimiterRedis({ ...shape, storeClient: options.redis }) : undefined
-  const coalesce = options.redis ? coalesceWritesPerTurn(options.redis) : undefined
+  // The counts every gateway shares, and how commands reach them (coalesced, within the budget).
+  const shared = options.redis
+    ? { limiter: new RateLimiterRedis({ ...shape, storeClient: options.redis }), send: budgetedSender(options.redis, budgetMillis) }
+    : undefined
   // Client IP → when its spent window resets, on this process's monotonic clock.
   const spent = new LRUCache<string, number>({ max: options.maxSpentAddresses ?? 100_000 })
 
@@ -61,12 +63,10 @@ export function createAnonymousLimiter(options: {
   }
 
   /** Redis's decision; rejects when Redis fails or is slower than the budget. */
-  async function consumeShared(limiter: RateLimiterRedis, clientIp: string): Promise<AnonymousDecision> {
-    const whenSent = coalesce?.()
-    const pending = limiter.consume(clientIp)
+  async function consumeShared({ limiter, send }: NonNullable<typeof shared>, clientIp: string): Promise<AnonymousDecision> {
     let result: AnonymousDecision
     try {
-      result = decision(await (budgetMillis === undefined ? pending : withinBudget(pending, budgetMillis, whenSent)), true)
+      result = decision(await send(() => limiter.consume(clientIp)), true)
     } catch (rejection) {
       if (!(rejection instanceof RateLimiterRes)) throw rejection
       result = decision(rejection, false)

@@ -126,9 +126,9 @@ const coalescers = new WeakMap<RedisClient, () => WhenSent>()
  * commands of all the requests that arrived together leave in one write (one syscall here, one
  * read in Redis) instead of one each. Call the returned function before sending a command; it
  * answers with a WhenSent for the writes of this turn (the time budget starts there). One
- * coalescer per client, shared by everything that sends through it.
+ * coalescer per client, shared by everything that sends through it (budgetedSender).
  */
-export function coalesceWritesPerTurn(client: RedisClient): () => WhenSent {
+function coalesceWritesPerTurn(client: RedisClient): () => WhenSent {
   let coalesce = coalescers.get(client)
   if (coalesce !== undefined) return coalesce
   let corked: Redis['stream'][] | undefined
@@ -160,16 +160,26 @@ export function coalesceWritesPerTurn(client: RedisClient): () => WhenSent {
   return coalesce
 }
 
-export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
-  const budgeted = <T>(work: Promise<T>, whenSent: WhenSent) =>
-    options.budgetMillis === undefined ? work : withinBudget(work, options.budgetMillis, whenSent)
+/**
+ * How every rate-limit command goes to Redis: in its turn's coalesced write, and bounded by the
+ * time budget (when there is one) from the moment that write leaves the process.
+ */
+export function budgetedSender(client: RedisClient, budgetMillis: number | undefined): <T>(send: () => Promise<T>) => Promise<T> {
   const coalesce = coalesceWritesPerTurn(client)
+  return (send) => {
+    const whenSent = coalesce()
+    const work = send()
+    return budgetMillis === undefined ? work : withinBudget(work, budgetMillis, whenSent)
+  }
+}
+
+export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
+  const send = budgetedSender(client, options.budgetMillis)
   return {
     kind: 'redis',
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const { minute, day, bans } = request
-      const whenSent = coalesce()
-      const reply = await budgeted(client.slidingWindow(
+      const reply = await send(() => client.slidingWindow(
         limitKey(request.keyId),
         request.nowMillis ?? 0,
         minute.limit,
@@ -182,7 +192,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
         bans.strikeWindowMillis,
         bans.memoryMillis,
         bans.ladderMillis.join(','),
-      ), whenSent)
+      ))
       const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan] = reply
       return {
         outcome: OUTCOMES[outcome] ?? 'limited',
