@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest'
+import { rateLimitHeaders, retryAfterSeconds } from '../../../gateway/src/rateLimit/rateLimitHeaders.ts'
+
+const NOW = 1_795_598_100_250
+
+describe('rate-limit headers', () => {
+  it('describe the window nearest exhaustion in X-RateLimit-* and every window in the IETF fields', () => {
+    const headers = rateLimitHeaders(
+      [
+        { name: 'minute', limit: 60, remaining: 12, resetMillis: NOW + 30_100, windowSeconds: 60 },
+        { name: 'day', limit: 1_000, remaining: 3, resetMillis: NOW + 7_200_000, windowSeconds: 86_400 },
+      ],
+      NOW,
+    )
+    expect(headers).toEqual({
+      'x-ratelimit-limit': '1000',
+      'x-ratelimit-remaining': '3',
+      'x-ratelimit-reset': String(Math.ceil((NOW + 7_200_000) / 1_000)),
+      'ratelimit-policy': '"minute";q=60;w=60, "day";q=1000;w=86400',
+      ratelimit: '"minute";r=12;t=31, "day";r=3;t=7200',
+    })
+  })
+
+  it('name the first of two equally tight windows, and never say less than zero left or a reset in the past', () => {
+    const headers = rateLimitHeaders(
+      [
+        { name: 'minute', limit: 60, remaining: -2, resetMillis: NOW - 500, windowSeconds: 60 },
+        { name: 'day', limit: 1_000, remaining: -2, resetMillis: NOW + 1_000, windowSeconds: 86_400 },
+      ],
+      NOW,
+    )
+    expect(headers['x-ratelimit-limit']).toBe('60')
+    expect(headers['x-ratelimit-remaining']).toBe('0')
+    expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil(NOW / 1_000)))
+    expect(headers.ratelimit).toBe('"minute";r=0;t=0, "day";r=0;t=1')
+  })
+
+  it('round Retry-After up to whole seconds, at least 1', () => {
+    expect([0, 1, 999, 1_000, 1_001].map(retryAfterSeconds)).toEqual(['1', '1', '1', '1', '2'])
+  })
+})
