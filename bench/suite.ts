@@ -11,7 +11,7 @@ import {
 import { nginxTarget } from './targets/nginx.ts'
 import { minimalPetsTarget } from './targets/minimalPets.ts'
 import { petsServiceTarget } from './targets/petsService.ts'
-import { directUpstreamTarget, httpProxyTarget, peerTarget, proxyStageTarget } from './targets/proxyRows.ts'
+import { busyUpstreamTargets, directUpstreamTarget, httpProxyTarget, peerTarget, proxyStageTarget } from './targets/proxyRows.ts'
 import type { BenchTarget, Goal } from './targets/types.ts'
 
 /**
@@ -51,6 +51,7 @@ export const OPTIONAL_TARGETS: BenchTarget[] = [
   gatewayLogWarnTarget,
   gatewayReplyFromTarget,
   gatewayAutoPipeliningTarget,
+  ...busyUpstreamTargets,
 ]
 
 /** Throughput goals read the closed-loop level BENCH_GOAL_CONNECTIONS (100 by default). */

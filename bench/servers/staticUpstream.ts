@@ -4,7 +4,8 @@
  * No framework, no database, no logging: whatever a proxy row costs beyond the direct row is the
  * proxy's. Run by bench/targets/staticUpstream.ts as its own process, shared by every proxy row.
  *
- * Env: PORT, HOST (default 127.0.0.1).
+ * Env: PORT, HOST (default 127.0.0.1), BUSY_MICROS (default 0: the experiment rows' fixed amount of
+ * busy-waiting per request, a stand-in for a server's own work).
  */
 import http from 'node:http'
 
@@ -17,7 +18,13 @@ const pets = Array.from({ length: 20 }, (_, index) => {
 const body = Buffer.from(JSON.stringify(pets))
 const headers = { 'content-type': 'application/json; charset=utf-8', 'content-length': String(body.length) }
 
+const busyMillis = Number(process.env.BUSY_MICROS ?? 0) / 1_000
+
 const server = http.createServer((request, response) => {
+  if (busyMillis > 0) {
+    const until = performance.now() + busyMillis
+    while (performance.now() < until);
+  }
   // A request body (none in the benchmark) is read and dropped so the connection stays usable.
   request.resume()
   response.writeHead(200, headers)

@@ -7,25 +7,50 @@ import type { BenchTarget } from './types.ts'
 /** The request every proxy row measures (the static upstream answers the same page for any path). */
 export const PROXY_PATH = '/v1/pets?limit=20'
 
+const DIRECT_UPSTREAM =
+  'bench/servers/staticUpstream.ts in its own process: node:http answering every request with the same ' +
+  '20-pet JSON page (≈1.2 KB)'
+
 /** The static upstream itself, no proxy: the ceiling of every proxy row. */
-export const directUpstreamTarget: BenchTarget = {
+export const directUpstreamTarget = directUpstream({
   id: 'direct-upstream',
   label: 'static upstream, direct',
-  request: 'GET /pets?limit=20',
-  description:
-    'bench/servers/staticUpstream.ts in its own process: node:http answering every request with the same ' +
-    '20-pet JSON page (≈1.2 KB); the upstream of every proxy row below, measured without a proxy.',
-  checkResponse: checkFirstPetsPage,
-  async start(context) {
-    const upstream = await staticUpstream(context)
-    return {
-      url: `${upstream.origin}/pets?limit=20`,
-      headers: {},
-      pids: [upstream.pid],
-      failure: firstFailure({ name: 'static upstream', failure: upstream.failure }),
-      stop: async () => undefined,
-    }
-  },
+  description: `${DIRECT_UPSTREAM}; the upstream of every proxy row below, measured without a proxy.`,
+})
+
+/**
+ * Experiment: the same server with a fixed busy-wait per request. If a server's CPU per request
+ * were its own work plus a fixed cost, these rows would cost the direct row's µs/req plus the
+ * busy-wait; what they cost beyond that is what the machine charges a slower server (on a shared
+ * 2-vCPU VM: the load generator idles between answers, and each answer's write has to wake it).
+ */
+export const busyUpstreamTargets = [20, 40].map((busyMicros) =>
+  directUpstream({
+    id: `direct-upstream-busy-${busyMicros}`,
+    label: `static upstream, direct, +${busyMicros} µs busy-wait per request (experiment)`,
+    description: `${DIRECT_UPSTREAM}, after busy-waiting ${busyMicros} µs on every request.`,
+    busyMicros,
+  }),
+)
+
+function directUpstream(row: { id: string; label: string; description: string; busyMicros?: number }): BenchTarget {
+  return {
+    id: row.id,
+    label: row.label,
+    request: 'GET /pets?limit=20',
+    description: row.description,
+    checkResponse: checkFirstPetsPage,
+    async start(context) {
+      const upstream = await staticUpstream(context, { busyMicros: row.busyMicros })
+      return {
+        url: `${upstream.origin}/pets?limit=20`,
+        headers: {},
+        pids: [upstream.pid],
+        failure: firstFailure({ name: 'static upstream', failure: upstream.failure }),
+        stop: async () => undefined,
+      }
+    },
+  }
 }
 
 interface PassthroughRow {

@@ -8,18 +8,23 @@ export interface StaticUpstream extends SharedService {
   origin: string
 }
 
-/** bench/servers/staticUpstream.ts, started once per run: the upstream of every proxy row. */
-export function staticUpstream(context: TargetContext): Promise<StaticUpstream> {
-  return context.shared('static-upstream', async () => {
+/**
+ * bench/servers/staticUpstream.ts, started once per run: the upstream of every proxy row. With
+ * `busyMicros`, a separate instance that busy-waits that long on every request (experiment rows).
+ */
+export function staticUpstream(context: TargetContext, options: { busyMicros?: number } = {}): Promise<StaticUpstream> {
+  const busyMicros = options.busyMicros ?? 0
+  const name = busyMicros > 0 ? `static-upstream-busy-${busyMicros}` : 'static-upstream'
+  return context.shared(name, async () => {
     const port = await freePort()
     const origin = `http://127.0.0.1:${port}`
     const server = await startChildServer({
-      name: 'static-upstream',
+      name,
       script: 'bench/servers/staticUpstream.ts',
       nodeArgs: context.nodeArgs,
-      env: { PORT: String(port), HOST: '127.0.0.1' },
+      env: { PORT: String(port), HOST: '127.0.0.1', BUSY_MICROS: String(busyMicros) },
       readyUrl: `${origin}/pets`,
-      logFile: path.join(context.logDir, 'static-upstream.log'),
+      logFile: path.join(context.logDir, `${name}.log`),
     })
     return { origin, pid: server.pid, failure: server.exitReason, stop: () => server.stop() }
   })
