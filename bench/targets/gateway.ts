@@ -363,6 +363,19 @@ export const gatewayLogWarnTarget = gatewayRow({
 })
 
 /**
+ * Experiment: the admitted row on the in-process store (REDIS_URL empty, as `npm start` runs
+ * without one): the same pipeline without the Redis round trip, so the difference is its cost.
+ */
+export const gatewayMemoryStoreTarget = gatewayRow({
+  variant: { id: 'gateway-memory-store', env: { REDIS_URL: '' } },
+  id: 'gateway-memory-store',
+  label: 'gateway, admitted, in-process store (experiment)',
+  key: 'admitted',
+  checkResponse: checkFirstPetsPage,
+  description: `${GATEWAY_PROCESS.replace('limits on the private Redis', 'limits in the in-process store (REDIS_URL empty)')}, its own process.`,
+})
+
+/**
  * Experiment: the admitted row through the proxy stage as it was before tuning (every request
  * through @fastify/reply-from's reply.from), bench/experiments/upstreamProxyReplyFrom.ts swapped
  * in for gateway/src/proxy/upstreamProxy.ts by a module resolve hook.
