@@ -53,6 +53,22 @@ describe('gateway logs', () => {
     ])
   })
 
+  it('record a documented 501 in the access line only, while an upstream failure also gets a line with its cause', async () => {
+    const gateway = gateways[0]!
+    const { key } = await gateway.createKey()
+    expect((await gateway.request('/v1/store/orders', { key, headers: { 'x-request-id': 'log-501' } })).status).toBe(501)
+    const upstream = await refusingUpstream()
+    const failing = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, logStream: gatewayLog.stream })
+    gateways.push(failing)
+    expect((await failing.request('/v1/pets', { key, headers: { 'x-request-id': 'log-502' } })).status).toBe(502)
+    await upstream.close()
+
+    const lines = gatewayLog.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+    const levels = (requestId: string) => lines.filter((line) => line.requestId === requestId).map((line) => [line.level, line.status ?? line.msg])
+    expect(levels('log-501')).toEqual([[30, 501]])
+    expect(levels('log-502')).toEqual([[40, 'upstream request failed'], [30, 502]])
+  })
+
   it('never contain a key, on any path: success, 401, 404, upstream failures', async () => {
     const gateway = gateways[0]!
     const { key: valid } = await gateway.createKey()

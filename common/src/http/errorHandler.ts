@@ -87,7 +87,11 @@ export const errorBodies = fp(
     const { codes } = options
     app.setErrorHandler((error, request, reply) => {
       const apiError = toApiError(error, codes)
-      if (apiError.status >= 500) {
+      // A 5xx with something behind it (an exception, an upstream or database failure) is an
+      // error line for the operator. A deliberate one (501 for a route not built yet, 503 while
+      // shutting down) is an answer like any other: the access line records it, and an error line
+      // for each would page someone for nothing.
+      if (apiError.status >= 500 && apiError.cause !== undefined) {
         request.log.error({ err: error, code: apiError.code }, 'request failed')
       }
       void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
