@@ -7,6 +7,7 @@ import {
   type ClientTimeouts,
 } from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
+import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
@@ -43,7 +44,8 @@ export interface GatewayDependencies {
  *   3.  rate limit: ban, minute and day windows, strikes in one store call for a key,
  *       the per-IP anonymous limit otherwise; headers on every answer;
  *   2b. refuse the request whose key was missing or invalid (after it was charged to its IP);
- *   4.  the proxy to the upstream that owns the path, with header hygiene;
+ *   4.  the proxy to the upstream that owns the path, with header hygiene (a client that sent
+ *       `Expect: 100-continue` is told to send its body only now, once stages 1–3 let it through);
  *   5.  one Error body shape for everything that fails on the way.
  * The API's description (/v1/openapi.json, /docs) is served without a key, limited per IP.
  * A path that does not percent-decode is routed to a 400 route (rewriteUrl), so even that answer
@@ -96,6 +98,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   // 2b
   await app.register(requireAuthentication)
   // 4
+  await app.register(expectContinue, { bodyLimitBytes: BODY_LIMIT_BYTES })
   await app.register(upstreamProxy, {
     ...boot.upstreams.pets,
     internalToken: deps.internalToken,

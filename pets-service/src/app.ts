@@ -2,6 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { Registry } from 'prom-client'
 import { CLIENT_TIMEOUTS, clientErrorHandler, connectionsCheckingIntervalMillis } from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
+import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
@@ -25,7 +26,8 @@ export const BODY_LIMIT_BYTES = 1_048_576
 
 /**
  * The pets-service pipeline, in order: request id and one log line, metrics, the gateway's
- * internal credential, validation, the three catalogue routes, and one error shape for all.
+ * internal credential (`Expect: 100-continue` is answered only after it), validation, the three
+ * catalogue routes, and one error shape for all.
  */
 export async function buildPetsService(deps: PetsServiceDependencies): Promise<FastifyInstance> {
   const app = Fastify({
@@ -58,6 +60,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   await app.register(httpMetrics, { registry: deps.registry })
   await app.register(errorBodies, { codes: petsFrameworkErrors })
   await app.register(internalAuth, { token: deps.internalToken })
+  await app.register(expectContinue, { bodyLimitBytes: BODY_LIMIT_BYTES })
 
   await app.register(listPetsRoute, { pets: deps.pets })
   await app.register(createPetRoute, { pets: deps.pets })

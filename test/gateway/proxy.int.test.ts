@@ -1,3 +1,4 @@
+import http from 'node:http'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { expectErrorResponse } from '../helpers/assertions.ts'
 import {
@@ -18,6 +19,43 @@ const json = (body: unknown, headers: Record<string, string> = {}) => ({
   headers: { 'content-type': 'application/json', ...headers },
   body: JSON.stringify(body),
 })
+
+interface ExpectContinueAnswer {
+  /** Whether the server sent 100 Continue, i.e. asked for the body. */
+  continued: boolean
+  status: number
+  headers: http.IncomingHttpHeaders
+  body: string
+}
+
+/**
+ * A POST that announces its body with `Expect: 100-continue` and sends it only if the server
+ * asks (fetch cannot send Expect, so node:http does).
+ */
+function postExpectingContinue(url: string, headers: Record<string, string>, body: string, announcedLength = Buffer.byteLength(body)) {
+  return new Promise<ExpectContinueAnswer>((resolve, reject) => {
+    let continued = false
+    const request = http.request(url, {
+      method: 'POST',
+      headers: { ...headers, expect: '100-continue', 'content-length': String(announcedLength), 'content-type': 'application/json' },
+    })
+    request.on('continue', () => {
+      continued = true
+      request.end(body)
+    })
+    request.on('response', (response) => {
+      let text = ''
+      response.setEncoding('utf8')
+      response.on('data', (chunk: string) => (text += chunk))
+      response.on('end', () => {
+        resolve({ continued, status: response.statusCode ?? 0, headers: response.headers, body: text })
+        request.destroy()
+      })
+    })
+    request.on('error', (error) => (continued ? undefined : reject(error)))
+    request.flushHeaders()
+  })
+}
 
 describe('gateway proxy to the real pets-service', () => {
   let database: TestDatabase
@@ -191,6 +229,46 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(seen['x-forwarded-for']).toBe('127.0.0.1')
     expect(seen['x-request-id']).toBe(response.headers.get('x-request-id'))
     expect(seen.authorization).toBeUndefined()
+  })
+
+  it('forwards a request without the client\'s hop-by-hop headers, which are not the upstream\'s business', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const status = await new Promise<number>((resolve, reject) => {
+      const request = http.get(`${gateway.url}/v1/pets`, {
+        headers: { authorization: `Bearer ${key}`, 'keep-alive': 'timeout=5', upgrade: 'websocket', te: 'trailers', 'proxy-connection': 'keep-alive' },
+      })
+      request.on('response', (response) => {
+        response.resume()
+        resolve(response.statusCode ?? 0)
+      })
+      request.on('error', reject)
+    })
+    expect(status).toBe(200)
+    for (const name of ['keep-alive', 'upgrade', 'te', 'proxy-connection']) expect(recorder.requests[0]![name], name).toBeUndefined()
+  })
+
+  it('asks for a body announced with Expect: 100-continue, and forwards it without the expectation', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const body = '{"name":"Rex","categoryId":1}'
+    const answer = await postExpectingContinue(`${gateway.url}/v1/pets`, { authorization: `Bearer ${key}` }, body)
+    expect(answer).toMatchObject({ continued: true, status: 200 })
+    expect(recorder.bodies[0]).toBe(body)
+    expect(recorder.requests[0]!.expect).toBeUndefined()
+  })
+
+  it('refuses without asking for the body when the key is missing or the announced body is over 1 MiB', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const tooLarge = await postExpectingContinue(`${gateway.url}/v1/pets`, { authorization: `Bearer ${key}` }, '', 2 * 1_048_576)
+    expect(tooLarge).toMatchObject({ continued: false, status: 413 })
+    expect(JSON.parse(tooLarge.body)).toMatchObject({ code: 'payload_too_large', status: 413 })
+    expect(tooLarge.headers['x-ratelimit-limit']).toBeDefined()
+    const keyless = await postExpectingContinue(`${gateway.url}/v1/pets`, {}, '{}')
+    expect(keyless).toMatchObject({ continued: false, status: 401 })
+    expect(JSON.parse(keyless.body)).toMatchObject({ code: 'missing_api_key' })
+    expect(recorder.requests).toHaveLength(0)
   })
 
   it('forwards a JSON body byte for byte', async () => {

@@ -277,15 +277,18 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const queryAt = url.indexOf('?')
     const path = upstreamPathname(destination, base, baseHref) + (queryAt > 0 ? url.slice(queryAt) : '')
 
-    // What reply-from sent: the client's headers in their order minus Connection and the headers it
-    // names, Host for the upstream, the body's length and type, then the gateway's own headers
-    // (withGatewayHeaders) last. Built in one pass instead of a copy and deletes.
+    // The client's headers in their order minus the hop-by-hop ones (RFC 9110 §7.6.1: Connection,
+    // the headers it names, Keep-Alive, Upgrade, TE …) and Expect (the gateway has read the whole
+    // body, so a 100-continue expectation ends here, §10.1.1), Host for the upstream, the body's
+    // length and type, then the gateway's own headers (withGatewayHeaders) last. Built in one pass
+    // instead of a copy and deletes. undici refuses to send Keep-Alive, Upgrade or Expect at all:
+    // forwarded, they turned a client's ordinary request into a 502.
     const incoming = request.headers
     const named = connectionHeaderNames(incoming.connection)
     const body = Buffer.isBuffer(request.body) ? request.body : undefined
     const headers: IncomingHttpHeaders = {}
     for (const key in incoming) {
-      if (key === 'connection' || key === 'authorization' || key === 'transfer-encoding' || GATEWAY_ONLY.has(key)) continue
+      if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || GATEWAY_ONLY.has(key)) continue
       if (named.length > 0 && named.includes(key)) continue
       headers[key] = incoming[key]
     }

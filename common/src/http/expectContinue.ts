@@ -1,0 +1,28 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+
+/**
+ * `Expect: 100-continue` (RFC 9110 §10.1.1) answered when the body is about to be read, not when
+ * the request arrives. Node's default sends 100 Continue to every such request before any hook
+ * runs, so a client with no valid key, over its limit, or announcing a body over the limit was
+ * told to upload the body and only then refused. Now a request that is refused before its body is
+ * wanted gets its final answer at once, and the client never sends the body.
+ */
+export const expectContinue = fp(
+  async (app: FastifyInstance, options: { bodyLimitBytes: number }) => {
+    // With a listener, Node leaves the 100 to the application and hands the request on as usual.
+    app.server.on('checkContinue', (request, response) => app.server.emit('request', request, response))
+    app.addHook('preParsing', (request, reply, payload, done) => {
+      const expectation = request.headers.expect
+      if (
+        expectation !== undefined &&
+        expectation.toLowerCase() === '100-continue' &&
+        !(Number(request.headers['content-length']) > options.bodyLimitBytes)
+      ) {
+        reply.raw.writeContinue()
+      }
+      done(null, payload)
+    })
+  },
+  { name: 'expect-continue' },
+)
