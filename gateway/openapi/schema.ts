@@ -163,7 +163,6 @@ export interface components {
              *     - `invalid_json` (400): the body is not JSON, is empty, or carries `__proto__`/`constructor` keys.
              *     - `missing_api_key` (401): no `Authorization: Bearer` key.
              *     - `invalid_api_key` (401): a malformed, unknown, revoked or expired key.
-             *     - `unauthorized` (401): the catalogue service refused the gateway's own credential (a deployment fault, not the client's).
              *     - `not_found` (404): no route matches this path.
              *     - `method_not_allowed` (405): the path exists but does not answer this method; `Allow` lists the methods it answers.
              *     - `request_timeout` (408): the request headers did not arrive within 10 s, or the whole request within 30 s.
@@ -181,7 +180,7 @@ export interface components {
              *     - `upstream_timeout` (504): the catalogue service did not answer in time.
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "invalid_json" | "missing_api_key" | "invalid_api_key" | "unauthorized" | "not_found" | "pet_not_found" | "method_not_allowed" | "request_timeout" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "idempotency_key_reused" | "rate_limited" | "api_key_banned" | "internal_error" | "not_implemented" | "bad_gateway" | "service_unavailable" | "upstream_timeout";
+            code: "bad_request" | "validation_failed" | "invalid_json" | "missing_api_key" | "invalid_api_key" | "not_found" | "pet_not_found" | "method_not_allowed" | "request_timeout" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "idempotency_key_reused" | "rate_limited" | "api_key_banned" | "internal_error" | "not_implemented" | "bad_gateway" | "service_unavailable" | "upstream_timeout";
             /** @description Human-readable description. */
             message: string;
             /** @description The HTTP status code. */
