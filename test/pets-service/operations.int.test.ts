@@ -211,6 +211,9 @@ describe('pets-service operations', () => {
       expect(metrics.body).toMatch(/http_requests_total\{method="GET",route="\/pets",status_class="2xx"\} 1/)
       expect(metrics.body).toMatch(/http_request_duration_seconds_bucket\{le="0.1",method="GET",route="\/pets",status_class="2xx"\}/)
       expect(metrics.body).toMatch(/pg_pool_connections\{state="idle"\} \d+/)
+      const elsewhere = await ops.inject('/metrics/nope?x=1')
+      expect(elsewhere.statusCode).toBe(404)
+      expect(elsewhere.json()).toEqual({ code: 'not_found', message: expect.stringContaining('/healthz, /readyz and /metrics'), status: 404 })
 
       accepting = false
       const draining = await ops.inject('/readyz')

@@ -61,5 +61,11 @@ export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
     return reply.type(options.registry.contentType).send(body)
   })
 
+  // The same Error body shape as the public port, so a probe or scraper pointed at the wrong path
+  // reads a clear answer instead of Fastify's own shape.
+  ops.setNotFoundHandler((_request, reply) =>
+    reply.code(404).send({ code: 'not_found', message: 'The ops port serves GET /healthz, /readyz and /metrics only.', status: 404 }),
+  )
+
   return ops
 }
