@@ -64,7 +64,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     requestTimeout: timeouts.requestTimeoutMillis,
     http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts) },
     connectionTimeout: 60_000,
-    clientErrorHandler: clientErrorHandler(gatewayClientErrors),
+    clientErrorHandler: clientErrorHandler(gatewayClientErrors, deps.logger),
     keepAliveTimeout: 72_000,
     // gracefulClose answers requests that arrive while closing, with the Error body.
     return503OnClosing: false,

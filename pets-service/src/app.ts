@@ -39,7 +39,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     requestTimeout: CLIENT_TIMEOUTS.requestTimeoutMillis,
     http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(CLIENT_TIMEOUTS) },
     connectionTimeout: 60_000,
-    clientErrorHandler: clientErrorHandler(petsClientErrors),
+    clientErrorHandler: clientErrorHandler(petsClientErrors, deps.logger),
     keepAliveTimeout: 72_000,
     // gracefulClose answers requests that arrive while closing, with the Error body.
     return503OnClosing: false,

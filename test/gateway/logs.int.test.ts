@@ -1,3 +1,4 @@
+import net from 'node:net'
 import { Writable } from 'node:stream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
@@ -67,6 +68,23 @@ describe('gateway logs', () => {
     const levels = (requestId: string) => lines.filter((line) => line.requestId === requestId).map((line) => [line.level, line.status ?? line.msg])
     expect(levels('log-501')).toEqual([[30, 501]])
     expect(levels('log-502')).toEqual([[40, 'upstream request failed'], [30, 502]])
+  })
+
+  it('write a line for a request the HTTP parser refused before it became one (431)', async () => {
+    const { port } = new URL(gateways[0]!.url)
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(port), '127.0.0.1', () => socket.write(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`))
+      let text = ''
+      socket.setEncoding('utf8')
+      socket.on('data', (chunk: string) => (text += chunk))
+      socket.on('close', () => resolve(text))
+      socket.on('error', reject)
+    })
+    expect(answer).toMatch(/^HTTP\/1.1 431 /)
+    const lines = gatewayLog.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+    expect(lines).toContainEqual(
+      expect.objectContaining({ level: 30, status: 431, code: 'headers_too_large', reason: 'HPE_HEADER_OVERFLOW', msg: 'request refused by the HTTP parser' }),
+    )
   })
 
   it('never contain a key, on any path: success, 401, 404, upstream failures', async () => {

@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net'
+import type { FastifyBaseLogger } from 'fastify'
 import type { ApiError } from './apiError.ts'
 
 export interface ClientErrorCodes {
@@ -12,9 +13,10 @@ const REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Time
 /**
  * What Node's HTTP parser rejects before Fastify sees a request (headers over 16 KiB, a
  * client too slow to send its headers or body, bytes that are not HTTP) still gets the
- * spec's Error body instead of Node's bare status line.
+ * spec's Error body instead of Node's bare status line, and one log line like every answer
+ * (no request id or route exists yet: the client's address and the parser's reason instead).
  */
-export function clientErrorHandler(codes: ClientErrorCodes) {
+export function clientErrorHandler(codes: ClientErrorCodes, log?: Pick<FastifyBaseLogger, 'info'>) {
   return (error: NodeJS.ErrnoException, socket: Socket): void => {
     if (error.code === 'ECONNRESET' || !socket.writable) return
     const apiError =
@@ -23,6 +25,7 @@ export function clientErrorHandler(codes: ClientErrorCodes) {
         : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
           ? codes.requestTimeout()
           : codes.badRequest()
+    log?.info({ status: apiError.status, code: apiError.code, reason: error.code, remoteAddress: socket.remoteAddress }, 'request refused by the HTTP parser')
     const body = JSON.stringify(apiError.toBody())
     socket.end(
       [
