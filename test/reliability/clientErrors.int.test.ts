@@ -1,7 +1,7 @@
 import net from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
@@ -86,6 +86,23 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
       lost: 'nothing: the next request answered 200',
       test: 'test/reliability/clientErrors.int.test.ts',
     })
+  })
+
+  it.each([
+    ['gateway', () => gateway.url, async () => ({ authorization: `Bearer ${(await gateway.createKey()).key}` }), '/v1/pets'],
+    ['pets-service', () => pets.url, async () => ({ 'x-internal-token': TEST_INTERNAL_TOKEN }), '/pets'],
+  ])('%s answers requests pipelined ahead of bad bytes first, in order, then refuses the bytes', async (_service, url, credentials, path) => {
+    const name = `pipelined ${Math.random().toString(36).slice(2)}`
+    const body = JSON.stringify({ name, categoryId: 1 })
+    const headers = Object.entries(await credentials())
+      .map(([header, value]) => `${header}: ${value}\r\n`)
+      .join('')
+    const post = `POST ${path} HTTP/1.1\r\nHost: x\r\n${headers}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+    const answer = await raw(url(), `${post}GARBAGE\r\n\r\n`)
+    const statusLines = answer.match(/HTTP\/1\.1 \d{3} [A-Za-z ]+/g)
+    // The create was carried out, so its 201 is what the client must read first.
+    expect(statusLines).toEqual(['HTTP/1.1 201 Created', 'HTTP/1.1 400 Bad Request'])
+    expect(answer).toContain(`"name":"${name}"`)
   })
 
   it('keeps serving after refusing them', async () => {
