@@ -141,6 +141,43 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(direct, 405, 'method_not_allowed')
   })
 
+  it('keeps its own headers whole when a client sends a thousand of its own: credential, caller id and prefix', async () => {
+    const { key: other } = await gateway.createKey()
+    // About 9 KB of headers: under the 16 KiB limit, over a thousand lines.
+    const many = Object.fromEntries(Array.from({ length: 1_000 }, (_, index) => [`x-${index}`, '-']))
+    const create = (apiKey: string) =>
+      new Promise<{ status: number; location: string | undefined; body: { id: number } }>((resolve, reject) => {
+        const body = JSON.stringify({ name: 'Crowded', categoryId: 1 })
+        const request = http.request(`${gateway.url}/v1/pets`, {
+          method: 'POST',
+          // The client's own headers first, so the gateway itself keeps them; the filler after.
+          headers: {
+            host: new URL(gateway.url).host,
+            authorization: `Bearer ${apiKey}`,
+            'idempotency-key': 'crowded-1',
+            'content-type': 'application/json',
+            'content-length': String(Buffer.byteLength(body)),
+            ...many,
+          },
+        })
+        request.on('response', (response) => {
+          let text = ''
+          response.setEncoding('utf8')
+          response.on('data', (chunk: string) => (text += chunk))
+          response.on('end', () => resolve({ status: response.statusCode ?? 0, location: response.headers.location, body: JSON.parse(text) as { id: number } }))
+        })
+        request.on('error', reject)
+        request.end(body)
+      })
+    const first = await create(key)
+    expect(first.status).toBe(201)
+    expect(first.location).toBe(`/v1/pets/${first.body.id}`)
+    // Another key with the same Idempotency-Key and body gets a pet of its own, not the first one.
+    const second = await create(other)
+    expect(second.status).toBe(201)
+    expect(second.body.id).not.toBe(first.body.id)
+  })
+
   it('scopes Idempotency-Key to the calling key', async () => {
     const other = await gateway.createKey()
     const headers = { 'idempotency-key': 'same-key' }

@@ -277,16 +277,18 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const queryAt = url.indexOf('?')
     const path = upstreamPathname(destination, base, baseHref) + (queryAt > 0 ? url.slice(queryAt) : '')
 
-    // The client's headers in their order minus the hop-by-hop ones (RFC 9110 §7.6.1: Connection,
-    // the headers it names, Keep-Alive, Upgrade, TE …) and Expect (the gateway has read the whole
-    // body, so a 100-continue expectation ends here, §10.1.1), Host for the upstream, the body's
-    // length and type, then the gateway's own headers (withGatewayHeaders) last. Built in one pass
-    // instead of a copy and deletes. undici refuses to send Keep-Alive, Upgrade or Expect at all:
+    // The gateway's own headers (withGatewayHeaders) first: a server keeps only so many header
+    // lines (Node: 2,000), and a client that sent a thousand must not push the credential, the
+    // caller id or the prefix past that. Then the client's headers in their order minus the
+    // hop-by-hop ones (RFC 9110 §7.6.1: Connection, the headers it names, Keep-Alive, Upgrade,
+    // TE …) and Expect (the gateway has read the whole body, so a 100-continue expectation ends
+    // here, §10.1.1), Host for the upstream, the body's length and type. Built in one pass instead
+    // of a copy and deletes. undici refuses to send Keep-Alive, Upgrade or Expect at all:
     // forwarded, they turned a client's ordinary request into a 502.
     const incoming = request.headers
     const named = connectionHeaderNames(incoming.connection)
     const body = Buffer.isBuffer(request.body) ? request.body : undefined
-    const headers: IncomingHttpHeaders = {}
+    const headers = withGatewayHeaders({}, request, options.internalToken)
     for (const key in incoming) {
       if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || GATEWAY_ONLY.has(key)) continue
       if (named.length > 0 && named.includes(key)) continue
@@ -297,7 +299,6 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       headers['content-length'] = String(body.length)
       headers['content-type'] = incoming['content-type'] ?? 'application/octet-stream'
     }
-    withGatewayHeaders(headers, request, options.internalToken)
 
     const sentAt = observer ? performance.now() : 0
     let statusCode = 0
