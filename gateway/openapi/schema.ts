@@ -160,7 +160,7 @@ export interface components {
              *
              *     - `bad_request` (400): the request could not be understood.
              *     - `validation_failed` (400): a body, query, path or header value breaks the rules; the message names it.
-             *     - `invalid_json` (400): the body is not JSON, is empty, or carries `__proto__`/`constructor` keys.
+             *     - `invalid_json` (400): the body is not JSON, is not UTF-8, is empty, or carries `__proto__`/`constructor` keys.
              *     - `missing_api_key` (401): no `Authorization: Bearer` key.
              *     - `invalid_api_key` (401): a malformed, unknown, revoked or expired key.
              *     - `not_found` (404): no route matches this path.

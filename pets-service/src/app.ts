@@ -50,7 +50,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   // The catalogue speaks JSON only: without this, Fastify would parse text/plain bodies and
   // answer 400 where 415 Unsupported Media Type is the truth.
   app.removeContentTypeParser('text/plain')
-  refuseNumbersRoundedToIntegers(app)
+  strictJsonBodies(app)
 
   await app.register(requestContext)
   await app.register(gracefulClose, {
@@ -69,15 +69,22 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
 }
 
 /**
- * JSON bodies are parsed as Fastify does, after one check on the text: a number that is not an
- * integer but parses to one (`9007199254740990.5`) would pass the integer schema as a value the
- * client never sent, so it is refused with 400 instead of being rounded.
+ * JSON bodies are parsed as Fastify does, after two checks that keep a client's text from being
+ * stored as something it never sent: the bytes must be UTF-8 (RFC 8259 §8.1; decoded leniently,
+ * `Caf\xE9` would be stored as `Caf\uFFFD`), and a number that is not an integer but parses to
+ * one (`9007199254740990.5`) would pass the integer schema rounded, so both are refused with 400.
  */
-function refuseNumbersRoundedToIntegers(app: FastifyInstance): void {
+function strictJsonBodies(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error')
+  const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
   app.removeContentTypeParser('application/json')
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    const text = body as string
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    let text: string
+    try {
+      text = utf8.decode(body as Buffer)
+    } catch {
+      return done(petsErrors.create('invalid_json', 'The request body is not valid UTF-8.'))
+    }
     const rounded = firstNumberRoundedToInteger(text)
     if (rounded === undefined) return parseJson(request, text, done)
     done(petsErrors.create('validation_failed', `body: ${rounded.slice(0, 40)} is not an integer; it would be rounded to one`))

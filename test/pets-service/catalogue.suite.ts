@@ -118,6 +118,16 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         expect(await storedCount()).toBe(0)
       })
 
+      it('refuses a body that is not UTF-8 with 400 invalid_json instead of storing a replacement character', async () => {
+        const latin1 = Buffer.from('{"name":"Caf\xe9","categoryId":1}', 'latin1')
+        const response = await service.request('/pets', { method: 'POST', headers: { 'content-type': 'application/json; charset=latin1' }, body: latin1 })
+        await expectErrorResponse(response, 400, 'invalid_json')
+        expect(await storedCount()).toBe(0)
+        const utf8 = await service.request('/pets', jsonPost('{"name":"Café","categoryId":1}'))
+        expect(utf8.status).toBe(201)
+        expect(((await utf8.json()) as { name: string }).name).toBe('Café')
+      })
+
       it('refuses a body that is not application/json with 415', async () => {
         const response = await service.request('/pets', {
           method: 'POST',
