@@ -295,6 +295,25 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(recorder.requests[0]!.expect).toBeUndefined()
   })
 
+  it('answers a request with an expectation other than 100-continue as if it had none', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const statusFor = (headers: Record<string, string>) =>
+      new Promise<{ status: number; headers: http.IncomingHttpHeaders }>((resolve, reject) => {
+        const request = http.get(`${gateway.url}/v1/pets`, { headers: { ...headers, expect: 'something-else' } })
+        request.on('response', (response) => {
+          response.resume()
+          resolve({ status: response.statusCode ?? 0, headers: response.headers })
+        })
+        request.on('error', reject)
+      })
+    expect((await statusFor({ authorization: `Bearer ${key}` })).status).toBe(200)
+    expect(recorder.requests[0]!.expect).toBeUndefined()
+    const keyless = await statusFor({})
+    expect(keyless.status).toBe(401)
+    expect(keyless.headers['x-ratelimit-limit']).toBeDefined()
+  })
+
   it('refuses without asking for the body when the key is missing or the announced body is over 1 MiB', async () => {
     const recorder = await recordingUpstream()
     const { gateway, key } = await gatewayTo(recorder)

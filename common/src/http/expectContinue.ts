@@ -6,12 +6,16 @@ import fp from 'fastify-plugin'
  * the request arrives. Node's default sends 100 Continue to every such request before any hook
  * runs, so a client with no valid key, over its limit, or announcing a body over the limit was
  * told to upload the body and only then refused. Now a request that is refused before its body is
- * wanted gets its final answer at once, and the client never sends the body.
+ * wanted gets its final answer at once, and the client never sends the body. Other expectations
+ * are ignored.
  */
 export const expectContinue = fp(
   async (app: FastifyInstance, options: { bodyLimitBytes: number }) => {
     // With a listener, Node leaves the 100 to the application and hands the request on as usual.
     app.server.on('checkContinue', (request, response) => app.server.emit('request', request, response))
+    // Any other expectation is ignored, which RFC 9110 §10.1.1 allows (417 is a MAY): Node's own
+    // 417 had no Error body and skipped authentication and the per-IP limit.
+    app.server.on('checkExpectation', (request, response) => app.server.emit('request', request, response))
     app.addHook('preParsing', (request, reply, payload, done) => {
       const expectation = request.headers.expect
       if (
