@@ -13,6 +13,7 @@ import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../c
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import { privateResponses } from './auth/privateResponses.ts'
+import { requestFraming } from './auth/requestFraming.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
 import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
@@ -43,7 +44,8 @@ export interface GatewayDependencies {
  *   2a. identify the bearer key (format and checksum first, then the key cache);
  *   3.  rate limit: ban, minute and day windows, strikes in one store call for a key,
  *       the per-IP anonymous limit otherwise; headers on every answer;
- *   2b. refuse the request whose key was missing or invalid (after it was charged to its IP);
+ *   2b. refuse the request whose key was missing or invalid (after it was charged to its IP),
+ *       or whose framing the gateway will not pass on (no Host, two Host or Authorization fields);
  *   4.  the proxy to the upstream that owns the path, with header hygiene (a client that sent
  *       `Expect: 100-continue` is told to send its body only now, once stages 1–3 let it through);
  *   5.  one Error body shape for everything that fails on the way.
@@ -62,7 +64,8 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
     requestTimeout: timeouts.requestTimeoutMillis,
-    http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts) },
+    // A request without Host is refused by requestFraming, with the Error body, not by Node's bare 400.
+    http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts), requireHostHeader: false },
     connectionTimeout: 60_000,
     clientErrorHandler: clientErrorHandler(gatewayClientErrors, deps.logger),
     keepAliveTimeout: 72_000,
@@ -97,6 +100,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   })
   // 2b
   await app.register(requireAuthentication)
+  await app.register(requestFraming)
   // 4
   await app.register(expectContinue, { bodyLimitBytes: BODY_LIMIT_BYTES })
   await app.register(upstreamProxy, {

@@ -105,6 +105,37 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     expect(answer).toContain(`"name":"${name}"`)
   })
 
+  describe('requests the gateway will not pass on as framed', () => {
+    it.each([
+      ['no Host on HTTP/1.1', (key: string) => `GET /v1/pets HTTP/1.1\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`, 'Host'],
+      ['two Host fields', (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: a\r\nhost: b\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`, 'Host'],
+      [
+        'two Authorization fields',
+        (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nauthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,
+        'Authorization',
+      ],
+    ])('%s: 400 bad_request with the Error body and the rate-limit headers', async (_case, request, named) => {
+      const { key } = await gateway.createKey()
+      const { statusLine, head, body } = parse(await raw(gateway.url, request(key)))
+      expect(statusLine).toBe('HTTP/1.1 400 Bad Request')
+      expect(head).toMatch(/^x-ratelimit-limit: \d+$/im)
+      expect(body).toEqual({ code: 'bad_request', message: expect.stringContaining(named), status: 400 })
+    })
+
+    it('answers an HTTP/1.0 request framed with Transfer-Encoding, then closes the connection', async () => {
+      const { key } = await gateway.createKey()
+      const body = JSON.stringify({ name: 'Chunked', categoryId: 1 })
+      const chunked = `${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n\r\n`
+      // raw() resolves only once the server closes: a connection kept open fails it after 5 s.
+      const answer = await raw(
+        gateway.url,
+        `POST /v1/pets HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${chunked}`,
+      )
+      expect(answer).toMatch(/^HTTP\/1\.1 201 /)
+      expect(answer).toMatch(/^connection: close$/im)
+    })
+  })
+
   it('keeps serving after refusing them', async () => {
     const { key } = await gateway.createKey()
     expect((await gateway.request('/v1/pets', { key })).status).toBe(200)
