@@ -29,8 +29,8 @@ export const requestFraming = fp(
   async (app: FastifyInstance) => {
     app.addHook('onRequest', (request, reply, done) => {
       const raw = request.raw
-      if (raw.httpVersionMinor === 0 && raw.headers['transfer-encoding'] !== undefined) reply.header('connection', 'close')
-      if (raw.httpVersionMinor === 1 && raw.headers.host === undefined) {
+      if (raw.httpVersion === '1.0' && raw.headers['transfer-encoding'] !== undefined) reply.header('connection', 'close')
+      if (raw.httpVersion === '1.1' && raw.headers.host === undefined) {
         return done(gatewayErrors.create('bad_request', 'An HTTP/1.1 request needs a Host header.'))
       }
       const repeated = repeatedSingleton(raw.rawHeaders)
