@@ -352,47 +352,42 @@ export const fullStackTarget = gatewayRow({
     'bench database. Server CPU counts the gateway and the pets-service; Postgres is its own column.',
 })
 
+/**
+ * An experiment: the admitted row on a gateway process of its own (the variant), everything else
+ * as in the admitted row. The row's id is the variant's.
+ */
+function admittedExperiment(variant: GatewayVariant, label: string, description: string): BenchTarget {
+  return gatewayRow({ variant, id: variant.id, label, key: 'admitted', checkResponse: checkFirstPetsPage, description })
+}
+
 /** Experiment: the admitted row with LOG_LEVEL=warn, i.e. without the one log line per request. */
-export const gatewayLogWarnTarget = gatewayRow({
-  variant: { id: 'gateway-log-warn', env: { LOG_LEVEL: 'warn' } },
-  id: 'gateway-log-warn',
-  label: 'gateway, admitted, LOG_LEVEL=warn (experiment)',
-  key: 'admitted',
-  checkResponse: checkFirstPetsPage,
-  description: `${GATEWAY_PROCESS.replace('LOG_LEVEL=info', 'LOG_LEVEL=warn')}, its own process. The admitted row without the request log line.`,
-})
+export const gatewayLogWarnTarget = admittedExperiment(
+  { id: 'gateway-log-warn', env: { LOG_LEVEL: 'warn' } },
+  'gateway, admitted, LOG_LEVEL=warn (experiment)',
+  `${GATEWAY_PROCESS.replace('LOG_LEVEL=info', 'LOG_LEVEL=warn')}, its own process. The admitted row without the request log line.`,
+)
 
 /**
  * Experiment: the admitted row on the in-process store (REDIS_URL empty, as `npm start` runs
  * without one): the same pipeline without the Redis round trip, so the difference is its cost.
  */
-export const gatewayMemoryStoreTarget = gatewayRow({
-  variant: { id: 'gateway-memory-store', env: { REDIS_URL: '' } },
-  id: 'gateway-memory-store',
-  label: 'gateway, admitted, in-process store (experiment)',
-  key: 'admitted',
-  checkResponse: checkFirstPetsPage,
-  description: `${GATEWAY_PROCESS.replace('limits on the private Redis', 'limits in the in-process store (REDIS_URL empty)')}, its own process.`,
-})
+export const gatewayMemoryStoreTarget = admittedExperiment(
+  { id: 'gateway-memory-store', env: { REDIS_URL: '' } },
+  'gateway, admitted, in-process store (experiment)',
+  `${GATEWAY_PROCESS.replace('limits on the private Redis', 'limits in the in-process store (REDIS_URL empty)')}, its own process.`,
+)
 
 /**
  * Experiment: the admitted row through the proxy stage as it was before tuning (every request
  * through @fastify/reply-from's reply.from), bench/experiments/upstreamProxyReplyFrom.ts swapped
  * in for gateway/src/proxy/upstreamProxy.ts by a module resolve hook.
  */
-export const gatewayReplyFromTarget = gatewayRow({
-  variant: {
-    id: 'gateway-reply-from',
-    swaps: { 'gateway/src/proxy/upstreamProxy.ts': 'bench/experiments/upstreamProxyReplyFrom.ts' },
-  },
-  id: 'gateway-reply-from',
-  label: 'gateway, admitted, proxy via reply.from (experiment)',
-  key: 'admitted',
-  checkResponse: checkFirstPetsPage,
-  description:
-    `${GATEWAY_PROCESS}, its own process, with the proxy stage before tuning ` +
+export const gatewayReplyFromTarget = admittedExperiment(
+  { id: 'gateway-reply-from', swaps: { 'gateway/src/proxy/upstreamProxy.ts': 'bench/experiments/upstreamProxyReplyFrom.ts' } },
+  'gateway, admitted, proxy via reply.from (experiment)',
+  `${GATEWAY_PROCESS}, its own process, with the proxy stage before tuning ` +
     '(bench/experiments/upstreamProxyReplyFrom.ts: @fastify/http-proxy handing every request to reply.from).',
-})
+)
 
 const GENERATED = path.join(REPO_ROOT, 'bench', 'experiments', 'generated')
 
@@ -416,17 +411,13 @@ async function autoPipeliningStore(): Promise<() => Promise<void>> {
  * Experiment: the admitted row with ioredis auto-pipelining, i.e. the EVALSHAs of requests handled
  * in the same event-loop turn sent in one write and answered in one read.
  */
-export const gatewayAutoPipeliningTarget = gatewayRow({
-  variant: {
+export const gatewayAutoPipeliningTarget = admittedExperiment(
+  {
     id: 'gateway-autopipelining',
     swaps: { 'gateway/src/rateLimit/redisStore.ts': 'bench/experiments/generated/redisStoreAutoPipelining.ts' },
     prepare: autoPipeliningStore,
   },
-  id: 'gateway-autopipelining',
-  label: 'gateway, admitted, Redis auto-pipelining (experiment)',
-  key: 'admitted',
-  checkResponse: checkFirstPetsPage,
-  description:
-    `${GATEWAY_PROCESS}, its own process, with redisStore.ts's ioredis client created with ` +
+  'gateway, admitted, Redis auto-pipelining (experiment)',
+  `${GATEWAY_PROCESS}, its own process, with redisStore.ts's ioredis client created with ` +
     '`enableAutoPipelining: true` (a generated copy swapped in; nothing else changed).',
-})
+)

@@ -42,29 +42,20 @@ const INTERNAL_HEADERS = ['x-internal-token', 'x-consumer-id', 'x-forwarded-pref
 
 const GATEWAY_ONLY = new Set(INTERNAL_HEADERS)
 
-export function upstreamRequestHeaders(
-  request: Pick<FastifyRequest, 'id' | 'ip' | 'apiKey'>,
-  headers: IncomingHttpHeaders,
-  internalToken: string,
-): IncomingHttpHeaders {
-  return withGatewayHeaders({ ...headers }, request, internalToken)
-}
-
-/** Replaces, in place, what only the gateway may say: the API key out, the internal headers in. */
-function withGatewayHeaders(
-  forwarded: IncomingHttpHeaders,
-  request: Pick<FastifyRequest, 'id' | 'ip' | 'apiKey'>,
-  internalToken: string,
-): IncomingHttpHeaders {
-  // The client's API key stays at the gateway; the upstream trusts the internal credential.
-  delete forwarded.authorization
-  for (const name of INTERNAL_HEADERS) delete forwarded[name]
-  forwarded['x-internal-token'] = internalToken
-  forwarded['x-request-id'] = request.id
-  forwarded['x-forwarded-prefix'] = PUBLIC_PREFIX
-  forwarded['x-forwarded-for'] = request.ip
-  if (request.apiKey) forwarded['x-consumer-id'] = request.apiKey.id
-  return forwarded
+/**
+ * What only the gateway may say to the upstream: the internal credential (the upstream trusts it,
+ * never the client's API key), the request id, the public prefix, the client's address and the
+ * caller. The client's own copies of these are dropped where its headers are copied.
+ */
+function gatewayHeaders(request: Pick<FastifyRequest, 'id' | 'ip' | 'apiKey'>, internalToken: string): IncomingHttpHeaders {
+  const headers: IncomingHttpHeaders = {
+    'x-internal-token': internalToken,
+    'x-request-id': request.id,
+    'x-forwarded-prefix': PUBLIC_PREFIX,
+    'x-forwarded-for': request.ip,
+  }
+  if (request.apiKey) headers['x-consumer-id'] = request.apiKey.id
+  return headers
 }
 
 // RFC 9110 §7.6.1: these describe the upstream connection, not the answer. Copied to the
@@ -72,20 +63,6 @@ function withGatewayHeaders(
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']
 
 const HOP_BY_HOP_SET = new Set(HOP_BY_HOP)
-
-/** The names a Connection header lists (lower case); only a single string value counts. */
-function namedByConnection(connection: unknown): string[] {
-  return typeof connection === 'string' ? connection.toLowerCase().split(',').map((name) => name.trim()) : []
-}
-
-export function withoutHopByHop<T extends Record<string, unknown>>(headers: T): T {
-  const named = namedByConnection(headers.connection)
-  const copy: Record<string, unknown> = {}
-  for (const key in headers) {
-    if (!HOP_BY_HOP_SET.has(key) && (named.length === 0 || !named.includes(key))) copy[key] = headers[key]
-  }
-  return copy as T
-}
 
 const TIMEOUT_CODES = new Set([
   'FST_REPLY_FROM_TIMEOUT',
@@ -258,8 +235,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       fail(reply, new Error(`upstream answered ${statusCode} with content-type ${String(parsed['content-type'])}`))
       return false
     }
-    // withoutHopByHop, then @fastify/http-proxy's sanitizeHeaders, then reply-from's copyHeaders, in one pass.
-    const named = namedByConnection(parsed.connection)
+    // The hop-by-hop headers out, then @fastify/http-proxy's sanitizeHeaders, then reply-from's copyHeaders, in one pass.
+    const named = connectionHeaderNames(parsed.connection)
     for (const key in parsed) {
       if (HOP_BY_HOP_SET.has(key) || (named.length > 0 && named.includes(key)) || key.charCodeAt(0) === 58) continue
       const value = parsed[key]
@@ -277,7 +254,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const queryAt = url.indexOf('?')
     const path = upstreamPathname(destination, base, baseHref) + (queryAt > 0 ? url.slice(queryAt) : '')
 
-    // The gateway's own headers (withGatewayHeaders) first: a server keeps only so many header
+    // The gateway's own headers (gatewayHeaders) first: a server keeps only so many header
     // lines (Node: 2,000), and a client that sent a thousand must not push the credential, the
     // caller id or the prefix past that. Then the client's headers in their order minus the
     // hop-by-hop ones (RFC 9110 §7.6.1: Connection, the headers it names, Keep-Alive, Upgrade,
@@ -288,7 +265,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const incoming = request.headers
     const named = connectionHeaderNames(incoming.connection)
     const body = Buffer.isBuffer(request.body) ? request.body : undefined
-    const headers = withGatewayHeaders({}, request, options.internalToken)
+    const headers = gatewayHeaders(request, options.internalToken)
     for (const key in incoming) {
       if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || GATEWAY_ONLY.has(key)) continue
       if (named.length > 0 && named.includes(key)) continue
