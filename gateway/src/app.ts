@@ -4,6 +4,7 @@ import {
   CLIENT_TIMEOUTS,
   clientErrorHandler,
   connectionsCheckingIntervalMillis,
+  refuseConnect,
   type ClientTimeouts,
 } from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
@@ -23,7 +24,7 @@ import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
-import { routeUndecodablePaths, undecodablePathRoute } from './routes/undecodablePath.ts'
+import { routeRequestTarget, undecodablePathRoute } from './routes/requestTarget.ts'
 
 export interface GatewayDependencies {
   /** The config in force; reloads replace it, and the limits follow on the next request. */
@@ -50,8 +51,9 @@ export interface GatewayDependencies {
  *       `Expect: 100-continue` is told to send its body only now, once stages 1–3 let it through);
  *   5.  one Error body shape for everything that fails on the way.
  * The API's description (/v1/openapi.json, /docs) is served without a key, limited per IP.
- * A path that does not percent-decode is routed to a 400 route (rewriteUrl), so even that answer
- * passes stages 1–3 instead of being refused by the router before them.
+ * Before routing (rewriteUrl), an absolute-form target is reduced to its path and query, and a
+ * path that does not percent-decode is routed to a 400 route, so even that answer passes stages
+ * 1–3 instead of being refused by the router before them.
  */
 export async function buildGateway(deps: GatewayDependencies): Promise<FastifyInstance> {
   const boot = deps.config()
@@ -72,9 +74,10 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     // gracefulClose answers requests that arrive while closing, with the Error body.
     return503OnClosing: false,
     frameworkErrors: frameworkErrorHandler(gatewayFrameworkErrors),
-    rewriteUrl: routeUndecodablePaths,
+    rewriteUrl: routeRequestTarget,
   })
   app.server.headersTimeout = timeouts.headersTimeoutMillis
+  app.server.on('connect', refuseConnect(gatewayClientErrors, deps.logger))
 
   // 1
   await app.register(requestContext, {

@@ -31,13 +31,15 @@ export type GatewayErrorCode = ReturnType<typeof gatewayErrors.codes>[number]
 
 export const RETRY_AFTER_UNAVAILABLE = '5'
 
+const methodNotSupported = () => gatewayErrors.create('not_implemented', 'This method is not supported.')
+
 export const gatewayFrameworkErrors: FrameworkErrorCodes = {
   validation: (message) => gatewayErrors.create('bad_request', message),
   invalidJson: (message) => gatewayErrors.create('bad_request', message),
   notFound: () => gatewayErrors.create('not_found'),
   methodNotAllowed: (allow) => gatewayErrors.create('method_not_allowed', undefined, { headers: { allow } }),
   // Under /v1/pets every method the router knows is forwarded; only the pets-service knows the rest.
-  unknownMethod: () => gatewayErrors.create('not_implemented', 'This method is not supported.'),
+  unknownMethod: methodNotSupported,
   payloadTooLarge: () => gatewayErrors.create('payload_too_large'),
   unsupportedMediaType: () => gatewayErrors.create('bad_request'),
   badRequest: () => gatewayErrors.create('bad_request'),
@@ -48,4 +50,6 @@ export const gatewayClientErrors: ClientErrorCodes = {
   badRequest: () => gatewayErrors.create('bad_request'),
   headersTooLarge: () => gatewayErrors.create('headers_too_large'),
   requestTimeout: () => gatewayErrors.create('request_timeout'),
+  // A method Node's parser does not know, and CONNECT: the gateway is not a forward proxy.
+  methodNotImplemented: methodNotSupported,
 }

@@ -89,6 +89,17 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
   })
 
   it.each([
+    ['an unknown method', 'FOO /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n'],
+    ['CONNECT, which only a forward proxy implements', 'CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n'],
+  ])('the gateway answers %s with 501 not_implemented and the Error body, then closes', async (_case, request) => {
+    const { statusLine, head, body } = parse(await raw(gateway.url, request))
+    expect(statusLine).toBe('HTTP/1.1 501 Not Implemented')
+    expect(head).toMatch(/^connection: close$/im)
+    expect(body).toEqual({ code: 'not_implemented', message: 'This method is not supported.', status: 501 })
+    expect(await servesNext('gateway')).toBe(200)
+  })
+
+  it.each([
     ['gateway', () => gateway.url, async () => ({ authorization: `Bearer ${(await gateway.createKey()).key}` }), '/v1/pets'],
     ['pets-service', () => pets.url, async () => ({ 'x-internal-token': TEST_INTERNAL_TOKEN }), '/pets'],
   ])('%s answers requests pipelined ahead of bad bytes first, in order, then refuses the bytes', async (_service, url, credentials, path) => {
@@ -103,6 +114,17 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     // The create was carried out, so its 201 is what the client must read first.
     expect(statusLines).toEqual(['HTTP/1.1 201 Created', 'HTTP/1.1 400 Bad Request'])
     expect(answer).toContain(`"name":"${name}"`)
+  })
+
+  it('the gateway serves a request whose target is in absolute form like one in origin form', async () => {
+    const { key } = await gateway.createKey()
+    const { host } = new URL(gateway.url)
+    const { statusLine, head, body } = parse(
+      await raw(gateway.url, `GET http://${host}/v1/pets?limit=1 HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`),
+    )
+    expect(statusLine).toBe('HTTP/1.1 200 OK')
+    expect(head).toMatch(/^x-ratelimit-remaining: \d+$/im)
+    expect(Array.isArray(body) && body.length <= 1).toBe(true)
   })
 
   describe('requests the gateway will not pass on as framed', () => {

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyBaseLogger } from 'fastify'
 import type { ApiError } from './apiError.ts'
@@ -6,9 +7,22 @@ export interface ClientErrorCodes {
   badRequest: () => ApiError
   headersTooLarge: () => ApiError
   requestTimeout: () => ApiError
+  /**
+   * A well-formed request line whose method the server does not implement: one Node's parser does
+   * not know (`FOO / HTTP/1.1`) or CONNECT (see refuseConnect). Without it both are 400.
+   */
+  methodNotImplemented?: () => ApiError
 }
 
-const REASONS: Record<number, string> = { 400: 'Bad Request', 408: 'Request Timeout', 431: 'Request Header Fields Too Large' }
+const REASONS: Record<number, string> = {
+  400: 'Bad Request',
+  408: 'Request Timeout',
+  431: 'Request Header Fields Too Large',
+  501: 'Not Implemented',
+}
+
+/** `METHOD target HTTP/x.y`: a request line whose only fault is a method token Node does not know. */
+const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^\s]+ HTTP\/\d\.\d\r?\n/
 
 /**
  * What Node's HTTP parser rejects before Fastify sees a request (headers over 16 KiB, a
@@ -49,14 +63,45 @@ function afterAnswersOwed(socket: Socket, then: () => void): void {
   inFlight.once('finish', () => setImmediate(() => afterAnswersOwed(socket, then)))
 }
 
+/**
+ * Node's HTTP server closes a connection that asks for CONNECT without a word unless something
+ * listens for it. Neither service is a forward proxy, so CONNECT is a method they do not
+ * implement: 501 with the Error body (RFC 9110 §9.1), then the connection closes.
+ */
+export function refuseConnect(codes: ClientErrorCodes, log?: Pick<FastifyBaseLogger, 'info'>) {
+  return (request: IncomingMessage, socket: Socket): void => {
+    afterAnswersOwed(socket, () => {
+      if (!socket.writable) return
+      const apiError = (codes.methodNotImplemented ?? codes.badRequest)()
+      answer(apiError, socket, log, 'CONNECT', `request refused: ${request.method} is not supported`)
+    })
+  }
+}
+
+type ParseError = NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParsed?: number }
+
+function refusalFor(codes: ClientErrorCodes, error: ParseError): ApiError {
+  if (error.code === 'HPE_HEADER_OVERFLOW') return codes.headersTooLarge()
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return codes.requestTimeout()
+  if (error.code === 'HPE_INVALID_METHOD' && codes.methodNotImplemented && REQUEST_LINE.test(refusedRequestLine(error))) {
+    return codes.methodNotImplemented()
+  }
+  return codes.badRequest()
+}
+
+/** The line the parser stopped in: the bytes it was given may begin with requests pipelined ahead. */
+function refusedRequestLine({ rawPacket, bytesParsed }: ParseError): string {
+  if (rawPacket === undefined || bytesParsed === undefined) return ''
+  const start = rawPacket.lastIndexOf(0x0a, Math.max(0, bytesParsed - 1)) + 1
+  return rawPacket.toString('latin1', start, start + 8_192)
+}
+
 function refuse(codes: ClientErrorCodes, error: NodeJS.ErrnoException, socket: Socket, log?: Pick<FastifyBaseLogger, 'info'>): void {
-  const apiError =
-    error.code === 'HPE_HEADER_OVERFLOW'
-      ? codes.headersTooLarge()
-      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? codes.requestTimeout()
-        : codes.badRequest()
-  log?.info({ status: apiError.status, code: apiError.code, reason: error.code, remoteAddress: socket.remoteAddress }, 'request refused by the HTTP parser')
+  answer(refusalFor(codes, error), socket, log, error.code, 'request refused by the HTTP parser')
+}
+
+function answer(apiError: ApiError, socket: Socket, log: Pick<FastifyBaseLogger, 'info'> | undefined, reason: string | undefined, message: string): void {
+  log?.info({ status: apiError.status, code: apiError.code, reason, remoteAddress: socket.remoteAddress }, message)
   const body = JSON.stringify(apiError.toBody())
   socket.end(
     [

@@ -1,0 +1,47 @@
+import type { IncomingMessage } from 'node:http'
+import type { FastifyInstance } from 'fastify'
+import { gatewayErrors } from '../errors.ts'
+
+/** Where a path that does not percent-decode is sent; it answers 400 after the whole pipeline. */
+export const UNDECODABLE_PATH_ROUTE = '/v1/.undecodable-path'
+
+/** `http://host:port` at the start of an absolute-form request target. */
+const SCHEME_AND_AUTHORITY = /^https?:\/\/[^/?#]*/i
+
+/**
+ * The target the router sees, decided before it runs (Fastify's rewriteUrl):
+ * - An absolute-form target (`GET http://host/v1/pets HTTP/1.1`) is routed by its path and
+ *   query: a server must accept that form (RFC 9112 §3.2.2), and the router would refuse it.
+ *   The gateway serves one origin, so the authority in it changes nothing.
+ * - The router refuses a path whose percent-encoding does not decode (`/v1/pets/%zz`, invalid
+ *   UTF-8) before any hook runs: no key check, no rate limit, no headers, no log fields. Such a
+ *   path is sent to a route of its own instead, and its 400 goes through authentication and the
+ *   limits like every other answer.
+ * An origin-form target without a `%` (nearly all) costs two character checks.
+ */
+export function routeRequestTarget(request: IncomingMessage): string {
+  const url = originForm(request.url ?? '/')
+  if (url.indexOf('%') < 0) return url
+  const queryAt = url.indexOf('?')
+  const path = queryAt < 0 ? url : url.slice(0, queryAt)
+  try {
+    decodeURIComponent(path)
+    return url
+  } catch {
+    return UNDECODABLE_PATH_ROUTE
+  }
+}
+
+function originForm(url: string): string {
+  if (url.charCodeAt(0) === 0x2f /* / */) return url
+  const authority = SCHEME_AND_AUTHORITY.exec(url)
+  if (authority === null) return url
+  const rest = url.slice(authority[0].length)
+  return rest.charCodeAt(0) === 0x2f ? rest : `/${rest}`
+}
+
+export async function undecodablePathRoute(app: FastifyInstance): Promise<void> {
+  app.all(UNDECODABLE_PATH_ROUTE, async () => {
+    throw gatewayErrors.create('bad_request', 'The request path is not valid percent-encoding.')
+  })
+}
