@@ -265,7 +265,7 @@ async function redisBenchmark(context: ScaleContext, redis: PrivateRedis, probe:
   const { minute, day, bans } = limitRequest(config, 'x')
   const scriptArgs = [
     '0', minute.limit, minute.windowMillis, minute.bucketMillis, day.limit, day.windowMillis, day.bucketMillis,
-    bans.strikes, bans.strikeWindowMillis, bans.memoryMillis, bans.ladderMillis.join(','),
+    bans.strikes, bans.memoryMillis, bans.ladderMillis.join(','),
   ].map(String)
   const requests = Math.max(100_000, Math.min(300_000, context.keys))
   const [clients, pipeline] = [50, 16]

@@ -1,4 +1,7 @@
 import { spawnSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 
 function checkConfig(...args: string[]) {
@@ -21,8 +24,8 @@ describe('npm run check-config', () => {
     expect(run.status).toBe(1)
     expect(run.stdout).toBe('')
     expect(run.stderr.trim().split('\n')).toEqual([
-      'test/fixtures/config/bad-window.yaml:8: windows.minute.bucket must divide the window length',
-      'test/fixtures/config/bad-window.yaml:9: windows.day.bucket must leave at most 60 buckets in the window',
+      'test/fixtures/config/bad-window.yaml:11: windows.minute.bucket must divide the window length',
+      'test/fixtures/config/bad-window.yaml:12: windows.day.bucket must leave at most 60 buckets in the window',
     ])
   })
 
@@ -30,5 +33,44 @@ describe('npm run check-config', () => {
     const run = checkConfig('config/missing.yaml')
     expect(run.status).toBe(1)
     expect(run.stderr.trim()).toBe('config/missing.yaml: cannot be read (ENOENT)')
+  })
+
+  it('names each trusted proxy the gateway could not use, with its line, and exits 1', () => {
+    const run = checkConfig('test/fixtures/config/bad-trusted-proxies.yaml')
+    expect(run.status).toBe(1)
+    expect(run.stdout).toBe('')
+    const lines = run.stderr.trim().split('\n')
+    expect(lines).toHaveLength(4)
+    expect(lines[0]).toBe(
+      'test/fixtures/config/bad-trusted-proxies.yaml:8: server.trustedProxies.1 must be an IP address, ' +
+        'a CIDR range (10.0.0.0/8) or one of loopback, linklocal, uniquelocal (invalid IP address: 999.1.1.1)',
+    )
+    expect(lines[1]).toMatch(/^test\/fixtures\/config\/bad-trusted-proxies\.yaml:9: server\.trustedProxies\.2 must be .*10\.0\.0\.0\/33\)$/)
+  })
+
+  it('names a plan the config leaves out and exits 1', () => {
+    const run = checkConfig('test/fixtures/config/bad-plans.yaml')
+    expect(run.status).toBe(1)
+    expect(run.stderr.split('\n')[0]).toBe('test/fixtures/config/bad-plans.yaml:5: plans.free is required')
+  })
+
+  it("prints exactly the README's example for a mistyped limit", () => {
+    const readme = readFileSync('README.md', 'utf8')
+    const example = /```\n\$ npm run -s check-config -- config\/gateway\.yaml\n([^`]*)```/.exec(readme)?.[1]
+    expect(example, 'the check-config example in README.md').toBeDefined()
+    const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-check-config-'))
+    try {
+      const file = path.join(directory, 'gateway.yaml')
+      const shipped = readFileSync('config/gateway.yaml', 'utf8')
+      const mistyped = shipped.replace('pro:        { perMinute:', 'pro:        { perMinut:')
+      expect(mistyped).not.toBe(shipped)
+      writeFileSync(file, mistyped)
+      const run = checkConfig(file)
+      expect(run.status).toBe(1)
+      expect(run.stdout).toBe('')
+      expect(run.stderr.replaceAll(file, 'config/gateway.yaml')).toBe(example)
+    } finally {
+      rmSync(directory, { recursive: true, force: true })
+    }
   })
 })

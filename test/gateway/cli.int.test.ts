@@ -132,12 +132,13 @@ describe('keys CLI (npm run keys)', () => {
     await schema()
     const kept = (await repository.create({ name: 'kept', plan: 'pro' })).record
     const gone = (await repository.create({ name: 'gone', plan: 'pro' })).record
+    const plain = (await repository.create({ name: 'plain', plan: 'pro' })).record
 
     const [show, revoke, toBusiness, toEnterprise, unknown] = await Promise.all([
       run('show', kept.id),
       run('revoke', gone.id, '--json'),
       run('set-plan', kept.id, 'business', '--json'),
-      run('set-plan', gone.id, 'enterprise'),
+      run('set-plan', plain.id, 'enterprise'),
       run('revoke', 'key_doesNotExist', '--json'),
     ])
     expect(show.code, show.stderr).toBe(0)
@@ -155,7 +156,7 @@ describe('keys CLI (npm run keys)', () => {
 
     // A key without custom limits cannot move to the plan whose limits are "custom".
     expectUsageError(toEnterprise, /plan "enterprise" has custom limits/)
-    expect((await repository.findById(gone.id))?.plan).toBe('pro')
+    expect((await repository.findById(plain.id))?.plan).toBe('pro')
 
     expect(unknown.code, unknown.stderr).toBe(1)
     expect(unknown.stdout).toBe('')
@@ -182,6 +183,56 @@ describe('keys CLI (npm run keys)', () => {
     const changes = await repository.changesSince(0)
     expect(changes.filter((change) => change.keyId === record.id).map((change) => change.kind)).toContain('unban')
     expect(unknown.code).toBe(1)
+  })
+
+  it('refuses to change or unban a revoked key with exit 1, and changes nothing', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'revoked', plan: 'pro' })
+    await repository.revoke(record.id)
+    const changesBefore = (await repository.changesSince(0)).filter((change) => change.keyId === record.id).length
+    const runs = await Promise.all([
+      run('set-plan', record.id, 'business'),
+      run('set-limits', record.id, '--per-minute', '10', '--per-day', '100', '--json'),
+      run('set-limits', record.id, '--clear'),
+      run('unban', record.id),
+    ])
+    for (const refused of runs) {
+      expect(refused.code, refused.stderr).toBe(1)
+      expect(refused.stdout).toBe('')
+      expect(refused.stderr).toMatch(new RegExp(`^error: API key ${record.id} is revoked \\(since .+ UTC\\): a revoked key cannot be changed or unbanned`))
+      expect(refused.stderr).not.toMatch(/\n\s+at /)
+    }
+    expect(await repository.findById(record.id)).toMatchObject({ plan: 'pro', perMinute: null, perDay: null })
+    expect((await repository.changesSince(0)).filter((change) => change.keyId === record.id)).toHaveLength(changesBefore)
+  })
+
+  it('never echoes an API key given where an id is expected, and says ids are expected', async () => {
+    await schema()
+    const { key } = await repository.create({ name: 'secret', plan: 'free' })
+    const runs = await Promise.all([
+      run('show', key),
+      run('revoke', key, '--json'),
+      run('set-plan', key, 'pro'),
+      run('show', key, 'extra'),
+      run(key),
+      run('create', '--plan', key, '--name', 'x'),
+    ])
+    for (const refused of runs) {
+      expectUsageError(refused, /an argument looks like an API key \(aas_…\), which is not repeated here: the commands take key ids \(key_…\)/)
+      expect(refused.stderr).not.toContain(key)
+      expect(refused.stderr).not.toContain(key.slice(4, 20))
+    }
+    expect((await repository.findByHash(hashApiKey(key)))?.revokedAt).toBeNull()
+  })
+
+  it('shows the limits a key on a plan the config lacks really gets (the strictest), and why', async () => {
+    await schema()
+    // Written by hand, as the CLI refuses plans the config does not define.
+    const { record } = await repository.create({ name: 'stray', plan: 'gold' })
+    const [text, json] = await Promise.all([run('show', record.id), run('show', record.id, '--json')])
+    expect(text.code, text.stderr).toBe(0)
+    expect(text.stdout).toMatch(/limits\s+60\/min, 1,000\/day \(strictest: plan gold is not in the gateway config\)/)
+    expect(JSON.parse(json.stdout)).toMatchObject({ plan: 'gold', perMinute: 60, perDay: 1000 })
   })
 
   it('without DATABASE_URL, uses the embedded database of a running npm start, or says what to do', async () => {

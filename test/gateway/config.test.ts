@@ -1,11 +1,27 @@
-import { readFileSync } from 'node:fs'
-import { describe, expect, it } from 'vitest'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import Fastify from 'fastify'
+import { pino } from 'pino'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createConfigSource } from '../../gateway/src/config/configSource.ts'
 import {
   ConfigError,
   loadGatewayConfig,
   parseGatewayConfig,
   resolveGatewayConfig,
 } from '../../gateway/src/config/loadConfig.ts'
+import { keyLimit, limitsFor } from '../../gateway/src/rateLimit/planLimits.ts'
+
+const SHIPPED = readFileSync('config/gateway.yaml', 'utf8')
+const FREE_LINE = /^ {2}free: .*\n/m
+
+/** The shipped config with one edit; fails the test if the edit matched nothing. */
+function shippedWith(from: string | RegExp, to: string | ((match: string) => string)): string {
+  const text = typeof to === 'string' ? SHIPPED.replace(from, to) : SHIPPED.replace(from, to)
+  expect(text).not.toBe(SHIPPED)
+  return text
+}
 
 function problemsOf(fixture: string): string[] {
   const path = `test/fixtures/config/${fixture}`
@@ -55,17 +71,17 @@ describe('gateway config', () => {
     expect(problemsOf('bad-values.yaml')).toEqual([
       'test/fixtures/config/bad-values.yaml:1: server.port must be <= 65535',
       'test/fixtures/config/bad-values.yaml:3: upstreams.pets.url must be an http:// or https:// URL',
-      'test/fixtures/config/bad-values.yaml:6: plans.free.perMinute must be a positive integer or "custom"',
-      'test/fixtures/config/bad-values.yaml:8: anonymous.perMinute must be >= 1',
-      'test/fixtures/config/bad-values.yaml:9: bans.ladder.1 must be a duration like 60s, 5m, 1h, 24h',
-      'test/fixtures/config/bad-values.yaml:10: onStoreFailure must be one of open, closed',
+      'test/fixtures/config/bad-values.yaml:6: plans.free.perMinute must be a positive integer (only the enterprise plan may be "custom")',
+      'test/fixtures/config/bad-values.yaml:10: anonymous.perMinute must be >= 1',
+      'test/fixtures/config/bad-values.yaml:11: bans.ladder.1 must be a duration like 60s, 5m, 1h, 24h',
+      'test/fixtures/config/bad-values.yaml:12: onStoreFailure must be one of open, closed',
     ])
   })
 
   it('refuses window buckets that do not divide the window or would cost too much memory', () => {
     expect(problemsOf('bad-window.yaml')).toEqual([
-      'test/fixtures/config/bad-window.yaml:8: windows.minute.bucket must divide the window length',
-      'test/fixtures/config/bad-window.yaml:9: windows.day.bucket must leave at most 60 buckets in the window',
+      'test/fixtures/config/bad-window.yaml:11: windows.minute.bucket must divide the window length',
+      'test/fixtures/config/bad-window.yaml:12: windows.day.bucket must leave at most 60 buckets in the window',
     ])
   })
 
@@ -87,3 +103,151 @@ describe('gateway config', () => {
     expect(() => loadGatewayConfig('config/nope.yaml', {})).toThrow(/config\/nope\.yaml: cannot be read \(ENOENT\)/)
   })
 })
+
+describe('gateway config: trusted proxies', () => {
+  const WHY = 'must be an IP address, a CIDR range (10.0.0.0/8) or one of loopback, linklocal, uniquelocal'
+
+  it('names each server.trustedProxies entry the gateway could not use, with its line', () => {
+    expect(problemsOf('bad-trusted-proxies.yaml')).toEqual([
+      `test/fixtures/config/bad-trusted-proxies.yaml:8: server.trustedProxies.1 ${WHY} (invalid IP address: 999.1.1.1)`,
+      `test/fixtures/config/bad-trusted-proxies.yaml:9: server.trustedProxies.2 ${WHY} (invalid range on address: 10.0.0.0/33)`,
+      `test/fixtures/config/bad-trusted-proxies.yaml:13: server.trustedProxies.6 ${WHY} (invalid IP address: 10.0.0.1, 10.0.0.2)`,
+      `test/fixtures/config/bad-trusted-proxies.yaml:14: server.trustedProxies.7 ${WHY} (invalid IP address: localhost)`,
+    ])
+  })
+
+  it('every entry check-config accepts, the gateway accepts at boot, and the refused ones would stop it', async () => {
+    const accepted = ['10.0.0.0/8', 'loopback', 'linklocal', 'uniquelocal', '::1', '2001:db8::/32', '192.168.0.0/255.255.0.0']
+    const text = shippedWith('trustedProxies: []', `trustedProxies: ${JSON.stringify(accepted)}`)
+    const config = resolveGatewayConfig(parseGatewayConfig(text, 'x.yaml'), {})
+    expect(config.server.trustedProxies).toEqual(accepted)
+    // What gateway/src/app.ts does with them.
+    const app = Fastify({ trustProxy: [...config.server.trustedProxies] })
+    await app.ready()
+    await app.close()
+    for (const refused of ['999.1.1.1', '10.0.0.0/33']) expect(() => Fastify({ trustProxy: [refused] })).toThrow()
+  })
+})
+
+describe('gateway config: plans', () => {
+  it('refuses a config that leaves out a plan keys can have, or gives "custom" to a plan other than enterprise', () => {
+    const NUMBERS = 'must be a positive integer (only the enterprise plan may be "custom")'
+    expect(problemsOf('bad-plans.yaml')).toEqual([
+      'test/fixtures/config/bad-plans.yaml:5: plans.free is required',
+      `test/fixtures/config/bad-plans.yaml:6: plans.pro.perMinute ${NUMBERS}`,
+      `test/fixtures/config/bad-plans.yaml:10: plans.gold.perDay ${NUMBERS}`,
+      'test/fixtures/config/bad-plans.yaml:11: plans.Platinum unknown key',
+    ])
+    // The two edits that once gave free keys pro's 300/min.
+    expect(() => parseGatewayConfig(shippedWith(FREE_LINE, ''), 'x.yaml')).toThrow(/^.*\n {2}x\.yaml:23: plans\.free is required$/)
+    expect(() => parseGatewayConfig(shippedWith(FREE_LINE, '  free: { perMinute: custom, perDay: 1000 }\n'), 'x.yaml')).toThrow(
+      `x.yaml:24: plans.free.perMinute ${NUMBERS}`,
+    )
+  })
+
+  it('refuses an enterprise plan with one limit "custom" and the other a number', () => {
+    const text = shippedWith('enterprise: { perMinute: custom, perDay: custom }', 'enterprise: { perMinute: custom, perDay: 100000 }')
+    expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow('x.yaml:27: plans.enterprise must have both limits "custom" or neither')
+  })
+
+  it("a key on a plan the config lacks, or on enterprise without limits of its own, gets the strictest limits, never a larger plan's", () => {
+    const config = loadGatewayConfig('config/gateway.yaml', {})
+    const limits = (key: { plan: string; perMinute: number | null; perDay: number | null }) => {
+      const { minute, day } = limitsFor(key, config)
+      return [minute.limit, day.limit]
+    }
+    expect(limits({ plan: 'pro', perMinute: null, perDay: null })).toEqual([300, 10_000])
+    expect(limits({ plan: 'gold', perMinute: null, perDay: null })).toEqual([60, 1_000])
+    expect(limits({ plan: 'enterprise', perMinute: null, perDay: null })).toEqual([60, 1_000])
+    expect(limits({ plan: 'enterprise', perMinute: 5_000, perDay: 2_000_000 })).toEqual([5_000, 2_000_000])
+    expect(keyLimit({ plan: 'gold', perMinute: null, perDay: null }, config.plans, 'perMinute')).toEqual({ limit: 60, failSafe: true })
+    expect(keyLimit({ plan: 'free', perMinute: null, perDay: null }, config.plans, 'perMinute')).toEqual({ limit: 60, failSafe: false })
+    // With a stricter extra plan, the strictest of each limit.
+    const trial = resolveGatewayConfig(
+      parseGatewayConfig(shippedWith(FREE_LINE, (line) => `${line}  trial: { perMinute: 10, perDay: 5000 }\n`), 'x.yaml'),
+      {},
+    )
+    const { minute, day } = limitsFor({ plan: 'gone', perMinute: null, perDay: null }, trial)
+    expect([minute.limit, day.limit]).toEqual([10, 1_000])
+  })
+})
+
+describe('gateway config: YAML syntax errors', () => {
+  it('reports a flow map left without its closing brace on the line where it opens', () => {
+    expect(problemsOf('unclosed-flow-map.yaml')).toEqual([
+      'test/fixtures/config/unclosed-flow-map.yaml:2: Flow map in block collection must be sufficiently indented and end with a }',
+    ])
+    const text = shippedWith('free:       { perMinute: 60,   perDay: 1000 }', 'free:       { perMinute: 60,   perDay: 1000')
+    expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow(/x\.yaml:24: Flow map/)
+  })
+})
+
+describe('gateway config reload', () => {
+  let directory: string | undefined
+  afterEach(() => {
+    if (directory) rmSync(directory, { recursive: true, force: true })
+    directory = undefined
+  })
+
+  /** A config source on a private copy of the shipped file, and what it logs. */
+  function watchedCopy() {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-config-test-'))
+    const file = path.join(directory, 'gateway.yaml')
+    writeFileSync(file, SHIPPED)
+    const logs: { level: number; msg: string; settings?: string[]; problems?: string[] }[] = []
+    const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as (typeof logs)[number]) })
+    return { file, logs, source: createConfigSource(file, {}, logger) }
+  }
+  const WARN = 40
+  const ERROR = 50
+
+  it('a reload that changes settings read only at start warns which ones take effect at the next start', () => {
+    const { file, logs, source } = watchedCopy()
+    let text = SHIPPED
+    for (const [from, to] of [
+      ['trustedProxies: []', 'trustedProxies: [10.0.0.0/8]'],
+      ['maxEntries: 10000', 'maxEntries: 500'],
+      ['ttlSeconds: 60', 'ttlSeconds: 30'],
+      ['onStoreFailure: open', 'onStoreFailure: closed'],
+      ['free:       { perMinute: 60,', 'free:       { perMinute: 30,'],
+    ] as const) {
+      expect(text).toContain(from)
+      text = text.replace(from, to)
+    }
+    writeFileSync(file, text)
+    expect(source.reload()).toBe(true)
+    expect(source.get().plans.free).toEqual({ perMinute: 30, perDay: 1_000 })
+    const warnings = logs.filter((entry) => entry.level === WARN)
+    expect(warnings).toHaveLength(1)
+    expect(warnings[0]?.settings).toEqual(['server.trustedProxies', 'keyCache.maxEntries', 'keyCache.ttlSeconds', 'onStoreFailure'])
+    expect(warnings[0]?.msg).toBe(
+      'gateway config: server.trustedProxies, keyCache.maxEntries, keyCache.ttlSeconds, onStoreFailure changed but take effect only at the next start',
+    )
+
+    // A reload that changes only what follows reloads warns about nothing.
+    logs.length = 0
+    writeFileSync(file, text.replace('free:       { perMinute: 30,', 'free:       { perMinute: 20,'))
+    expect(source.reload()).toBe(true)
+    expect(logs.map((entry) => entry.msg)).toEqual(['gateway config reloaded'])
+  })
+
+  it('a reload with an unusable trusted proxy, or without a plan keys can have, keeps the running config and names the line', () => {
+    const { file, logs, source } = watchedCopy()
+    const running = source.get()
+    writeFileSync(file, shippedWith('trustedProxies: []', 'trustedProxies: [999.1.1.1, "10.0.0.0/33"]'))
+    expect(source.reload()).toBe(false)
+    writeFileSync(file, shippedWith(FREE_LINE, ''))
+    expect(source.reload()).toBe(false)
+    expect(source.get()).toBe(running)
+    expect(logs.filter((entry) => entry.level === ERROR).map((entry) => entry.problems)).toEqual([
+      [
+        expect.stringMatching(new RegExp(`^${escape(file)}:9: server\\.trustedProxies\\.0 must be .*999\\.1\\.1\\.1`)),
+        expect.stringMatching(new RegExp(`^${escape(file)}:9: server\\.trustedProxies\\.1 must be .*10\\.0\\.0\\.0/33`)),
+      ],
+      [`${file}:23: plans.free is required`],
+    ])
+  })
+})
+
+const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+

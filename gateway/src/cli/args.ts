@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util'
+import { KEY_PREFIX } from '../keys/apiKeyFormat.ts'
 import { UsageError } from './errors.ts'
 import { parseExpires, parseLimits, parseName, type Limits } from './values.ts'
 
@@ -30,7 +31,7 @@ Options:
 Plans come from the gateway config (GATEWAY_CONFIG, default config/gateway.yaml).
 Database: DATABASE_URL, or else the embedded database of a running \`npm start\`
 (found through <DATA_DIR or ./data>/embedded-postgres.json).
-Exit status: 0 done, 1 failed (unknown key id, no database, ...), 2 bad arguments.
+Exit status: 0 done, 1 failed (unknown key id, revoked key, no database, ...), 2 bad arguments.
 `
 
 export type Command =
@@ -58,6 +59,13 @@ const COMMANDS: Record<string, { positionals: string[]; options: OptionSpec }> =
 
 /** Turns the command line (after `npm run keys --`) into a Command; bad arguments throw UsageError. */
 export function parseCommand(argv: string[], now = new Date()): Command {
+  // Before anything can echo an argument back: an API key is a secret and is never repeated.
+  if (argv.some((argument) => argument.includes(KEY_PREFIX))) {
+    throw new UsageError(
+      `an argument looks like an API key (${KEY_PREFIX}…), which is not repeated here: the commands take key ids ` +
+        '(key_…), never keys. `npm run keys -- list` shows each key\'s id and prefix.',
+    )
+  }
   const [name, ...rest] = argv
   if (name === undefined) throw new UsageError('no command given')
   if (name === 'help' || name === '--help' || name === '-h') return { name: 'help' }

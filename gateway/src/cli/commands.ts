@@ -1,7 +1,7 @@
 import type { ApiKeyRecord, KeyRepository } from '../keys/keyRepository.ts'
 import type { Command } from './args.ts'
 import { CliError, UsageError } from './errors.ts'
-import { describeLimits, hasCustomLimits, keyDetails, keyJson, keyTable, type Plans } from './format.ts'
+import { describeLimits, describeTime, hasCustomLimits, keyDetails, keyJson, keyTable, type Plans } from './format.ts'
 
 export interface Output {
   out(text: string): void
@@ -43,6 +43,20 @@ export function checkCommand(command: Command, plans: Plans | undefined): void {
 async function existing(deps: CommandDeps, id: string): Promise<ApiKeyRecord> {
   const record = await deps.repository.findById(id)
   if (!record) throw new CliError(`no API key with id "${id}" (\`npm run keys -- list\` shows the ids)`)
+  return record
+}
+
+/**
+ * set-plan, set-limits and unban on a revoked key: refused. A revoked key is refused by every
+ * gateway and cannot be brought back, so changing it only hides a mistake (usually the wrong id).
+ */
+function live(record: ApiKeyRecord): ApiKeyRecord {
+  if (record.revokedAt !== null) {
+    throw new CliError(
+      `API key ${record.id} is revoked (since ${describeTime(record.revokedAt)}): a revoked key cannot be changed or unbanned. ` +
+        'Check the id (`npm run keys -- list`), or create a new key.',
+    )
+  }
   return record
 }
 
@@ -104,13 +118,13 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       return report(record, command.json, headline)
     }
     case 'unban': {
-      const record = await existing(deps, command.id)
+      const record = live(await existing(deps, command.id))
       present((await repository.requestUnban(command.id)) ? record : undefined, command.id)
       return report(record, command.json, `Unbanned API key ${record.id}: every running gateway lifts its ban within 2 s.`)
     }
     case 'set-plan': {
       const plan = requirePlan(plans, command.plan)
-      const before = await existing(deps, command.id)
+      const before = live(await existing(deps, command.id))
       const hasBoth = before.perMinute !== null && before.perDay !== null
       if (isCustomPlan(plan) && !command.limits && !hasBoth) throw needsLimits(command.plan)
       // Limits before plan: a gateway reading in between never sees a custom plan without limits.
@@ -127,7 +141,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       return
     }
     case 'set-limits': {
-      const before = await existing(deps, command.id)
+      const before = live(await existing(deps, command.id))
       const plan = plans && Object.hasOwn(plans, before.plan) ? plans[before.plan] : undefined
       if (command.limits === null && plan && isCustomPlan(plan)) {
         throw new UsageError(

@@ -1,5 +1,6 @@
 import type { GatewayConfig } from '../config/loadConfig.ts'
 import type { ApiKeyRecord } from '../keys/keyRepository.ts'
+import { keyLimit } from '../rateLimit/planLimits.ts'
 
 export type Plans = GatewayConfig['plans']
 export type KeyState = 'active' | 'revoked' | 'expired'
@@ -14,14 +15,23 @@ export function hasCustomLimits(record: ApiKeyRecord): boolean {
   return record.perMinute !== null || record.perDay !== null
 }
 
-/** The limits that apply to the key: its own where set, else its plan's; null when neither is known. */
+/**
+ * The limits the gateway applies to the key (planLimits.ts): its own where set, else its plan's,
+ * else the fail-safe strictest ones; null only when the config could not be read.
+ */
 export function effectiveLimits(record: ApiKeyRecord, plans: Plans | undefined) {
-  const plan = plans && Object.hasOwn(plans, record.plan) ? plans[record.plan] : undefined
-  const fromPlan = (limit: number | 'custom' | undefined) => (typeof limit === 'number' ? limit : null)
-  return {
-    perMinute: record.perMinute ?? fromPlan(plan?.perMinute),
-    perDay: record.perDay ?? fromPlan(plan?.perDay),
-  }
+  if (!plans) return { perMinute: record.perMinute, perDay: record.perDay, failSafe: false }
+  const perMinute = keyLimit(record, plans, 'perMinute')
+  const perDay = keyLimit(record, plans, 'perDay')
+  return { perMinute: perMinute.limit, perDay: perDay.limit, failSafe: perMinute.failSafe || perDay.failSafe }
+}
+
+/** Why a key gets the fail-safe limits, for `show` and the table. */
+function failSafeReason(record: ApiKeyRecord, plans: Plans | undefined): string {
+  if (!plans || !effectiveLimits(record, plans).failSafe) return ''
+  return Object.hasOwn(plans, record.plan)
+    ? ` (strictest: plan ${record.plan} is "custom" and the key has no limits of its own)`
+    : ` (strictest: plan ${record.plan} is not in the gateway config)`
 }
 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
@@ -48,7 +58,8 @@ const count = (value: number | null) => (value === null ? '?' : value.toLocaleSt
 
 export function describeLimits(record: ApiKeyRecord, plans: Plans | undefined): string {
   const limits = effectiveLimits(record, plans)
-  return `${count(limits.perMinute)}/min, ${count(limits.perDay)}/day${hasCustomLimits(record) ? ' (custom)' : ''}`
+  const remark = hasCustomLimits(record) ? ' (custom)' : failSafeReason(record, plans)
+  return `${count(limits.perMinute)}/min, ${count(limits.perDay)}/day${remark}`
 }
 
 export function describeTime(date: Date | null, none = 'never'): string {

@@ -13,6 +13,37 @@ export interface ConfigSource {
 
 const WATCH_INTERVAL_MILLIS = 500
 
+/**
+ * The sections the gateway reads once, at start: listeners and trusted proxies (the Fastify
+ * server), upstreams (the proxy routes), the key cache, onStoreFailure and redis (the limiter's
+ * stores). Plans, windows, bans, anonymous and openapi are read per request and follow a reload.
+ */
+const RESTART_ONLY = ['server', 'upstreams', 'keyCache', 'onStoreFailure', 'redis'] as const
+
+/** Resolved names that differ from the file's (the file says seconds, the gateway keeps millis). */
+const FILE_NAMES: Readonly<Record<string, string>> = {
+  'keyCache.ttlMillis': 'keyCache.ttlSeconds',
+  'keyCache.negativeTtlMillis': 'keyCache.negativeTtlSeconds',
+  'upstreams.pets.timeoutMillis': 'upstreams.pets.timeoutSeconds',
+  'upstreams.orders.timeoutMillis': 'upstreams.orders.timeoutSeconds',
+}
+
+/** The restart-only settings (as the config file names them) whose value a reload changed. */
+export function restartOnlyChanges(before: GatewayConfig, after: GatewayConfig): string[] {
+  const changed: string[] = []
+  const compare = (path: string, a: unknown, b: unknown) => {
+    const isObject = (value: unknown) => value !== null && typeof value === 'object' && !Array.isArray(value)
+    if (isObject(a) && isObject(b)) {
+      const keys = new Set([...Object.keys(a as object), ...Object.keys(b as object)])
+      for (const key of keys) compare(`${path}.${key}`, (a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key])
+    } else if (JSON.stringify(a) !== JSON.stringify(b)) {
+      changed.push(FILE_NAMES[path] ?? path)
+    }
+  }
+  for (const section of RESTART_ONLY) compare(section, before[section], after[section])
+  return changed
+}
+
 export function createConfigSource(
   path: string,
   env: NodeJS.ProcessEnv,
@@ -33,8 +64,16 @@ export function createConfigSource(
   const reload = (): boolean => {
     readAt = modifiedAt()
     try {
+      const previous = current
       current = loadGatewayConfig(path, env)
       logger.info({ path }, 'gateway config reloaded')
+      const settings = restartOnlyChanges(previous, current)
+      if (settings.length > 0) {
+        logger.warn(
+          { path, settings },
+          `gateway config: ${settings.join(', ')} changed but take${settings.length === 1 ? 's' : ''} effect only at the next start`,
+        )
+      }
       onReload?.('success', current)
       return true
     } catch (error) {

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
+import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
-import { LineCounter, isNode, parseDocument, type Document } from 'yaml'
+import { LineCounter, isCollection, isNode, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
 import { portFromEnv } from '../../../common/src/env.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 
@@ -56,13 +57,15 @@ export function durationSeconds(text: string): number {
   return Number(text.slice(0, -1)) * UNIT_SECONDS[unit]
 }
 
-function describe(error: ErrorObject): { path: string[]; message: string } {
+/** A schema error as `path message`; `at` is the key whose line is reported, when not `path` itself. */
+function describe(error: ErrorObject): { path: string[]; message: string; at?: string[] } {
   const path = error.instancePath.split('/').slice(1).map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'))
   if (error.keyword === 'additionalProperties') {
     return { path: [...path, String(error.params.additionalProperty)], message: 'unknown key' }
   }
   if (error.keyword === 'required') {
-    return { path: [...path, String(error.params.missingProperty)], message: 'is required' }
+    // The line of the section that lacks it (`plans:`), not of whatever comes first inside it.
+    return { path: [...path, String(error.params.missingProperty)], message: 'is required', at: path }
   }
   if (error.keyword === 'anyOf' || error.keyword === 'const') {
     return { path, message: 'must be a positive integer or "custom"' }
@@ -70,7 +73,7 @@ function describe(error: ErrorObject): { path: string[]; message: string } {
   if (error.keyword === 'enum') {
     return { path, message: `must be one of ${(error.params.allowedValues as string[]).join(', ')}` }
   }
-  if (error.keyword === 'pattern' && error.parentSchema?.description) {
+  if ((error.keyword === 'pattern' || error.keyword === 'type') && error.parentSchema?.description) {
     return { path, message: `must be ${error.parentSchema.description}` }
   }
   return { path, message: error.message ?? 'is invalid' }
@@ -100,13 +103,29 @@ function keyLine(document: Document, lines: LineCounter, path: string[]): number
   return lineOf(document, lines, path)
 }
 
+/**
+ * The line of a syntax error. The parser reports where it noticed the problem; for a flow
+ * collection left open (`{ perMinute: 60, perDay: 1000` without its `}`) that is the next line,
+ * so the error is moved to the line where the unclosed collection starts.
+ */
+function syntaxErrorLine(text: string, document: Document, lines: LineCounter, error: YAMLError): number {
+  let line = lines.linePos(error.pos[0]).line
+  visit(document, (_key, node) => {
+    if (!isCollection(node) || !node.flow || !node.range) return
+    const [start, valueEnd, end] = node.range
+    const closed = text.slice(start, valueEnd).trimEnd().endsWith(isSeq(node) ? ']' : '}')
+    if (!closed && end === error.pos[0]) line = lines.linePos(start).line
+  })
+  return line
+}
+
 /** Parses and validates a config text; every problem is reported, not only the first. */
 export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): GatewayConfigFile {
   const lines = new LineCounter()
   const document = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false })
   if (document.errors.length > 0) {
     throw new ConfigError(
-      document.errors.map((error) => `${source}:${lines.linePos(error.pos[0]).line}: ${error.message.split('\n')[0]}`),
+      document.errors.map((error) => `${source}:${syntaxErrorLine(text, document, lines, error)}: ${error.message.split('\n')[0]}`),
     )
   }
   const value: unknown = document.toJS()
@@ -117,7 +136,7 @@ export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): 
     const problems = errors
       .filter((error) => error.keyword === 'anyOf' || !summarised.has(error.instancePath))
       .map(describe)
-      .map(({ path, message }) => ({ line: keyLine(document, lines, path), text: `${path.join('.') || '(root)'} ${message}` }))
+      .map(({ path, message, at = path }) => ({ line: keyLine(document, lines, at), text: `${path.join('.') || '(root)'} ${message}` }))
       .filter((problem, index, all) => all.findIndex((other) => other.text === problem.text) === index)
       .sort((a, b) => a.line - b.line)
       .map(({ line, text }) => `${source}:${line}: ${text}`)
@@ -153,7 +172,37 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
       problems.push({ path: ['plans', name, 'perDay'], message: 'must be at least perMinute' })
     }
   }
+  // A key's own limits replace both of its plan's (the CLI sets them together): one "custom" limit
+  // beside a number means nothing for keys with limits and the fail-safe limit for keys without.
+  const { perMinute, perDay } = config.plans.enterprise
+  if ((perMinute === 'custom') !== (perDay === 'custom')) {
+    problems.push({ path: ['plans', 'enterprise'], message: 'must have both limits "custom" or neither' })
+  }
+  for (const [index, entry] of (config.server.trustedProxies ?? []).entries()) {
+    const problem = trustedProxyProblem(entry)
+    if (problem) {
+      problems.push({
+        path: ['server', 'trustedProxies', String(index)],
+        message: `must be an IP address, a CIDR range (10.0.0.0/8) or one of loopback, linklocal, uniquelocal (${problem})`,
+      })
+    }
+  }
   return problems
+}
+
+/**
+ * The gateway hands server.trustedProxies to Fastify's trustProxy, which compiles it with
+ * @fastify/proxy-addr when the server is built: an entry it refuses would stop the gateway at
+ * boot. The same compile (the version Fastify depends on) judges each entry here.
+ */
+
+function trustedProxyProblem(entry: string): string | undefined {
+  try {
+    proxyAddr.compile([entry])
+    return undefined
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error)
+  }
 }
 
 /** Applies the environment overrides documented in the README; env wins over the file. */

@@ -18,7 +18,29 @@ const Upstream = Type.Object(
 // A sliding window: its length and the bucket size that bounds under-admission.
 const WindowShape = Type.Object({ length: Duration, bucket: Duration }, { additionalProperties: false })
 
-const Plan = Type.Object({ perMinute: CustomOrLimit, perDay: CustomOrLimit }, { additionalProperties: false })
+/** A plan's limit where "custom" means nothing: every plan but enterprise. */
+const PlanLimit = Type.Integer({
+  minimum: 1,
+  maximum: 1_000_000_000,
+  description: 'a positive integer (only the enterprise plan may be "custom")',
+})
+const Plan = Type.Object({ perMinute: PlanLimit, perDay: PlanLimit }, { additionalProperties: false })
+// Enterprise keys carry their own limits on the key row (DESIGN: Plans and limits).
+const EnterprisePlan = Type.Object({ perMinute: CustomOrLimit, perDay: CustomOrLimit }, { additionalProperties: false })
+
+/**
+ * The plans keys can be on (DESIGN: free, pro, business, enterprise). Each is required: a key
+ * whose plan the config lacked would have no limits of its own. More plans may be added (the
+ * benchmark adds two); their names are lowercase and their limits numbers.
+ */
+const Plans = Type.Object(
+  { free: Plan, pro: Plan, business: Plan, enterprise: EnterprisePlan },
+  {
+    // Matches every other lowercase name; the four above are validated by their own schemas.
+    patternProperties: { '^(?!(?:free|pro|business|enterprise)$)[a-z][a-z0-9_-]{0,31}$': Plan },
+    additionalProperties: false,
+  },
+)
 
 /** config/gateway.yaml. Every object refuses unknown keys so a typo never passes silently. */
 export const GatewayConfigSchema = Type.Object(
@@ -45,10 +67,7 @@ export const GatewayConfigSchema = Type.Object(
       },
       { additionalProperties: false },
     ),
-    plans: Type.Record(Type.String({ pattern: '^[a-z][a-z0-9_-]{0,31}$' }), Plan, {
-      minProperties: 1,
-      additionalProperties: false,
-    }),
+    plans: Plans,
     windows: Type.Object(
       {
         minute: WindowShape,

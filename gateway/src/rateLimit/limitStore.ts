@@ -12,12 +12,11 @@ export interface WindowSpec {
 }
 
 export interface BanPolicy {
-  /** Limited requests within `strikeWindowMillis` that trigger a ban. */
+  /** Limited requests within a rolling minute window (the minute window's length and buckets) that trigger a ban. */
   strikes: number
-  strikeWindowMillis: number
   /** Ban lengths; each new ban while the previous is remembered climbs one step. */
   ladderMillis: number[]
-  /** How long a ban is remembered for climbing the ladder (24 h). */
+  /** How long after a ban ends it is remembered for climbing the ladder (24 h). */
   memoryMillis: number
 }
 
@@ -47,8 +46,13 @@ export interface LimitDecision {
   nowMillis: number
   minute: WindowState
   day: WindowState
-  /** For limited and banned: ms until a request would really be admitted (or the ban ends). */
+  /**
+   * For limited and banned: ms until a request would really be admitted. For a ban, the later of
+   * its end and the moment both windows let a request in again.
+   */
   retryAfterMillis: number
+  /** For banned: ms until the ban itself ends (how long it is answered without a store call). */
+  banMillisLeft: number
   /** For banned: the ladder step (0-based) of the ban in force. */
   banStep: number
   /** True when this very request's strike started the ban. */

@@ -6,15 +6,17 @@ import type { LimitDecision, LimitRequest, LimitStore, WindowSpec, WindowState }
  * and as the per-process fallback when Redis fails. Valid for one gateway process only.
  */
 interface Ring {
+  /** Bucket length (ms) the ring was kept with. */
+  bucketMillis: number
   head: number
   counts: number[]
 }
 
 interface KeyState {
   minute: Ring
+  /** Strikes per minute bucket, aligned with the minute ring (its head serves both). */
+  strikes: number[]
   day: Ring
-  strikes: number
-  strikeStart: number
   banUntil: number
   level: number
   levelUntil: number
@@ -24,19 +26,56 @@ function bucketsOf(spec: WindowSpec): number {
   return Math.floor(spec.windowMillis / spec.bucketMillis)
 }
 
-function freshRing(spec: WindowSpec): Ring {
-  return { head: 0, counts: new Array<number>(bucketsOf(spec) + 1).fill(0) }
+const slot = (index: number, n: number) => ((index % n) + n) % n
+
+const sum = (counts: number[]) => counts.reduce((total, count) => total + count, 0)
+
+function freshRing(spec: WindowSpec, now: number): Ring {
+  return { bucketMillis: spec.bucketMillis, head: Math.floor(now / spec.bucketMillis), counts: new Array<number>(bucketsOf(spec) + 1).fill(0) }
 }
 
-function advance(ring: Ring, current: number): void {
+const sameShape = (ring: Ring, spec: WindowSpec) => ring.bucketMillis === spec.bucketMillis && ring.counts.length === bucketsOf(spec) + 1
+
+/**
+ * A ring kept under other window settings, in the new ones: each old bucket's requests counted in
+ * the new bucket holding its last moment (none leaves the window sooner than it would have), those
+ * the new window no longer holds dropped. `counts` are the old ring's or its paired strikes.
+ */
+function carried(old: Ring, counts: number[], into: Ring): number[] {
+  const n = into.counts.length
+  const result = new Array<number>(n).fill(0)
+  const oldN = old.counts.length
+  for (let index = old.head - oldN + 1; index <= old.head; index++) {
+    const count = counts[slot(index, oldN)] ?? 0
+    if (count === 0) continue
+    const at = Math.min(Math.floor(((index + 1) * old.bucketMillis - 1) / into.bucketMillis), into.head)
+    if (at > into.head - n) result[slot(at, n)]! += count
+  }
+  return result
+}
+
+/**
+ * Moves a ring (and the counts paired with it) to the current bucket, zeroing the buckets it
+ * skipped. A head ahead of the clock by less than a window stays; one ahead by more keeps its
+ * requests, all counted as of now.
+ */
+function advance(ring: Ring, current: number, paired?: number[]): void {
   const n = ring.counts.length
-  if (current <= ring.head) return
-  if (current - ring.head >= n) ring.counts.fill(0)
-  else for (let index = ring.head + 1; index <= current; index++) ring.counts[index % n] = 0
+  const rings = paired ? [ring.counts, paired] : [ring.counts]
+  if (current <= ring.head) {
+    if (ring.head - current < n) return
+    for (const counts of rings) {
+      const total = sum(counts)
+      counts.fill(0)
+      counts[slot(current, n)] = total
+    }
+  } else if (current - ring.head >= n) {
+    for (const counts of rings) counts.fill(0)
+  } else {
+    for (let index = ring.head + 1; index <= current; index++) for (const counts of rings) counts[slot(index, n)] = 0
+  }
   ring.head = current
 }
-
-const sum = (ring: Ring) => ring.counts.reduce((total, count) => total + count, 0)
 
 function freedAt(ring: Ring, spec: WindowSpec, need: number, now: number): number {
   if (need <= 0) return now
@@ -44,7 +83,7 @@ function freedAt(ring: Ring, spec: WindowSpec, need: number, now: number): numbe
   const n = ring.counts.length
   let freed = 0
   for (let index = ring.head - buckets; index <= ring.head; index++) {
-    freed += ring.counts[((index % n) + n) % n] ?? 0
+    freed += ring.counts[slot(index, n)] ?? 0
     if (freed >= need) return (index + buckets + 1) * spec.bucketMillis
   }
   return (ring.head + buckets + 1) * spec.bucketMillis
@@ -55,12 +94,24 @@ function windowState(ring: Ring, spec: WindowSpec, now: number): WindowState {
   const n = ring.counts.length
   let resetMillis = now
   for (let index = ring.head - buckets; index <= ring.head; index++) {
-    if ((ring.counts[((index % n) + n) % n] ?? 0) > 0) {
+    if ((ring.counts[slot(index, n)] ?? 0) > 0) {
       resetMillis = (index + buckets + 1) * spec.bucketMillis
       break
     }
   }
-  return { limit: spec.limit, remaining: Math.max(spec.limit - sum(ring), 0), resetMillis }
+  return { limit: spec.limit, remaining: Math.max(spec.limit - sum(ring.counts), 0), resetMillis }
+}
+
+/** The key's state in the request's window settings, carried over from other ones when they changed. */
+function stateFor(previous: KeyState | undefined, request: LimitRequest, now: number): KeyState {
+  if (previous && sameShape(previous.minute, request.minute) && sameShape(previous.day, request.day)) return previous
+  const minute = freshRing(request.minute, now)
+  const day = freshRing(request.day, now)
+  if (!previous) return { minute, strikes: new Array<number>(minute.counts.length).fill(0), day, banUntil: 0, level: 0, levelUntil: 0 }
+  const strikes = carried(previous.minute, previous.strikes, minute)
+  minute.counts = carried(previous.minute, previous.minute.counts, minute)
+  day.counts = carried(previous.day, previous.day.counts, day)
+  return { minute, strikes, day, banUntil: previous.banUntil, level: previous.level, levelUntil: previous.levelUntil }
 }
 
 export function createMemoryStore(options: { maxKeys?: number; clock?: () => number } = {}): LimitStore {
@@ -72,61 +123,46 @@ export function createMemoryStore(options: { maxKeys?: number; clock?: () => num
     kind: 'memory',
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const now = request.nowMillis ?? clock()
-      let state = states.get(request.keyId)
-      const shapeChanged =
-        state &&
-        (state.minute.counts.length !== bucketsOf(request.minute) + 1 ||
-          state.day.counts.length !== bucketsOf(request.day) + 1)
-      if (!state || shapeChanged) {
-        state = {
-          minute: freshRing(request.minute),
-          day: freshRing(request.day),
-          strikes: state?.strikes ?? 0,
-          strikeStart: state?.strikeStart ?? 0,
-          banUntil: state?.banUntil ?? 0,
-          level: state?.level ?? 0,
-          levelUntil: state?.levelUntil ?? 0,
-        }
-      }
-      advance(state.minute, Math.floor(now / request.minute.bucketMillis))
+      const state = stateFor(states.get(request.keyId), request, now)
+      advance(state.minute, Math.floor(now / request.minute.bucketMillis), state.strikes)
       advance(state.day, Math.floor(now / request.day.bucketMillis))
 
       let outcome: LimitDecision['outcome'] = 'admitted'
       let retryAfterMillis = 0
       let banStep = 0
       let newBan = false
-      const minuteSum = sum(state.minute)
-      const daySum = sum(state.day)
+      const minuteSum = sum(state.minute.counts)
+      const daySum = sum(state.day.counts)
+      // When both windows would let one more request in (a ban's Retry-After is never earlier).
+      const windowsFreeAt = () =>
+        Math.max(
+          freedAt(state.minute, request.minute, minuteSum + 1 - request.minute.limit, now),
+          freedAt(state.day, request.day, daySum + 1 - request.day.limit, now),
+        )
       if (state.banUntil > now) {
         outcome = 'banned'
-        retryAfterMillis = state.banUntil - now
+        retryAfterMillis = Math.max(state.banUntil, windowsFreeAt()) - now
         banStep = Math.max(state.level - 1, 0)
       } else if (minuteSum + 1 <= request.minute.limit && daySum + 1 <= request.day.limit) {
         const m = state.minute
         const d = state.day
-        m.counts[m.head % m.counts.length]! += 1
-        d.counts[d.head % d.counts.length]! += 1
+        m.counts[slot(m.head, m.counts.length)]! += 1
+        d.counts[slot(d.head, d.counts.length)]! += 1
       } else {
         outcome = 'limited'
-        const waitUntil = Math.max(
-          freedAt(state.minute, request.minute, minuteSum + 1 - request.minute.limit, now),
-          freedAt(state.day, request.day, daySum + 1 - request.day.limit, now),
-        )
-        retryAfterMillis = waitUntil - now
-        if (now - state.strikeStart >= request.bans.strikeWindowMillis) {
-          state.strikes = 0
-          state.strikeStart = now
-        }
-        state.strikes += 1
-        if (state.strikes >= request.bans.strikes) {
+        const freeAt = windowsFreeAt()
+        retryAfterMillis = freeAt - now
+        state.strikes[slot(state.minute.head, state.strikes.length)]! += 1
+        if (sum(state.strikes) >= request.bans.strikes) {
           if (state.levelUntil <= now) state.level = 0
           banStep = Math.min(state.level, request.bans.ladderMillis.length - 1)
           state.banUntil = now + (request.bans.ladderMillis[banStep] ?? 0)
           state.level += 1
-          state.levelUntil = now + request.bans.memoryMillis
-          state.strikes = 0
+          // The next ban climbs if it comes within the memory of this one's end.
+          state.levelUntil = state.banUntil + request.bans.memoryMillis
+          state.strikes.fill(0)
           outcome = 'banned'
-          retryAfterMillis = state.banUntil - now
+          retryAfterMillis = Math.max(state.banUntil, freeAt) - now
           newBan = true
         }
       }
@@ -143,6 +179,7 @@ export function createMemoryStore(options: { maxKeys?: number; clock?: () => num
         minute: windowState(state.minute, request.minute, now),
         day: windowState(state.day, request.day, now),
         retryAfterMillis: Math.ceil(retryAfterMillis),
+        banMillisLeft: outcome === 'banned' ? Math.ceil(state.banUntil - now) : 0,
         banStep,
         newBan,
       }
@@ -151,8 +188,7 @@ export function createMemoryStore(options: { maxKeys?: number; clock?: () => num
       const state = states.get(keyId)
       if (!state) return
       state.banUntil = 0
-      state.strikes = 0
-      state.strikeStart = 0
+      state.strikes.fill(0)
     },
     async close() {
       states.clear()

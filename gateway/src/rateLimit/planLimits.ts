@@ -7,11 +7,6 @@ export interface KeyLimits {
   day: WindowSpec
 }
 
-/**
- * A key's limits: its own custom limits when the row has them (the Enterprise plan's
- * "custom"), else its plan's. A plan missing from config, or "custom" without limits on the
- * row, falls back to the smallest configured limit rather than to none.
- */
 const computed = new WeakMap<object, { config: GatewayConfig; limits: KeyLimits }>()
 
 /**
@@ -26,23 +21,45 @@ export function cachedLimitsFor(key: ApiKeyRecord, config: GatewayConfig): KeyLi
   return limits
 }
 
+type Plans = GatewayConfig['plans']
+type LimitField = 'perMinute' | 'perDay'
+
+/**
+ * One of a key's limits, and whether it is the fail-safe one. The config must define free,
+ * pro, business and enterprise, with "custom" only on enterprise (config/schema.ts), and the
+ * keys CLI puts keys only on configured plans, so a key normally has its own limits or its
+ * plan's. Two paths remain: a key row whose plan the config does not define (written by hand,
+ * or on a plan since removed from the config), and an enterprise key without limits of its
+ * own (created while enterprise had numbers). Those get the strictest limit any configured
+ * plan has, never more than free's (free is required, with numbers), rather than a larger plan's.
+ */
+export function keyLimit(
+  key: Pick<ApiKeyRecord, 'plan' | 'perMinute' | 'perDay'>,
+  plans: Plans,
+  field: LimitField,
+): { limit: number; failSafe: boolean } {
+  const custom = key[field]
+  if (custom !== null) return { limit: custom, failSafe: false }
+  const planned = Object.hasOwn(plans, key.plan) ? plans[key.plan]?.[field] : undefined
+  if (typeof planned === 'number') return { limit: planned, failSafe: false }
+  const limits = Object.values(plans).map((plan) => plan[field]).filter((limit) => typeof limit === 'number')
+  // A validated config always has free's numbers; 1 guards a config built by hand without any.
+  return { limit: limits.length > 0 ? Math.min(...limits) : 1, failSafe: true }
+}
+
+/**
+ * A key's limits: its own custom limits when the row has them (the Enterprise plan's
+ * "custom"), else its plan's (keyLimit).
+ */
 export function limitsFor(key: Pick<ApiKeyRecord, 'plan' | 'perMinute' | 'perDay'>, config: GatewayConfig): KeyLimits {
-  const plan = config.plans[key.plan]
-  const smallest = (field: 'perMinute' | 'perDay') =>
-    Math.min(...Object.values(config.plans).map((entry) => (typeof entry[field] === 'number' ? entry[field] : Infinity)))
-  const pick = (field: 'perMinute' | 'perDay', custom: number | null) => {
-    if (custom !== null) return custom
-    const planned = plan?.[field]
-    return typeof planned === 'number' ? planned : smallest(field)
-  }
   return {
     minute: {
-      limit: pick('perMinute', key.perMinute),
+      limit: keyLimit(key, config.plans, 'perMinute').limit,
       windowMillis: config.windows.minute.lengthMillis,
       bucketMillis: config.windows.minute.bucketMillis,
     },
     day: {
-      limit: pick('perDay', key.perDay),
+      limit: keyLimit(key, config.plans, 'perDay').limit,
       windowMillis: config.windows.day.lengthMillis,
       bucketMillis: config.windows.day.bucketMillis,
     },
@@ -58,8 +75,6 @@ export function banPolicy(config: GatewayConfig): BanPolicy {
   if (known) return known
   const policy: BanPolicy = {
     strikes: config.bans.strikes,
-    // DESIGN: strikes count within one minute window.
-    strikeWindowMillis: config.windows.minute.lengthMillis,
     ladderMillis: config.bans.ladderSeconds.map((seconds) => seconds * 1_000),
     memoryMillis: BAN_MEMORY_MILLIS,
   }

@@ -54,9 +54,9 @@ function keyWindows(limits: KeyLimits, minute: WindowNow, day: WindowNow): Named
   ]
 }
 
-/** A banned key has nothing left in either window until the ban ends, wherever the answer comes from. */
-function bannedHeaders(limits: KeyLimits, now: number, millisLeft: number): Record<string, string> {
-  const end = { remaining: 0, resetMillis: now + millisLeft }
+/** A banned key has nothing left in either window until it would be admitted, wherever the answer comes from. */
+function bannedHeaders(limits: KeyLimits, now: number, retryAfterMillis: number): Record<string, string> {
+  const end = { remaining: 0, resetMillis: now + retryAfterMillis }
   return rateLimitHeaders(keyWindows(limits, end, end), now)
 }
 
@@ -97,9 +97,9 @@ export const rateLimit = fp(
       const knownBan = options.bans.lookup(key.id)
       if (!knownBan) return undefined
       const limits = cachedLimitsFor(key, options.config())
-      request.rateLimitHeaders = bannedHeaders(limits, storeNow(), knownBan.millisLeft)
+      request.rateLimitHeaders = bannedHeaders(limits, storeNow(), knownBan.retryAfterMillis)
       options.observer?.decision({ plan: key.plan, outcome: 'banned', source: 'ban_cache' })
-      return gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(knownBan.millisLeft) } })
+      return gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(knownBan.retryAfterMillis) } })
     }
 
     async function limitKeyed(request: FastifyRequest, key: ApiKeyRecord) {
@@ -141,7 +141,7 @@ export const rateLimit = fp(
         ...(decision.newBan ? { newBanStep: decision.banStep } : {}),
       })
       if (decision.outcome === 'banned') {
-        options.bans.remember(key.id, decision.retryAfterMillis, decision.banStep)
+        options.bans.remember(key.id, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
         throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })
       }
       if (decision.outcome === 'limited') {

@@ -17,7 +17,10 @@ export function rateLimitHeaders(windows: NamedWindow[], nowMillis: number): Rec
   let policy = ''
   let current = ''
   for (const window of windows) {
-    if (window.remaining < tightest.remaining) tightest = window
+    // On a tie the window that frees last: that is when the client is really held back until.
+    if (window.remaining < tightest.remaining || (window.remaining === tightest.remaining && window.resetMillis > tightest.resetMillis)) {
+      tightest = window
+    }
     const separator = policy === '' ? '' : ', '
     policy += `${separator}"${window.name}";q=${window.limit};w=${window.windowSeconds}`
     current += `${separator}"${window.name}";r=${Math.max(window.remaining, 0)};t=${secondsUntil(window.resetMillis, nowMillis)}`

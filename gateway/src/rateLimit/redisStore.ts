@@ -5,7 +5,7 @@ import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
 
 type RedisClient = Redis | Cluster
 
-type ScriptReply = [number, number, number, number, number, number, number, number, number]
+type ScriptReply = [number, number, number, number, number, number, number, number, number, number]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -189,17 +189,17 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
         day.windowMillis,
         day.bucketMillis,
         bans.strikes,
-        bans.strikeWindowMillis,
         bans.memoryMillis,
         bans.ladderMillis.join(','),
       ))
-      const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan] = reply
+      const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan, banLeft] = reply
       return {
         outcome: OUTCOMES[outcome] ?? 'limited',
         nowMillis: now,
         minute: { limit: minute.limit, remaining: minuteRemaining, resetMillis: minuteReset },
         day: { limit: day.limit, remaining: dayRemaining, resetMillis: dayReset },
         retryAfterMillis: retryAfter,
+        banMillisLeft: banLeft,
         banStep,
         newBan: newBan === 1,
       }

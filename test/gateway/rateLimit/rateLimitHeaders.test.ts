@@ -21,7 +21,7 @@ describe('rate-limit headers', () => {
     })
   })
 
-  it('name the first of two equally tight windows, and never say less than zero left or a reset in the past', () => {
+  it('name the one of two equally tight windows that frees last, and never say less than zero left or a reset in the past', () => {
     const headers = rateLimitHeaders(
       [
         { name: 'minute', limit: 60, remaining: -2, resetMillis: NOW - 500, windowSeconds: 60 },
@@ -29,10 +29,22 @@ describe('rate-limit headers', () => {
       ],
       NOW,
     )
-    expect(headers['x-ratelimit-limit']).toBe('60')
+    expect(headers['x-ratelimit-limit']).toBe('1000')
     expect(headers['x-ratelimit-remaining']).toBe('0')
-    expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil(NOW / 1_000)))
+    expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil((NOW + 1_000) / 1_000)))
     expect(headers.ratelimit).toBe('"minute";r=0;t=0, "day";r=0;t=1')
+  })
+
+  it('describe the day window when a request spends both windows at once', () => {
+    const headers = rateLimitHeaders(
+      [
+        { name: 'minute', limit: 5, remaining: 0, resetMillis: NOW + 10_000, windowSeconds: 60 },
+        { name: 'day', limit: 12, remaining: 0, resetMillis: NOW + 41_000, windowSeconds: 86_400 },
+      ],
+      NOW,
+    )
+    expect(headers['x-ratelimit-limit']).toBe('12')
+    expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil((NOW + 41_000) / 1_000)))
   })
 
   it('round Retry-After up to whole seconds, at least 1', () => {

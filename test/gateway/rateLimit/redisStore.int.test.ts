@@ -41,7 +41,7 @@ describe('Redis writes', () => {
       const keyId = `key_${Date.now()}`
       const minute = { limit: 30, windowMillis: 60_000, bucketMillis: 5_000 }
       const day = { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 }
-      const bans = { strikes: 1_000, strikeWindowMillis: 60_000, ladderMillis: [60_000], memoryMillis: 86_400_000 }
+      const bans = { strikes: 1_000, ladderMillis: [60_000], memoryMillis: 86_400_000 }
       const decisions = await Promise.all(Array.from({ length: 50 }, () => store.consume({ keyId, minute, day, bans })))
 
       expect(writes).toBe(1)
@@ -84,7 +84,7 @@ function storedState(state: { minute: number[]; minuteHead: number; day: number[
 }
 
 describe('stored state', () => {
-  it('honours counts and bans in the layout gateways already wrote to Redis', async () => {
+  it('honours counts, strikes and bans in the layout gateways wrote before bucket lengths were kept', async () => {
     const keyPrefix = testKeyPrefix()
     const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
     const admin = new Redis(TEST_REDIS_URL)
@@ -94,7 +94,7 @@ describe('stored state', () => {
       const now = 1_800_000_000_000
       const minute = { limit: 60, windowMillis: 60_000, bucketMillis: 5_000 }
       const day = { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 }
-      const bans = { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000, 300_000], memoryMillis: 86_400_000 }
+      const bans = { strikes: 10, ladderMillis: [60_000, 300_000], memoryMillis: 86_400_000 }
       const minuteHead = Math.floor(now / 5_000)
       const dayHead = Math.floor(now / 3_600_000)
       // 40 requests in the current minute bucket, 500 in the current hour; 9 strikes so far.
@@ -105,16 +105,17 @@ describe('stored state', () => {
 
       const admitted = await store.consume({ keyId: 'counted', nowMillis: now, minute, day, bans })
       expect(admitted).toMatchObject({ outcome: 'admitted', minute: { remaining: 19 }, day: { remaining: 499 } })
-      expect(Buffer.compare(await admin.getBuffer(keyPrefix + limitKey('counted')) as Buffer, counted)).not.toBe(0)
+      // Rewritten in the current layout: the header, both rings, the strikes beside the minute's.
+      expect(((await admin.getBuffer(keyPrefix + limitKey('counted'))) as Buffer).length).toBe(32 + 8 + 2 * 13 * 4 + 8 + 25 * 4)
 
       const banned = storedState({ minute: minuteRing, minuteHead, day: dayRing, dayHead, strikes: 0, strikeStart: 0, banUntil: now + 42_000, level: 1, levelUntil: now + 3_600_000 })
       await admin.set(keyPrefix + limitKey('banned'), banned, 'PX', 60_000)
-      expect(await store.consume({ keyId: 'banned', nowMillis: now, minute, day, bans })).toMatchObject({ outcome: 'banned', retryAfterMillis: 42_000 })
+      expect(await store.consume({ keyId: 'banned', nowMillis: now, minute, day, bans })).toMatchObject({ outcome: 'banned', banMillisLeft: 42_000, retryAfterMillis: 42_000 })
 
       // Level 1 within its memory: the 10th strike bans for the ladder's second step.
       const limited = storedState({ minute: minuteRing.map((n) => (n ? 60 : 0)), minuteHead, day: dayRing, dayHead, strikes: 9, strikeStart: now - 1_000, banUntil: 0, level: 1, levelUntil: now + 3_600_000 })
       await admin.set(keyPrefix + limitKey('striking'), limited, 'PX', 60_000)
-      expect(await store.consume({ keyId: 'striking', nowMillis: now, minute, day, bans })).toMatchObject({ outcome: 'banned', banStep: 1, newBan: true, retryAfterMillis: 300_000 })
+      expect(await store.consume({ keyId: 'striking', nowMillis: now, minute, day, bans })).toMatchObject({ outcome: 'banned', banStep: 1, newBan: true, banMillisLeft: 300_000, retryAfterMillis: 300_000 })
     } finally {
       client.disconnect()
       admin.disconnect()

@@ -108,14 +108,17 @@ describe('gateway replicas sharing one Redis', () => {
     const banned = await a.request('/v1/pets?limit=1', { key })
     const banView = expectRateLimitHeaders(banned, keyed)
     const banRetry = await expectTooManyRequests(banned, 'api_key_banned')
-    expect(banRetry).toBe(30)
+    // The ban lasts 30 s, but the one admitted request holds the minute window (60 s and its 5 s
+    // bucket) longer: Retry-After is when a request is really admitted again.
+    expect(banRetry).toBeGreaterThan(30)
+    expect(banRetry).toBeLessThanOrEqual(65)
     // The first answer on the skewed gateway comes from Redis, the next ones from its ban cache.
     for (let i = 0; i < 3; i++) {
       const response = await onSkewedGateway('/v1/pets?limit=1', key)
       const view = expectRateLimitHeaders(response, keyed)
       expect(view.remaining).toBe(0)
       const retryAfter = await expectTooManyRequests(response, 'api_key_banned')
-      expect(retryAfter).toBeLessThanOrEqual(30)
+      expect(retryAfter).toBeLessThanOrEqual(banRetry)
       expect(retryAfter).toBeGreaterThanOrEqual(banRetry - 2)
       expect(Math.abs(view.reset - banView.reset), `X-RateLimit-Reset on answer ${i}`).toBeLessThanOrEqual(1)
     }

@@ -8,7 +8,7 @@ const request: LimitRequest = {
   keyId: 'key_resilient',
   minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
   day: { limit: 10_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
-  bans: { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+  bans: { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 },
 }
 
 /** A real in-process store standing in for Redis, which fails (like a late or refused Redis) while told to. */

@@ -11,7 +11,7 @@ export interface StoreUnderTest {
 }
 
 const T0 = 1_800_000_000_000
-const noBans = { strikes: 1_000_000, strikeWindowMillis: 60_000, ladderMillis: [60_000], memoryMillis: 86_400_000 }
+const noBans = { strikes: 1_000_000, ladderMillis: [60_000], memoryMillis: 86_400_000 }
 const freePlan = {
   minute: { limit: 60, windowMillis: 60_000, bucketMillis: 5_000 },
   day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
@@ -128,25 +128,61 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
 
     it('bans after the strike threshold, climbing the ladder with each new ban within the memory', async () => {
       const keyId = newKeyId()
-      const bans = { strikes: 3, strikeWindowMillis: 60_000, ladderMillis: [10_000, 50_000, 90_000], memoryMillis: 86_400_000 }
+      const bans = { strikes: 3, ladderMillis: [10_000, 50_000, 90_000], memoryMillis: 86_400_000 }
       const plan = { ...freePlan, minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans }
       expect((await subject.store.consume(request(keyId, T0, plan))).outcome).toBe('admitted')
       expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('limited')
       expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('limited')
+      // The ban is 10 s, but the minute window (the request at T0) lets a request in only at T0 + 65 s.
       const banned = await subject.store.consume(request(keyId, T0 + 3, plan))
-      expect(banned).toMatchObject({ outcome: 'banned', retryAfterMillis: 10_000, banStep: 0, newBan: true })
+      expect(banned).toMatchObject({ outcome: 'banned', banMillisLeft: 10_000, retryAfterMillis: 64_997, banStep: 0, newBan: true })
       const during = await subject.store.consume(request(keyId, T0 + 5_000, plan))
-      expect(during).toMatchObject({ outcome: 'banned', retryAfterMillis: 5_003, banStep: 0, newBan: false })
+      expect(during).toMatchObject({ outcome: 'banned', banMillisLeft: 5_003, retryAfterMillis: 60_000, banStep: 0, newBan: false })
 
       // After the first ban ends the window is still full: three more strikes, the second step.
       let now = T0 + 10_003
       for (let i = 0; i < 2; i++) expect((await subject.store.consume(request(keyId, now++, plan))).outcome).toBe('limited')
-      expect(await subject.store.consume(request(keyId, now, plan))).toMatchObject({ outcome: 'banned', retryAfterMillis: 50_000, banStep: 1 })
+      expect(await subject.store.consume(request(keyId, now, plan))).toMatchObject({ outcome: 'banned', banMillisLeft: 50_000, banStep: 1 })
+    })
+
+    it("gives a ban a Retry-After that is never earlier than the moment a request is admitted", async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 1, ladderMillis: [5_000], memoryMillis: 86_400_000 }
+      const plan = { ...freePlan, minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans }
+      await subject.store.consume(request(keyId, T0, plan))
+      const banned = await subject.store.consume(request(keyId, T0 + 1_000, plan))
+      expect(banned).toMatchObject({ outcome: 'banned', banMillisLeft: 5_000 })
+      const retryAt = banned.nowMillis + banned.retryAfterMillis
+      expect(retryAt).toBe(T0 + 65_000)
+      // Between the ban's end and Retry-After the window is still full...
+      expect((await subject.store.consume(request(keyId, T0 + 6_001, { ...plan, bans: noBans }))).outcome).toBe('limited')
+      // ...and at Retry-After the request is admitted.
+      expect((await subject.store.consume(request(keyId, retryAt, plan))).outcome).toBe('admitted')
+    })
+
+    it('bans on the strikes within any rolling minute, wherever the minute boundaries fall', async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 }
+      const full = { minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, day: { limit: 1, windowMillis: 86_400_000, bucketMillis: 3_600_000 }, bans }
+      await subject.store.consume(request(keyId, T0, full))
+      expect((await subject.store.consume(request(keyId, T0 + 1, full))).outcome).toBe('limited')
+      for (let i = 0; i < 8; i++) expect((await subject.store.consume(request(keyId, T0 + 59_000 + i, full))).outcome).toBe('limited')
+      // The tenth strike within the rolling minute (T0 + 0.5 s … T0 + 60.5 s) bans.
+      expect(await subject.store.consume(request(keyId, T0 + 60_500, full))).toMatchObject({ outcome: 'banned', newBan: true })
+    })
+
+    it('does not ban for strikes spread wider than the minute and its bucket', async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 }
+      const full = { minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, day: { limit: 1, windowMillis: 86_400_000, bucketMillis: 3_600_000 }, bans }
+      await subject.store.consume(request(keyId, T0, full))
+      for (let i = 1; i <= 9; i++) expect((await subject.store.consume(request(keyId, T0 + i, full))).outcome).toBe('limited')
+      expect((await subject.store.consume(request(keyId, T0 + 70_000, full))).outcome).toBe('limited')
     })
 
     it('forgets the ladder step once the ban memory has passed', async () => {
       const keyId = newKeyId()
-      const bans = { strikes: 1, strikeWindowMillis: 1_000, ladderMillis: [1_000, 5_000], memoryMillis: 10_000 }
+      const bans = { strikes: 1, ladderMillis: [1_000, 5_000], memoryMillis: 10_000 }
       const plan = { ...freePlan, minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, day: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans }
       await subject.store.consume(request(keyId, T0, plan))
       expect(await subject.store.consume(request(keyId, T0 + 1, plan))).toMatchObject({ outcome: 'banned', banStep: 0 })
@@ -156,7 +192,7 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
 
     it('lifts a ban on unban, clears the strikes and keeps the ladder step', async () => {
       const keyId = newKeyId()
-      const bans = { strikes: 2, strikeWindowMillis: 60_000, ladderMillis: [10_000, 50_000], memoryMillis: 86_400_000 }
+      const bans = { strikes: 2, ladderMillis: [10_000, 50_000], memoryMillis: 86_400_000 }
       const plan = { ...freePlan, minute: { limit: 1, windowMillis: 1_000, bucketMillis: 100 }, bans }
       await subject.store.consume(request(keyId, T0, plan))
       await subject.store.consume(request(keyId, T0 + 1, plan))
@@ -169,11 +205,60 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       expect(await subject.store.consume(request(keyId, T0 + 3_002, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
     })
 
-    it('starts a key over when the window shape changes in config', async () => {
+    it('climbs the ladder for a ban that comes within the memory of the previous ban’s end', async () => {
       const keyId = newKeyId()
-      await subject.store.consume(request(keyId, T0))
-      const reshaped = { ...freePlan, minute: { limit: 60, windowMillis: 60_000, bucketMillis: 1_000 } }
-      expect(await subject.store.consume(request(keyId, T0 + 1, reshaped))).toMatchObject({ outcome: 'admitted' })
+      const bans = { strikes: 1, ladderMillis: [1_000, 100_000], memoryMillis: 10_000 }
+      const plan = { minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, day: { limit: 1, windowMillis: 86_400_000, bucketMillis: 3_600_000 }, bans }
+      await subject.store.consume(request(keyId, T0, plan))
+      expect(await subject.store.consume(request(keyId, T0 + 1, plan))).toMatchObject({ outcome: 'banned', banStep: 0 })
+      expect(await subject.store.consume(request(keyId, T0 + 2_000, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+      // That ban ends at T0 + 102 s; 3 s later is well within 10 s of its end, though 103 s after it began.
+      expect(await subject.store.consume(request(keyId, T0 + 105_000, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+    })
+
+    describe('when a reload changes the window settings', () => {
+      const tenSeconds = { limit: 5, windowMillis: 10_000, bucketMillis: 1_000 }
+
+      it('keeps counting the requests already admitted when the bucket length changes, without locking the key out', async () => {
+        const keyId = newKeyId()
+        for (let i = 0; i < 5; i++) expect((await subject.store.consume(request(keyId, T0 + i, { minute: tenSeconds }))).outcome).toBe('admitted')
+        // Same number of buckets, twice as long: the five requests of bucket [T0, T0 + 1 s) now sit in [T0, T0 + 2 s).
+        const twenty = { minute: { limit: 5, windowMillis: 20_000, bucketMillis: 2_000 } }
+        const limited = await subject.store.consume(request(keyId, T0 + 5_000, twenty))
+        expect(limited).toMatchObject({ outcome: 'limited' })
+        expect(limited.nowMillis + limited.retryAfterMillis).toBe(T0 + 22_000)
+        expect((await subject.store.consume(request(keyId, T0 + 22_000, twenty))).outcome).toBe('admitted')
+      })
+
+      it('admits no more than the limit while gateways with the old and the new settings alternate', async () => {
+        const keyId = newKeyId()
+        const coarse = { minute: { limit: 5, windowMillis: 10_000, bucketMillis: 2_000 } }
+        let admitted = 0
+        for (let i = 0; i < 30; i++) {
+          const decision = await subject.store.consume(request(keyId, T0 + i * 100, i % 2 === 0 ? { minute: tenSeconds } : coarse))
+          if (decision.outcome === 'admitted') admitted++
+        }
+        expect(admitted).toBe(5)
+      })
+
+      it('keeps a ban in force', async () => {
+        const keyId = newKeyId()
+        const bans = { strikes: 1, ladderMillis: [20_000], memoryMillis: 86_400_000 }
+        await subject.store.consume(request(keyId, T0, { minute: { ...tenSeconds, limit: 1 }, bans }))
+        expect((await subject.store.consume(request(keyId, T0 + 1, { minute: { ...tenSeconds, limit: 1 }, bans }))).outcome).toBe('banned')
+        const reshaped = { day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 7_200_000 }, bans }
+        expect(await subject.store.consume(request(keyId, T0 + 2, reshaped))).toMatchObject({ outcome: 'banned', banMillisLeft: 19_999 })
+      })
+    })
+
+    it('keeps a key limited, not locked out, when the store clock goes back by more than a window', async () => {
+      const keyId = newKeyId()
+      const plan = { minute: { limit: 2, windowMillis: 60_000, bucketMillis: 5_000 } }
+      for (let i = 0; i < 2; i++) await subject.store.consume(request(keyId, T0 + 600_000, plan))
+      const limited = await subject.store.consume(request(keyId, T0, plan))
+      expect(limited.outcome).toBe('limited')
+      expect(limited.retryAfterMillis).toBeLessThanOrEqual(65_000)
+      expect((await subject.store.consume(request(keyId, T0 + 65_000, plan))).outcome).toBe('admitted')
     })
 
     if (label !== 'in-process memory') {
@@ -182,7 +267,7 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
         const business = {
           minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
           day: { limit: 100_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
-          bans: { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000, 300_000, 900_000, 3_600_000, 86_400_000], memoryMillis: 86_400_000 },
+          bans: { strikes: 10, ladderMillis: [60_000, 300_000, 900_000, 3_600_000, 86_400_000], memoryMillis: 86_400_000 },
         }
         for (let i = 0; i < 30; i++) await subject.store.consume({ keyId, ...business })
         const { pttl, bytes } = await subject.inspect!(keyId)

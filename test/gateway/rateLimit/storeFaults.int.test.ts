@@ -150,7 +150,7 @@ describe('Redis faults: every request is answered within the budget, open or clo
       keyId: 'key_busyEventLoop',
       minute: { limit: 100, windowMillis: 60_000, bucketMillis: 5_000 },
       day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
-      bans: { strikes: 10, strikeWindowMillis: 60_000, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+      bans: { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 },
     }
     for (let i = 0; i < 3; i++) {
       const pending = open.limiter.store.consume(request)
