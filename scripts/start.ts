@@ -3,14 +3,19 @@
  * process; Postgres is `DATABASE_URL` or, when that is unset, PGlite embedded in this process
  * and served over the Postgres wire protocol, with its files under DATA_DIR (default ./data).
  *
- * Ctrl-C / SIGTERM: SIGTERM to each child (SIGKILL after 15 s), then the embedded database
- * closes cleanly, then exit 0. A child exiting on its own stops everything with exit 1.
+ * Ctrl-C, SIGTERM or SIGHUP (a dev supervisor's terminal hung up), or the end of the process that
+ * launched it (npm, which does not pass every signal on; see lib/launcher.ts): SIGTERM to each
+ * child, the gateway first (SIGKILL after 15 s), then the embedded database closes cleanly, then
+ * exit 0. A child exiting on its own stops everything with exit 1. The children stop themselves
+ * when this process dies without that chance (lib/exitWithParent.ts). To reload the gateway's
+ * config, edit the file (it is watched) or send SIGHUP to the gateway's pid, printed when ready.
  */
 import { randomBytes } from 'node:crypto'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
 import { portFromEnv } from '../common/src/env.ts'
+import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
 import {
   SERVICES,
   reachableUrl,
@@ -33,6 +38,7 @@ import {
   updateDiscoveryFile,
 } from './lib/embeddedDatabase.ts'
 import { issueDemoKeyOnFirstStart } from './lib/demoKey.ts'
+import { watchLauncher } from './lib/launcher.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const EMBEDDED_HOST = '127.0.0.1'
@@ -40,6 +46,11 @@ const EMBEDDED_DEFAULT_PORT = 54329
 const CHILD_STOP_GRACE_MILLIS = 15_000
 const DATABASE_STOP_MILLIS = 10_000
 const READY_TIMEOUT_MILLIS = 90_000
+
+// A terminal that hung up (EIO) or a pipe whose reader is gone (EPIPE: `npm start | tee`, tee
+// killed) fails every later write. Unheard, each failure was an uncaughtException whose own report
+// failed again, a loop that kept the shutdown from ever running: lose the lines, not the stop.
+for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined)
 
 const say = (message: string) => console.log(`[start] ${message}`)
 const warn = (message: string) => console.warn(`[start] warning: ${message}`)
@@ -101,6 +112,12 @@ function onSignal(signal: NodeJS.Signals): void {
 process.on('SIGINT', onSignal)
 process.on('SIGTERM', onSignal)
 process.on('SIGHUP', onSignal)
+// `kill <pid of npm start>` ends npm (and sh) but reaches neither tsx nor this process: same stop.
+watchLauncher((launcher) => {
+  if (stopping) return
+  say(`${launcher} exited: stopping`)
+  void shutdown(0)
+})
 process.on('exit', () => {
   // Last resort on any exit path: no child outlives us, and the data directory is released.
   for (const child of children) if (!child.hasExited()) child.process.kill('SIGKILL')
@@ -161,12 +178,18 @@ async function startDatabase(dataDir: string, port: number): Promise<EmbeddedPos
 function printReady(planned: PlannedService[], postgres: string): void {
   const width = Math.max('Postgres'.length, ...planned.map(({ spec }) => spec.name.length))
   say('ready:')
-  for (const { spec, api, ops } of planned) {
+  for (const [index, { spec, api, ops }] of planned.entries()) {
     const opsUrl = `${reachableUrl(ops)} (/healthz /readyz /metrics)`
-    console.log(`[start]   ${spec.name.padEnd(width)}  ${reachableUrl(api)} (${spec.api.note}), ops ${opsUrl}`)
+    const pid = children[index]?.process.pid
+    console.log(`[start]   ${spec.name.padEnd(width)}  ${reachableUrl(api)} (${spec.api.note}), ops ${opsUrl}, pid ${pid}`)
   }
   console.log(`[start]   ${'Postgres'.padEnd(width)}  ${postgres}`)
-  say('Ctrl-C stops everything')
+  const gateway = planned.findIndex(({ spec }) => spec.name === 'gateway')
+  if (gateway >= 0) {
+    const configPath = process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH
+    say(`the gateway reloads ${configPath} when it changes, or on: kill -HUP ${children[gateway]?.process.pid}`)
+  }
+  say('Ctrl-C stops everything, as does SIGTERM or SIGHUP to npm start')
 }
 
 async function main(): Promise<void> {

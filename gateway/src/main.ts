@@ -16,7 +16,7 @@ import { createKeyRepository } from './keys/keyRepository.ts'
 import { createGatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
 import { createLimiter } from './rateLimit/limiter.ts'
-import { upstreamAnswers } from './upstreamCheck.ts'
+import { upstreamAcceptsGateway } from './upstreamCheck.ts'
 
 const logger = createLogger('gateway')
 
@@ -60,7 +60,8 @@ async function main(): Promise<void> {
     isAccepting: () => accepting,
     dependencies: {
       postgres: async () => void (await pool.query('SELECT 1')),
-      upstream: upstreamAnswers(config.upstreams.pets.url),
+      // Authenticated: a pets-service refusing this gateway's INTERNAL_TOKEN is not a ready upstream.
+      upstream: upstreamAcceptsGateway(config.upstreams.pets.url, internalToken),
       // With onStoreFailure "closed" a gateway without Redis answers every request 503, so it is
       // not ready; with "open" it serves on per-process limits, and Redis is left out of readiness
       // (its errors show in gateway_rate_limit_store_errors_total and the RateLimitStoreErrors alert).

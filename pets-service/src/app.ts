@@ -11,6 +11,7 @@ import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
 import { firstNumberRoundedToInteger } from './http/exactNumbers.ts'
 import type { PetRepository } from './repository/petRepository.ts'
+import { authCheckRoute } from './routes/authCheck.ts'
 import { createPetRoute } from './routes/createPet.ts'
 import { getPetRoute } from './routes/getPet.ts'
 import { listPetsRoute } from './routes/listPets.ts'
@@ -27,7 +28,7 @@ export const BODY_LIMIT_BYTES = 1_048_576
 /**
  * The pets-service pipeline, in order: request id and one log line, metrics, the gateway's
  * internal credential (`Expect: 100-continue` is answered only after it), validation, the three
- * catalogue routes, and one error shape for all.
+ * catalogue routes, GET /auth-check for the gateway's readiness probe, and one error shape for all.
  */
 export async function buildPetsService(deps: PetsServiceDependencies): Promise<FastifyInstance> {
   const app = Fastify({
@@ -65,6 +66,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   await app.register(listPetsRoute, { pets: deps.pets })
   await app.register(createPetRoute, { pets: deps.pets })
   await app.register(getPetRoute, { pets: deps.pets })
+  await app.register(authCheckRoute)
   return app
 }
 

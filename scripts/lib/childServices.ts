@@ -126,21 +126,28 @@ export function spawnService(spec: ServiceSpec, root: string, env: NodeJS.Proces
 
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
 
-/** Polls GET /readyz until it answers 200. Fails when the child exits first or time runs out. */
+/**
+ * Polls GET /readyz until it answers 200. Fails when the child exits first or time runs out, then
+ * with the last answer, which names the dependency that is down and, when it can, why.
+ */
 export async function waitUntilReady(child: RunningChild, readyzUrl: string, timeoutMillis: number): Promise<void> {
   const deadline = Date.now() + timeoutMillis
+  let last = ''
   while (Date.now() < deadline) {
     if (child.hasExited()) throw new Error(`${child.spec.name} exited before it was ready`)
     try {
       const response = await fetch(readyzUrl, { signal: AbortSignal.timeout(2_000) })
-      await response.body?.cancel()
-      if (response.status === 200) return
+      if (response.status === 200) {
+        await response.body?.cancel()
+        return
+      }
+      last = `; it answered ${response.status} ${(await response.text()).slice(0, 500)}`
     } catch {
       // Not listening yet.
     }
     await Promise.race([sleep(250), child.exited])
   }
-  throw new Error(`${child.spec.name} was not ready within ${Math.round(timeoutMillis / 1000)} s (${readyzUrl})`)
+  throw new Error(`${child.spec.name} was not ready within ${Math.round(timeoutMillis / 1000)} s (${readyzUrl})${last}`)
 }
 
 /** SIGTERM, then SIGKILL after `graceMillis`. Resolves true when the child stopped within the grace. */

@@ -13,7 +13,13 @@ export interface GatewayProcess {
   opsUrl: string
   opsPort: number
   apiPort: number
-  readyz(): Promise<{ status: number; body: { status?: string; dependencies?: Record<string, string> } }>
+  readyz(): Promise<{ status: number; body: ReadyzBody }>
+}
+
+export interface ReadyzBody {
+  status?: string
+  dependencies?: Record<string, string>
+  reasons?: Record<string, string>
 }
 
 /**
@@ -27,6 +33,9 @@ export async function startGatewayProcess(options: {
   env?: NodeJS.ProcessEnv
   configure?: (file: GatewayConfigFile) => void
   readyTimeoutMillis?: number
+  /** The test expects it not to become ready: wait until the ops port answers /healthz instead. */
+  notReady?: boolean
+  internalToken?: string
 }): Promise<GatewayProcess & { cleanup(): void }> {
   const [apiPort, opsPort] = [await freePort(), await freePort()]
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-ops-'))
@@ -40,7 +49,7 @@ export async function startGatewayProcess(options: {
     REDIS_CLUSTER_NODES: '',
     ...options.env,
     DATABASE_URL: options.databaseUrl,
-    INTERNAL_TOKEN: OPS_TEST_TOKEN,
+    INTERNAL_TOKEN: options.internalToken ?? OPS_TEST_TOKEN,
     PETS_URL: options.petsUrl,
     GATEWAY_CONFIG: configPath,
     GATEWAY_HOST: '127.0.0.1',
@@ -49,7 +58,7 @@ export async function startGatewayProcess(options: {
     GATEWAY_OPS_PORT: String(opsPort),
   })
   const opsUrl = `http://127.0.0.1:${opsPort}`
-  await waitForReady(`${opsUrl}/readyz`, proc, options.readyTimeoutMillis ?? 15_000)
+  await waitForReady(`${opsUrl}/${options.notReady ? 'healthz' : 'readyz'}`, proc, options.readyTimeoutMillis ?? 15_000)
   return {
     proc,
     url: `http://127.0.0.1:${apiPort}`,
@@ -58,7 +67,7 @@ export async function startGatewayProcess(options: {
     apiPort,
     async readyz() {
       const response = await fetch(`${opsUrl}/readyz`, { signal: AbortSignal.timeout(3_000) })
-      return { status: response.status, body: (await response.json()) as { status?: string; dependencies?: Record<string, string> } }
+      return { status: response.status, body: (await response.json()) as ReadyzBody }
     },
     cleanup: () => rmSync(directory, { recursive: true, force: true }),
   }

@@ -2,12 +2,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
-import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
+import { recordingUpstream, refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, freePort, testKeyPrefix } from '../helpers/redis.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
-import { killAll } from '../scripts/processes.ts'
-import { cuttableRelay, startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
+import { baseEnv, killAll, startNode, waitForReady } from '../scripts/processes.ts'
+import { OPS_TEST_TOKEN, cuttableRelay, startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
 
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
 
@@ -21,6 +21,30 @@ async function readyzBecomes(gateway: GatewayProcess, status: number, timeoutMil
     await sleep(100)
   }
   throw new Error(`/readyz did not answer ${status} within ${timeoutMillis} ms; last ${JSON.stringify(last)}`)
+}
+
+/** The real pets-service on free loopback ports, trusting `token`. */
+async function startPetsService(databaseUrl: string, token: string) {
+  const [port, opsPort] = [await freePort(), await freePort()]
+  const proc = startNode('pets-service/src/main.ts', {
+    ...baseEnv(),
+    DATABASE_URL: databaseUrl,
+    INTERNAL_TOKEN: token,
+    PETS_HOST: '127.0.0.1',
+    PETS_PORT: String(port),
+    PETS_OPS_HOST: '127.0.0.1',
+    PETS_OPS_PORT: String(opsPort),
+  })
+  const opsUrl = `http://127.0.0.1:${opsPort}`
+  await waitForReady(`${opsUrl}/readyz`, proc, 30_000)
+  return {
+    url: `http://127.0.0.1:${port}`,
+    /** The pets-service's http_requests_total lines. */
+    async requestCounts(): Promise<string[]> {
+      const text = await (await fetch(`${opsUrl}/metrics`)).text()
+      return text.split('\n').filter((line) => line.startsWith('http_requests_total{'))
+    },
+  }
 }
 
 function storeConfig(prefix: string, onStoreFailure: 'open' | 'closed') {
@@ -56,11 +80,61 @@ describe('gateway readiness (/readyz of the real process)', () => {
       expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up' } } })
       await relay.cut()
       const down = await readyzBecomes(gateway, 503)
-      expect(down.body).toEqual({ status: 'not_ready', dependencies: { postgres: 'down', upstream: 'up' } })
+      expect(down.body).toMatchObject({ status: 'not_ready', dependencies: { postgres: 'down', upstream: 'up' } })
+      expect(Object.keys(down.body.dependencies!)).toEqual(['postgres', 'upstream'])
       await relay.restore()
       await readyzBecomes(gateway, 200)
     } finally {
       await relay.close()
+      gateway.cleanup()
+    }
+  })
+
+  it('is ready against a pets-service that accepts its INTERNAL_TOKEN, and the probe is no client error there', async () => {
+    const pets = await startPetsService(database.url, OPS_TEST_TOKEN)
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: pets.url, readyTimeoutMillis: 30_000 })
+    try {
+      for (let probe = 0; probe < 3; probe++) {
+        expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up' } } })
+      }
+      const counts = await pets.requestCounts()
+      // Every probe (the three above and those of waiting for ready) got 204 from GET /auth-check.
+      expect(counts.filter((line) => !line.includes('status_class="2xx"'))).toEqual([])
+      const probes = counts.find((line) => line.startsWith('http_requests_total{method="GET",route="/auth-check",status_class="2xx"}'))
+      expect(Number(probes?.split(' ').at(-1))).toBeGreaterThanOrEqual(3)
+    } finally {
+      gateway.cleanup()
+    }
+  })
+
+  it('is not ready, saying why, when the pets-service refuses its INTERNAL_TOKEN', async () => {
+    const pets = await startPetsService(database.url, 'another-internal-token-0123456789')
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: pets.url, notReady: true, readyTimeoutMillis: 30_000 })
+    try {
+      const answer = await readyzBecomes(gateway, 503)
+      expect(answer.body).toEqual({
+        status: 'not_ready',
+        dependencies: { postgres: 'up', upstream: 'down' },
+        reasons: { upstream: expect.stringContaining('the upstream refuses the internal credential') },
+      })
+      expect(answer.body.reasons?.upstream).toContain('INTERNAL_TOKEN differs')
+      expect((await gateway.readyz()).status).toBe(503)
+    } finally {
+      gateway.cleanup()
+    }
+  })
+
+  it('is not ready, saying why, while nothing answers at the upstream address', async () => {
+    const dead = await refusingUpstream()
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: dead.url, notReady: true })
+    try {
+      const answer = await readyzBecomes(gateway, 503)
+      expect(answer.body).toEqual({
+        status: 'not_ready',
+        dependencies: { postgres: 'up', upstream: 'down' },
+        reasons: { upstream: `no answer from ${dead.url} (ECONNREFUSED)` },
+      })
+    } finally {
       gateway.cleanup()
     }
   })
@@ -102,7 +176,8 @@ describe('gateway readiness (/readyz of the real process)', () => {
       })
       await relay.cut()
       const down = await readyzBecomes(gateway, 503)
-      expect(down.body).toEqual({ status: 'not_ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'down' } })
+      expect(down.body).toMatchObject({ status: 'not_ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'down' } })
+      expect(Object.keys(down.body.dependencies!)).toEqual(['postgres', 'upstream', 'redis'])
       await relay.restore()
       await readyzBecomes(gateway, 200)
     } finally {

@@ -11,15 +11,15 @@ import { startGatewayProcess } from './gatewayProcess.ts'
 
 const UPSTREAM_DELAY_MILLIS = 1_500
 
-/** An upstream whose /healthz answers at once and whose catalogue answers after 1.5 s. */
+/** An upstream whose /auth-check (the gateway's readiness probe) answers at once and whose catalogue answers after 1.5 s. */
 async function slowUpstream() {
   let arrived: () => void = () => undefined
   const firstRequest = new Promise<void>((resolve) => (arrived = resolve))
   let received = 0
   const sockets = new Set<net.Socket>()
   const server = http.createServer((request, response) => {
-    if (request.url === '/healthz') {
-      response.end('{"status":"ok"}')
+    if (request.url === '/auth-check') {
+      response.writeHead(204).end()
       return
     }
     received++

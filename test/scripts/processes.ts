@@ -36,7 +36,12 @@ const running = new Set<NodeProcess>()
 
 /** `node --import tsx <script>` from the repository root with exactly `env`. */
 export function startNode(script: string, env: NodeJS.ProcessEnv, options: { detached?: boolean } = {}): NodeProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  return startProcess(process.execPath, ['--import', 'tsx', script], env, options)
+}
+
+/** `command args…` (found on env.PATH) from the repository root with exactly `env`, e.g. `npm start`. */
+export function startProcess(command: string, args: string[], env: NodeJS.ProcessEnv, options: { detached?: boolean } = {}): NodeProcess {
+  const child = spawn(command, args, {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -2,7 +2,17 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { singleLineRequestLogging } from '../http/requestContext.ts'
 import type { Registry } from 'prom-client'
 
+/** Resolves when the dependency is usable; rejects (ideally with DependencyDown) when it is not. */
 export type DependencyCheck = () => Promise<void>
+
+/**
+ * A dependency check's failure whose message is meant for the operator reading /readyz (for
+ * example "the upstream refuses the internal credential"): it appears under `reasons`. Other
+ * errors show only as "down", so a driver's message with addresses or SQL never reaches the body.
+ */
+export class DependencyDown extends Error {
+  override name = 'DependencyDown'
+}
 
 export interface OpsServerOptions {
   registry: Registry
@@ -17,7 +27,7 @@ export interface OpsServerOptions {
 async function withTimeout(check: DependencyCheck, millis: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${millis} ms`)), millis)
+    timer = setTimeout(() => reject(new DependencyDown(`no answer within ${millis} ms`)), millis)
   })
   try {
     await Promise.race([check(), timeout])
@@ -26,7 +36,10 @@ async function withTimeout(check: DependencyCheck, millis: number): Promise<void
   }
 }
 
-/** The ops port: liveness, readiness with each dependency's state, and Prometheus metrics. */
+/**
+ * The ops port: liveness, readiness with each dependency's state (and, for one that is down, the
+ * reason when its check gave one), and Prometheus metrics.
+ */
 export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
   const ops = Fastify({
     loggerInstance: options.logger.child({ port: 'ops' }) as FastifyBaseLogger,
@@ -42,18 +55,21 @@ export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
       Object.entries(options.dependencies).map(async ([name, check]) => {
         try {
           await withTimeout(check, timeout)
-          return [name, 'up'] as const
-        } catch {
-          return [name, 'down'] as const
+          return [name, 'up', undefined] as const
+        } catch (error) {
+          return [name, 'down', error instanceof DependencyDown ? error.message : undefined] as const
         }
       }),
     )
-    const dependencies = Object.fromEntries(entries)
+    const dependencies = Object.fromEntries(entries.map(([name, state]) => [name, state]))
+    const reasons = Object.fromEntries(entries.flatMap(([name, , reason]) => (reason ? [[name, reason]] : [])))
     const accepting = options.isAccepting()
     const ready = accepting && entries.every(([, state]) => state === 'up')
-    return reply
-      .code(ready ? 200 : 503)
-      .send({ status: ready ? 'ready' : accepting ? 'not_ready' : 'shutting_down', dependencies })
+    return reply.code(ready ? 200 : 503).send({
+      status: ready ? 'ready' : accepting ? 'not_ready' : 'shutting_down',
+      dependencies,
+      ...(Object.keys(reasons).length > 0 ? { reasons } : {}),
+    })
   })
 
   ops.get('/metrics', async (_request, reply) => {

@@ -1,0 +1,208 @@
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { mkdtemp, rm } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import {
+  baseEnv,
+  freePort,
+  killAll,
+  startProcess,
+  TOKEN,
+  waitForOutput,
+  waitForPortClosed,
+  waitForReady,
+  type NodeProcess,
+} from './processes.ts'
+
+// The real `npm start` (npm → sh → tsx → scripts/start.ts → the services), and a signal sent to
+// the npm process alone, as `kill <pid>` does: npm passes SIGTERM on to sh only and SIGHUP to
+// nobody, so the rest of the chain must notice that npm is gone. Linux: the process tree is read
+// from /proc.
+const READY_MILLIS = 90_000
+/** From the signal to every port closed and every process gone: a 500 ms poll plus an ordinary shutdown. */
+const STOPPED_MILLIS = 15_000
+
+const dataDirs: string[] = []
+/** Every process a test saw below npm: killAll reaches npm's process group only, not the services'. */
+const seen = new Map<number, string>()
+
+function killSeen(): void {
+  for (const [pid, command] of seen) {
+    try {
+      // The same process still (same command line), not another that got its pid since.
+      if (running(pid) && processInfo(pid)?.command === command) process.kill(pid, 'SIGKILL')
+    } catch {
+      // Already gone.
+    }
+  }
+  seen.clear()
+}
+
+afterEach(async () => {
+  await killAll()
+  killSeen()
+})
+afterAll(async () => {
+  await killAll()
+  killSeen()
+  await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })))
+})
+
+interface Ports {
+  gateway: number
+  gatewayOps: number
+  pets: number
+  petsOps: number
+  postgres: number
+}
+
+async function freePorts(): Promise<Ports> {
+  return {
+    gateway: await freePort(),
+    gatewayOps: await freePort(),
+    pets: await freePort(),
+    petsOps: await freePort(),
+    postgres: await freePort(),
+  }
+}
+
+/** `npm start` as a user runs it, on free loopback ports, in its own process group (for killAll). */
+async function npmStart(dataDir: string, ports: Ports): Promise<NodeProcess> {
+  const proc = startProcess(
+    'npm',
+    ['start'],
+    {
+      ...baseEnv(),
+      // The services' "stopped" lines show the order of the shutdown.
+      LOG_LEVEL: 'info',
+      DATA_DIR: dataDir,
+      INTERNAL_TOKEN: TOKEN,
+      GATEWAY_HOST: '127.0.0.1',
+      GATEWAY_PORT: String(ports.gateway),
+      GATEWAY_OPS_HOST: '127.0.0.1',
+      GATEWAY_OPS_PORT: String(ports.gatewayOps),
+      PETS_PORT: String(ports.pets),
+      PETS_OPS_PORT: String(ports.petsOps),
+      EMBEDDED_POSTGRES_PORT: String(ports.postgres),
+    },
+    { detached: true },
+  )
+  await waitForOutput(proc, '[start] Ctrl-C stops everything', READY_MILLIS)
+  await waitForReady(`http://127.0.0.1:${ports.gatewayOps}/readyz`, proc, 5_000)
+  for (const info of descendants(proc.pid)) seen.set(info.pid, info.command)
+  return proc
+}
+
+interface ProcessInfo {
+  pid: number
+  parent: number
+  state: string
+  command: string
+}
+
+function processInfo(pid: number): ProcessInfo | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    const command = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim()
+    return { pid, parent: Number(fields[1]), state: fields[0]!, command }
+  } catch {
+    return undefined
+  }
+}
+
+/** Every process below `root`, read from /proc. */
+function descendants(root: number): ProcessInfo[] {
+  const all = readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .map((name) => processInfo(Number(name)))
+    .filter((info) => info !== undefined)
+  const found: ProcessInfo[] = []
+  let parents = new Set([root])
+  while (parents.size > 0) {
+    const children = all.filter((info) => parents.has(info.parent))
+    found.push(...children)
+    parents = new Set(children.map((info) => info.pid))
+  }
+  return found
+}
+
+/** Still running: present and not a zombie (an exited process nobody has collected yet). */
+function running(pid: number): boolean {
+  const info = processInfo(pid)
+  return info !== undefined && info.state !== 'Z'
+}
+
+async function allGone(pids: number[], timeoutMillis: number): Promise<void> {
+  const deadline = Date.now() + timeoutMillis
+  while (pids.some(running)) {
+    if (Date.now() > deadline) {
+      const left = pids.filter(running).map((pid) => processInfo(pid)?.command)
+      throw new Error(`still running ${timeoutMillis} ms after the signal: ${left.join('; ')}`)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}
+
+/** The position of a service's "stopped" log line in the output. */
+function stoppedAt(output: string, service: string): number {
+  return output.search(new RegExp(`"service":"${service}"[^\\n]*"msg":"stopped"`))
+}
+
+describe.skipIf(process.platform !== 'linux')('npm start, signalled through the npm process only', () => {
+  it.each(['SIGTERM', 'SIGHUP'] as const)(
+    '%s to npm stops the whole stack in order: every port released, no process left',
+    async (signal) => {
+      const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-npm-start-'))
+      dataDirs.push(dataDir)
+      const ports = await freePorts()
+      const npm = await npmStart(dataDir, ports)
+
+      const tree = descendants(npm.pid)
+      const commands = tree.map((info) => info.command)
+      expect(commands.some((command) => command.includes('scripts/start.ts'))).toBe(true)
+      expect(commands.some((command) => command.includes('gateway/src/main.ts'))).toBe(true)
+      expect(commands.some((command) => command.includes('pets-service/src/main.ts'))).toBe(true)
+      // The ready output names the gateway's pid, for a config reload by SIGHUP.
+      const gatewayPid = Number(/kill -HUP (\d+)/.exec(npm.output())?.[1])
+      expect(commands[tree.findIndex((info) => info.pid === gatewayPid)]).toContain('gateway/src/main.ts')
+
+      const signalledAt = Date.now()
+      process.kill(npm.pid, signal)
+      for (const port of Object.values(ports)) await waitForPortClosed(port, STOPPED_MILLIS)
+      await allGone(
+        tree.map((info) => info.pid),
+        Math.max(1_000, STOPPED_MILLIS - (Date.now() - signalledAt)),
+      )
+
+      // The same orderly stop as Ctrl-C: the gateway, then the pets-service, then the database.
+      const output = npm.output()
+      expect(output).toMatch(/\[start\] npm \(pid \d+\) exited: stopping/)
+      expect(stoppedAt(output, 'gateway')).toBeGreaterThan(0)
+      expect(stoppedAt(output, 'pets-service')).toBeGreaterThan(stoppedAt(output, 'gateway'))
+      expect(output.indexOf('[start] stopped')).toBeGreaterThan(stoppedAt(output, 'pets-service'))
+      expect(existsSync(path.join(dataDir, 'embedded-postgres.json'))).toBe(false)
+    },
+    2 * READY_MILLIS,
+  )
+
+  it(
+    'SIGHUP to the gateway pid that npm start prints reloads the config and leaves the stack running',
+    async () => {
+      const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-npm-start-'))
+      dataDirs.push(dataDir)
+      const ports = await freePorts()
+      const npm = await npmStart(dataDir, ports)
+      const gatewayPid = Number(/kill -HUP (\d+)/.exec(npm.output())?.[1])
+
+      process.kill(gatewayPid, 'SIGHUP')
+      await waitForOutput(npm, 'gateway config reloaded', 5_000)
+      const ready = await fetch(`http://127.0.0.1:${ports.gatewayOps}/readyz`)
+      expect(ready.status).toBe(200)
+      expect(running(gatewayPid)).toBe(true)
+      expect(npm.output()).not.toContain('[start] SIGHUP')
+    },
+    2 * READY_MILLIS,
+  )
+})
