@@ -60,21 +60,23 @@ function carried(old: Ring, counts: number[], into: Ring): number[] {
  * requests, all counted as of now.
  */
 function advance(ring: Ring, current: number, paired?: number[]): void {
-  const n = ring.counts.length
-  const rings = paired ? [ring.counts, paired] : [ring.counts]
-  if (current <= ring.head) {
-    if (ring.head - current < n) return
-    for (const counts of rings) {
-      const total = sum(counts)
-      counts.fill(0)
-      counts[slot(current, n)] = total
-    }
-  } else if (current - ring.head >= n) {
-    for (const counts of rings) counts.fill(0)
-  } else {
-    for (let index = ring.head + 1; index <= current; index++) for (const counts of rings) counts[slot(index, n)] = 0
-  }
+  if (current <= ring.head && ring.head - current < ring.counts.length) return
+  moveTo(ring.counts, ring.head, current)
+  if (paired) moveTo(paired, ring.head, current)
   ring.head = current
+}
+
+function moveTo(counts: number[], head: number, current: number): void {
+  const n = counts.length
+  if (current < head) {
+    const total = sum(counts)
+    counts.fill(0)
+    counts[slot(current, n)] = total
+  } else if (current - head >= n) {
+    counts.fill(0)
+  } else {
+    for (let index = head + 1; index <= current; index++) counts[slot(index, n)] = 0
+  }
 }
 
 function freedAt(ring: Ring, spec: WindowSpec, need: number, now: number): number {
