@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 
 /**
  * Notices that the process which launched `npm start` is gone, so the stack never outlives it.
@@ -39,7 +39,7 @@ const MAX_WRAPPERS = 8
 export function launchChain(): Link[] {
   const links: Link[] = [{ pid: process.pid, parent: process.ppid }]
   const script = process.env.npm_lifecycle_script
-  if (!script || !readable('/proc/self/stat')) return links
+  if (!script || !existsSync('/proc/self/stat')) return links
   const marker = `npm_lifecycle_script=${script}`
   for (let depth = 0; depth < MAX_WRAPPERS; depth++) {
     const pid = links[links.length - 1]!.parent
@@ -71,14 +71,5 @@ function environmentOf(pid: number): string[] {
     return readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')
   } catch {
     return []
-  }
-}
-
-function readable(path: string): boolean {
-  try {
-    readFileSync(path)
-    return true
-  } catch {
-    return false
   }
 }

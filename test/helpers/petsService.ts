@@ -15,6 +15,8 @@ export const TEST_INTERNAL_TOKEN = 'test-internal-token-0123456789abcdef'
 export interface RunningPetsService {
   app: FastifyInstance
   pool: pg.Pool
+  /** The service's own metrics (what its /metrics would serve). */
+  registry: Registry
   /** Base URL of the real HTTP listener, e.g. http://127.0.0.1:41234 */
   url: string
   /** fetch against the service with the internal credential unless `headers` overrides it. */
@@ -22,19 +24,21 @@ export interface RunningPetsService {
   close(): Promise<void>
 }
 
-/** Starts the pets-service on an ephemeral port against `databaseUrl`, migrations applied. */
+/** Starts the pets-service on an ephemeral port against `databaseUrl`, migrations applied, trusting `internalToken` (TEST_INTERNAL_TOKEN by default). */
 export async function startPetsService(
   databaseUrl: string,
-  options: { logStream?: NodeJS.WritableStream } = {},
+  options: { logStream?: NodeJS.WritableStream; internalToken?: string } = {},
 ): Promise<RunningPetsService> {
+  const internalToken = options.internalToken ?? TEST_INTERNAL_TOKEN
+  const registry = new Registry()
   const pool = createPool({ connectionString: databaseUrl, applicationName: 'pets-service-test' })
   await migrate(pool, PETS_MIGRATIONS)
   const logger = options.logStream ? pino(options.logStream) : pino({ level: 'silent' })
   const app = await buildPetsService({
     pets: createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) }),
-    internalToken: TEST_INTERNAL_TOKEN,
+    internalToken,
     logger,
-    registry: new Registry(),
+    registry,
   })
   await app.listen({ host: '127.0.0.1', port: 0 })
   const { port } = app.server.address() as AddressInfo
@@ -42,11 +46,12 @@ export async function startPetsService(
   return {
     app,
     pool,
+    registry,
     url,
     request: (pathAndQuery, init = {}) =>
       fetch(`${url}${pathAndQuery}`, {
         ...init,
-        headers: { 'x-internal-token': TEST_INTERNAL_TOKEN, ...(init.headers as Record<string, string>) },
+        headers: { 'x-internal-token': internalToken, ...(init.headers as Record<string, string>) },
       }),
     async close() {
       await app.close()

@@ -6,7 +6,8 @@ import { recordingUpstream, refusingUpstream, type TestUpstream } from '../helpe
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, freePort, testKeyPrefix } from '../helpers/redis.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
-import { baseEnv, killAll, startNode, waitForReady } from '../scripts/processes.ts'
+import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { killAll } from '../scripts/processes.ts'
 import { OPS_TEST_TOKEN, cuttableRelay, startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
 
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
@@ -23,28 +24,9 @@ async function readyzBecomes(gateway: GatewayProcess, status: number, timeoutMil
   throw new Error(`/readyz did not answer ${status} within ${timeoutMillis} ms; last ${JSON.stringify(last)}`)
 }
 
-/** The real pets-service on free loopback ports, trusting `token`. */
-async function startPetsService(databaseUrl: string, token: string) {
-  const [port, opsPort] = [await freePort(), await freePort()]
-  const proc = startNode('pets-service/src/main.ts', {
-    ...baseEnv(),
-    DATABASE_URL: databaseUrl,
-    INTERNAL_TOKEN: token,
-    PETS_HOST: '127.0.0.1',
-    PETS_PORT: String(port),
-    PETS_OPS_HOST: '127.0.0.1',
-    PETS_OPS_PORT: String(opsPort),
-  })
-  const opsUrl = `http://127.0.0.1:${opsPort}`
-  await waitForReady(`${opsUrl}/readyz`, proc, 30_000)
-  return {
-    url: `http://127.0.0.1:${port}`,
-    /** The pets-service's http_requests_total lines. */
-    async requestCounts(): Promise<string[]> {
-      const text = await (await fetch(`${opsUrl}/metrics`)).text()
-      return text.split('\n').filter((line) => line.startsWith('http_requests_total{'))
-    },
-  }
+/** The pets-service's http_requests_total samples, as its /metrics would serve them. */
+async function requestCounts(pets: RunningPetsService): Promise<string[]> {
+  return (await pets.registry.metrics()).split('\n').filter((line) => line.startsWith('http_requests_total{'))
 }
 
 function storeConfig(prefix: string, onStoreFailure: 'open' | 'closed') {
@@ -91,24 +73,25 @@ describe('gateway readiness (/readyz of the real process)', () => {
   })
 
   it('is ready against a pets-service that accepts its INTERNAL_TOKEN, and the probe is no client error there', async () => {
-    const pets = await startPetsService(database.url, OPS_TEST_TOKEN)
+    const pets = await startPetsService(database.url, { internalToken: OPS_TEST_TOKEN })
     const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: pets.url, readyTimeoutMillis: 30_000 })
     try {
       for (let probe = 0; probe < 3; probe++) {
         expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up' } } })
       }
-      const counts = await pets.requestCounts()
+      const counts = await requestCounts(pets)
       // Every probe (the three above and those of waiting for ready) got 204 from GET /auth-check.
       expect(counts.filter((line) => !line.includes('status_class="2xx"'))).toEqual([])
       const probes = counts.find((line) => line.startsWith('http_requests_total{method="GET",route="/auth-check",status_class="2xx"}'))
       expect(Number(probes?.split(' ').at(-1))).toBeGreaterThanOrEqual(3)
     } finally {
       gateway.cleanup()
+      await pets.close()
     }
   })
 
   it('is not ready, saying why, when the pets-service refuses its INTERNAL_TOKEN', async () => {
-    const pets = await startPetsService(database.url, 'another-internal-token-0123456789')
+    const pets = await startPetsService(database.url, { internalToken: 'another-internal-token-0123456789' })
     const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: pets.url, notReady: true, readyTimeoutMillis: 30_000 })
     try {
       const answer = await readyzBecomes(gateway, 503)
@@ -121,6 +104,7 @@ describe('gateway readiness (/readyz of the real process)', () => {
       expect((await gateway.readyz()).status).toBe(503)
     } finally {
       gateway.cleanup()
+      await pets.close()
     }
   })
 

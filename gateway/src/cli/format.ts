@@ -27,8 +27,8 @@ export function effectiveLimits(record: ApiKeyRecord, plans: Plans | undefined) 
 }
 
 /** Why a key gets the fail-safe limits, for `show` and the table. */
-function failSafeReason(record: ApiKeyRecord, plans: Plans | undefined): string {
-  if (!plans || !effectiveLimits(record, plans).failSafe) return ''
+function failSafeReason(record: ApiKeyRecord, plans: Plans | undefined, limits: ReturnType<typeof effectiveLimits>): string {
+  if (!plans || !limits.failSafe) return ''
   return Object.hasOwn(plans, record.plan)
     ? ` (strictest: plan ${record.plan} is "custom" and the key has no limits of its own)`
     : ` (strictest: plan ${record.plan} is not in the gateway config)`
@@ -58,7 +58,7 @@ const count = (value: number | null) => (value === null ? '?' : value.toLocaleSt
 
 export function describeLimits(record: ApiKeyRecord, plans: Plans | undefined): string {
   const limits = effectiveLimits(record, plans)
-  const remark = hasCustomLimits(record) ? ' (custom)' : failSafeReason(record, plans)
+  const remark = hasCustomLimits(record) ? ' (custom)' : failSafeReason(record, plans, limits)
   return `${count(limits.perMinute)}/min, ${count(limits.perDay)}/day${remark}`
 }
 

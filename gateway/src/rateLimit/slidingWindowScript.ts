@@ -26,6 +26,11 @@
  *            day remaining, day reset, retry-after ms, ban step, 1 if this request started the ban,
  *            ms left of the ban in force }
  */
+/** The struct format of a state with n1 minute and n2 day buckets (the layout above), for both scripts. */
+const STATE_LAYOUT_LUA = `local function layout(n1, n2)
+  return '<I2I2I4I4dI4dd' .. string.rep('I4', 2 * n1) .. 'd' .. string.rep('I4', n2)
+end`
+
 export const SLIDING_WINDOW_LUA = `
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -38,9 +43,7 @@ local strikeLimit, banMemory = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 local mBuckets, dBuckets = math.floor(mWindow / mBucket), math.floor(dWindow / dBucket)
 local nM, nD = mBuckets + 1, dBuckets + 1
-local function layout(n1, n2)
-  return '<I2I2I4I4dI4dd' .. string.rep('I4', 2 * n1) .. 'd' .. string.rep('I4', n2)
-end
+${STATE_LAYOUT_LUA}
 local format = layout(nM, nD)
 
 -- The state is worked on in place, as the flat array struct.unpack returns and struct.pack takes
@@ -218,7 +221,8 @@ export const UNBAN_LUA = `
 local raw = redis.call('GET', KEYS[1])
 if not raw or string.len(raw) < 4 then return 0 end
 local nM, nD = struct.unpack('<I2I2', raw)
-local format = '<I2I2I4I4dI4dd' .. string.rep('I4', 2 * nM) .. 'd' .. string.rep('I4', nD)
+${STATE_LAYOUT_LUA}
+local format = layout(nM, nD)
 local n = string.len(raw)
 local packed
 if n == struct.size(format) then
