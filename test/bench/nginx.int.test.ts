@@ -5,7 +5,8 @@ import type { AddressInfo } from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { freePort, startChildServer, type ChildServer } from '../../bench/lib/childServer.ts'
+import { startChildServer, type ChildServer } from '../../bench/lib/childServer.ts'
+import { freePort } from '../helpers/ports.ts'
 import { childPids, findNginx, nginxConfig } from '../../bench/lib/nginx.ts'
 
 const nginx = findNginx()

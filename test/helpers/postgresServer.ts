@@ -3,7 +3,7 @@ import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { reachable } from './postgres.ts'
-import { freePort } from './redis.ts'
+import { freePort } from './ports.ts'
 
 /**
  * A private PostgreSQL server for tests that crash Postgres on purpose: initdb into a temporary

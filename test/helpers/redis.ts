@@ -1,10 +1,10 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
-import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { Redis } from 'ioredis'
+import { canListen, freePort } from './ports.ts'
 
 /**
  * Redis for the tests: REDIS_URL when set, else the local server on 127.0.0.1:6379. Every test
@@ -61,14 +61,6 @@ export async function keyNames(pattern: string, url = TEST_REDIS_URL): Promise<s
     redis.disconnect()
   }
   return names
-}
-
-export async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1')
-  await new Promise((resolve) => server.once('listening', resolve))
-  const { port } = server.address() as net.AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
 }
 
 export interface TestCluster {
@@ -176,26 +168,15 @@ class ExitedError extends Error {}
 
 /**
  * Loopback ports for cluster nodes. Each node also listens on its port + 10000 (the cluster bus),
- * so a port above 55535 cannot be used at all and the bus port must be free as well.
+ * so that port must be free as well (freePort's ports leave room for it).
  */
 async function clusterPorts(count: number): Promise<number[]> {
   const ports: number[] = []
   while (ports.length < count) {
     const port = await freePort()
-    if (port > 55535 || ports.includes(port) || ports.includes(port + 10000) || ports.includes(port - 10000)) continue
-    if (await canListen(port + 10000)) ports.push(port)
+    if (!ports.includes(port) && (await canListen(port + 10000))) ports.push(port)
   }
   return ports
-}
-
-async function canListen(port: number): Promise<boolean> {
-  const server = net.createServer()
-  const listening = await new Promise<boolean>((resolve) => {
-    server.once('error', () => resolve(false))
-    server.listen(port, '127.0.0.1', () => resolve(true))
-  })
-  if (listening) await new Promise((resolve) => server.close(resolve))
-  return listening
 }
 
 async function waitFor(condition: () => Promise<boolean>, timeoutMillis = 20_000): Promise<void> {

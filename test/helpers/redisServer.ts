@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Redis } from 'ioredis'
-import { freePort } from './redis.ts'
+import { freePort } from './ports.ts'
 
 /**
  * A private redis-server on a free loopback port, for tests that break Redis on purpose:

@@ -1,20 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import net, { type AddressInfo } from 'node:net'
+import net from 'node:net'
 import { fileURLToPath } from 'node:url'
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
-/** A TCP port nobody listens on right now (the OS picks it, we release it). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.once('error', reject)
-    server.listen({ host: '127.0.0.1', port: 0 }, () => {
-      const { port } = server.address() as AddressInfo
-      server.close(() => resolve(port))
-    })
-  })
-}
+export { freePort } from '../helpers/ports.ts'
 
 export interface Exit {
   code: number | null
