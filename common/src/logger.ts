@@ -1,4 +1,5 @@
 import { pino, type Logger } from 'pino'
+import sonicBoom, { type SonicBoom } from 'sonic-boom'
 
 /** Header values that must never reach a log line, whatever logs the request. */
 const REDACTED = [
@@ -10,6 +11,9 @@ const REDACTED = [
   'headers["x-internal-token"]',
 ]
 
+// sonic-boom's module.exports is the class itself; its types describe an ES module's default export.
+const SonicBoomStream = sonicBoom as unknown as typeof SonicBoom
+
 /** The longest a line waits in the batch when traffic is too light to fill it. */
 export const LOG_FLUSH_MILLIS = 250
 
@@ -19,9 +23,19 @@ export const LOG_FLUSH_MILLIS = 250
  * LOG_FLUSH_MILLIS: without that, a quiet service's lines would wait for 4 KiB of company, so an
  * operator would not see a lone request, and a SIGKILL would take minutes of lines with it.
  * Flushed on exit.
+ *
+ * The destination is sonic-boom 5, not pino.destination's sonic-boom 4: that one's synchronous
+ * flush retries every write error but EAGAIN forever, so a service whose stdout reader had gone
+ * (a log shipper that died, `npm start | head`) spun in its exit flush and never exited. Once
+ * stdout fails, lines are dropped: logging must never stop or crash the service.
  */
 export function createLogger(service: string, level = process.env.LOG_LEVEL ?? 'info'): Logger {
-  const destination = pino.destination({ dest: 1, minLength: 4_096, sync: false, periodicFlush: LOG_FLUSH_MILLIS })
+  const destination = new SonicBoomStream({ fd: 1, minLength: 4_096, sync: false, periodicFlush: LOG_FLUSH_MILLIS })
+  let broken = false
+  destination.on('error', () => {
+    broken = true
+    destination.write = () => true
+  })
   const logger = pino(
     {
       level,
@@ -31,10 +45,11 @@ export function createLogger(service: string, level = process.env.LOG_LEVEL ?? '
     destination,
   )
   process.once('exit', () => {
+    if (broken) return
     try {
       destination.flushSync()
     } catch {
-      // Not open yet: nothing was buffered.
+      // Not open yet (nothing was buffered), or stdout has no reader any more.
     }
   })
   return logger
