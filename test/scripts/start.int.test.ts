@@ -29,6 +29,8 @@ interface Stack {
   petsPort: number
   opsPort: number
   postgresPort: number
+  gatewayPort: number
+  gatewayOpsPort: number
 }
 
 const dataDirs: string[] = []
@@ -36,7 +38,16 @@ const dataDirs: string[] = []
 async function newStack(): Promise<Stack> {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-start-'))
   dataDirs.push(dataDir)
-  return { dataDir, petsPort: await freePort(), opsPort: await freePort(), postgresPort: await freePort() }
+  // Every port chosen here, the gateway's too: a developer's own `npm start` on the defaults
+  // must not fail the suite.
+  return {
+    dataDir,
+    petsPort: await freePort(),
+    opsPort: await freePort(),
+    postgresPort: await freePort(),
+    gatewayPort: await freePort(),
+    gatewayOpsPort: await freePort(),
+  }
 }
 
 function stackEnv(stack: Stack): NodeJS.ProcessEnv {
@@ -46,6 +57,8 @@ function stackEnv(stack: Stack): NodeJS.ProcessEnv {
     PETS_PORT: String(stack.petsPort),
     PETS_OPS_PORT: String(stack.opsPort),
     EMBEDDED_POSTGRES_PORT: String(stack.postgresPort),
+    GATEWAY_PORT: String(stack.gatewayPort),
+    GATEWAY_OPS_PORT: String(stack.gatewayOpsPort),
     INTERNAL_TOKEN: TOKEN,
   }
 }
