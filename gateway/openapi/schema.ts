@@ -168,7 +168,7 @@ export interface components {
              *     - `request_timeout` (408): the request headers did not arrive within 10 s, or the whole request within 30 s.
              *     - `pet_not_found` (404): no animal has this id.
              *     - `payload_too_large` (413): the body is larger than 1 MiB.
-             *     - `unsupported_media_type` (415): the body is not `application/json`.
+             *     - `unsupported_media_type` (415): the body is not `application/json`, is compressed, or is not UTF-8.
              *     - `headers_too_large` (431): the request headers are larger than 16 KiB.
              *     - `idempotency_key_reused` (422): the `Idempotency-Key` was already used with a different body.
              *     - `rate_limited` (429): over the limit; retry after `Retry-After` seconds.
@@ -284,7 +284,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The body is not `application/json` (`unsupported_media_type`). */
+        /** @description The body is not `application/json`, is compressed (`Content-Encoding`), or declares a charset other than UTF-8 (`unsupported_media_type`). */
         UnsupportedMediaType: {
             headers: {
                 "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];

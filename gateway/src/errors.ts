@@ -14,6 +14,7 @@ export const gatewayErrors = defineErrorCodes({
   method_not_allowed: { status: 405, message: 'This path does not answer this method; the Allow header lists the ones it does.' },
   request_timeout: { status: 408, message: 'The request was not received in time.' },
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
+  unsupported_media_type: { status: 415, message: 'The Content-Type header is not a valid media type.' },
   headers_too_large: { status: 431, message: 'The request headers are larger than 16 KiB.' },
   rate_limited: { status: 429, message: 'Too many requests; retry after the time in Retry-After.' },
   api_key_banned: {
@@ -41,7 +42,8 @@ export const gatewayFrameworkErrors: FrameworkErrorCodes = {
   // Under /v1/pets every method the router knows is forwarded; only the pets-service knows the rest.
   unknownMethod: methodNotSupported,
   payloadTooLarge: () => gatewayErrors.create('payload_too_large'),
-  unsupportedMediaType: () => gatewayErrors.create('bad_request'),
+  // A Content-Type that does not parse (`bogus`, `a, b`): refused as the pets-service would refuse it.
+  unsupportedMediaType: () => gatewayErrors.create('unsupported_media_type'),
   badRequest: () => gatewayErrors.create('bad_request'),
   serverError: (error) => gatewayErrors.create('internal_error', undefined, { cause: error }),
 }

@@ -1,4 +1,5 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import type { IncomingHttpHeaders } from 'node:http'
 import type { Registry } from 'prom-client'
 import { CLIENT_TIMEOUTS, clientErrorHandler, connectionsCheckingIntervalMillis } from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
@@ -70,6 +71,27 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   return app
 }
 
+const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)/gi
+
+/**
+ * Why a JSON body cannot be read as sent, if it cannot: bytes under a content coding (RFC 9110
+ * §8.4: 415 for a coding the server does not accept; read as they are, a gzip body would be
+ * "invalid JSON" and a body merely labelled br would be stored as if plain), or a charset other
+ * than UTF-8 (RFC 8259 §8.1: JSON is exchanged as UTF-8; a Latin-1 body is not broken JSON but
+ * an encoding this API does not take).
+ */
+function unsupportedEncoding(headers: IncomingHttpHeaders): string | undefined {
+  const coding = headers['content-encoding']?.trim().toLowerCase()
+  if (coding !== undefined && coding !== '' && coding !== 'identity') {
+    return `Content-Encoding ${coding.slice(0, 40)} is not supported; send the JSON body uncompressed.`
+  }
+  for (const [, charset] of (headers['content-type'] ?? '').matchAll(CHARSET)) {
+    const name = (charset ?? '').toLowerCase()
+    if (name !== 'utf-8' && name !== 'utf8') return `application/json bodies are UTF-8; charset=${name.slice(0, 40)} is not supported.`
+  }
+  return undefined
+}
+
 /**
  * JSON bodies are parsed as Fastify does, after two checks that keep a client's text from being
  * stored as something it never sent: the bytes must be UTF-8 (RFC 8259 §8.1; decoded leniently,
@@ -81,6 +103,8 @@ function strictJsonBodies(app: FastifyInstance): void {
   const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
   app.removeContentTypeParser('application/json')
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const unsupported = unsupportedEncoding(request.headers)
+    if (unsupported) return done(petsErrors.create('unsupported_media_type', unsupported))
     let text: string
     try {
       text = utf8.decode(body as Buffer)

@@ -205,6 +205,18 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(response, 413, 'payload_too_large')
   })
 
+  it.each(['bogus', 'application/json, text/plain'])('refuses a body whose Content-Type "%s" is no media type with 415, as the pets-service would', async (contentType) => {
+    const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': contentType }, body: '{"name":"Rex","categoryId":1}' })
+    await expectErrorResponse(response, 415, 'unsupported_media_type')
+    expect(response.headers.get('x-ratelimit-limit')).not.toBeNull()
+  })
+
+  it('passes the pets-service\'s 415 for a compressed body through unchanged', async () => {
+    const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: '{"name":"Rex","categoryId":1}' })
+    const body = await expectErrorResponse(response, 415, 'unsupported_media_type')
+    expect(body.message).toContain('Content-Encoding gzip')
+  })
+
   it('answers 502 bad_gateway, never the upstream\'s 401, when the gateway holds the wrong internal credential', async () => {
     const misconfigured = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, internalToken: 'not-the-pets-service-token' })
     try {

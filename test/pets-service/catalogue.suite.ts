@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { expectErrorResponse } from '../helpers/assertions.ts'
 import { jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
@@ -88,6 +89,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a name of 101 characters', JSON.stringify({ name: 'n'.repeat(101), categoryId: 1 })],
         ['a name with a NUL character', '{"name":"Re\\u0000x","categoryId":1}'],
         ['a name with a line break inside', '{"name":"Re\\nx","categoryId":1}'],
+        ['a name with a C1 control character', '{"name":"Re\\u0085x","categoryId":1}'],
+        ['a name of only C1 control characters', '{"name":" \\u0085\\u009b ","categoryId":1}'],
         ['a name with a lone surrogate', '{"name":"Re\\ud800x","categoryId":1}'],
         ['a name that is a number', '{"name":12,"categoryId":1}'],
         ['categoryId 0', '{"name":"Rex","categoryId":0}'],
@@ -120,7 +123,7 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
 
       it('refuses a body that is not UTF-8 with 400 invalid_json instead of storing a replacement character', async () => {
         const latin1 = Buffer.from('{"name":"Caf\xe9","categoryId":1}', 'latin1')
-        const response = await service.request('/pets', { method: 'POST', headers: { 'content-type': 'application/json; charset=latin1' }, body: latin1 })
+        const response = await service.request('/pets', { method: 'POST', headers: { 'content-type': 'application/json' }, body: latin1 })
         await expectErrorResponse(response, 400, 'invalid_json')
         expect(await storedCount()).toBe(0)
         const utf8 = await service.request('/pets', jsonPost('{"name":"Café","categoryId":1}'))
@@ -135,6 +138,29 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
           body: 'name=Rex',
         })
         await expectErrorResponse(response, 415, 'unsupported_media_type')
+      })
+
+      it.each([
+        ['a gzip-compressed body', { 'content-encoding': 'gzip' }, gzipSync('{"name":"Rex","categoryId":1}')],
+        ['a plain body labelled as brotli', { 'content-encoding': 'br' }, '{"name":"Rex","categoryId":1}'],
+        ['a body that declares charset=latin1', { 'content-type': 'application/json; charset=latin1' }, Buffer.from('{"name":"Caf\xe9","categoryId":1}', 'latin1')],
+        ['a body that declares charset=utf-16', { 'content-type': 'application/json; charset="utf-16"' }, '{"name":"Rex","categoryId":1}'],
+      ])('refuses %s with 415 and stores nothing', async (_case, headers, body) => {
+        const response = await service.request('/pets', { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body })
+        await expectErrorResponse(response, 415, 'unsupported_media_type')
+        expect(await storedCount()).toBe(0)
+      })
+
+      it('accepts a body that declares charset=UTF-8 or Content-Encoding: identity', async () => {
+        const variants: Record<string, string>[] = [
+          { 'content-type': 'application/json; charset=UTF-8' },
+          { 'content-type': 'application/json', 'content-encoding': 'identity' },
+        ]
+        for (const headers of variants) {
+          const response = await service.request('/pets', { method: 'POST', headers, body: '{"name":"Rex","categoryId":1}' })
+          expect(response.status).toBe(201)
+        }
+        expect(await storedCount()).toBe(2)
       })
 
       it('refuses a body over 1 MiB with 413', async () => {
@@ -230,6 +256,12 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['limit=1.5'],
         ['limit=-1'],
         ['limit=1&limit=2'],
+        ['limit=0x10'],
+        ['limit=1e1'],
+        ['limit=05'],
+        ['limit=%2B5'],
+        ['limit=%205'],
+        ['limit=5.0'],
         ['status=adopted'],
         ['cursor=not-a-cursor'],
         ['cursor=' + Buffer.from('p1:0').toString('base64url')],

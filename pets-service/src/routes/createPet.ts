@@ -5,8 +5,9 @@ import { consumerId, publicPrefix } from '../http/forwarded.ts'
 import type { NewPetRow, PetRepository } from '../repository/petRepository.ts'
 import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, Pet } from '../schemas/pet.ts'
 
+// Unicode's control characters (category Cc): C0, DEL and C1.
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/
 
 /** DESIGN: the name is trimmed and must then hold 1 to 100 characters; status defaults to available. */
 export function normaliseNewPet(body: NewPet): NewPetRow {

@@ -8,7 +8,8 @@ import { ListPetsQuery, PetList } from '../schemas/pet.ts'
 /** GET /pets (listPets): a bare array in id order; `Link: rel="next"` while more rows follow. */
 export const listPetsRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = async (app, { pets }) => {
   app.get('/pets', { schema: { querystring: ListPetsQuery, response: { 200: PetList } } }, async (request, reply) => {
-    const { limit, status, cursor } = request.query
+    const { status, cursor } = request.query
+    const limit = Number(request.query.limit)
     const afterId = cursor === undefined ? 0 : decodeCursor(cursor)
     if (afterId === undefined) {
       throw petsErrors.create('validation_failed', 'querystring/cursor is not a cursor this API issued')

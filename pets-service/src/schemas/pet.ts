@@ -36,7 +36,9 @@ export const PetList = Type.Array(Pet)
 
 export const ListPetsQuery = Type.Object(
   {
-    limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+    // A string until parsed, as petId is: coerced to a number, "0x10", "1e1", " 5" and "05" would
+    // all pass as integers.
+    limit: Type.String({ pattern: '^(?:[1-9][0-9]?|100)$', default: '20' }),
     status: Type.Optional(PetStatus),
     cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   },
