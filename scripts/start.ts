@@ -4,7 +4,7 @@
  * and served over the Postgres wire protocol, with its files under DATA_DIR (default ./data).
  *
  * Ctrl-C, SIGTERM or SIGHUP (a dev supervisor's terminal hung up), or the end of the process that
- * launched it (npm, which does not pass every signal on; see lib/launcher.ts): SIGTERM to each
+ * launched it (npm, which does not pass every signal on; see common/src/lifecycle/launcher.ts): SIGTERM to each
  * child, the gateway first (SIGKILL after 15 s), then the embedded database closes cleanly, then
  * exit 0. A child exiting on its own stops everything with exit 1. The children stop themselves
  * when this process dies without that chance (lib/exitWithParent.ts). To reload the gateway's
@@ -18,6 +18,7 @@ import { portFromEnv } from '../common/src/env.ts'
 import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
 import {
   SERVICES,
+  describeListener,
   reachableUrl,
   resolveListener,
   spawnService,
@@ -38,7 +39,7 @@ import {
   updateDiscoveryFile,
 } from './lib/embeddedDatabase.ts'
 import { issueDemoKeyOnFirstStart } from './lib/demoKey.ts'
-import { watchLauncher } from './lib/launcher.ts'
+import { watchLauncher } from '../common/src/lifecycle/launcher.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const EMBEDDED_HOST = '127.0.0.1'
@@ -179,9 +180,9 @@ function printReady(planned: PlannedService[], postgres: string): void {
   const width = Math.max('Postgres'.length, ...planned.map(({ spec }) => spec.name.length))
   say('ready:')
   for (const [index, { spec, api, ops }] of planned.entries()) {
-    const opsUrl = `${reachableUrl(ops)} (/healthz /readyz /metrics)`
+    const opsUrl = `${describeListener(ops)} (/healthz /readyz /metrics)`
     const pid = children[index]?.process.pid
-    console.log(`[start]   ${spec.name.padEnd(width)}  ${reachableUrl(api)} (${spec.api.note}), ops ${opsUrl}, pid ${pid}`)
+    console.log(`[start]   ${spec.name.padEnd(width)}  ${describeListener(api)} (${spec.api.note}), ops ${opsUrl}, pid ${pid}`)
   }
   console.log(`[start]   ${'Postgres'.padEnd(width)}  ${postgres}`)
   const gateway = planned.findIndex(({ spec }) => spec.name === 'gateway')

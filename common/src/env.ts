@@ -14,3 +14,13 @@ export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env):
   if (value === undefined || value === '') throw new Error(`${name} must be set`)
   return value
 }
+
+/** Shortest INTERNAL_TOKEN either service accepts: the credential that stands between the network and the catalogue. */
+export const INTERNAL_TOKEN_MIN_LENGTH = 16
+
+/** INTERNAL_TOKEN, which the gateway presents and the pets-service checks; both refuse to start on a short one. */
+export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string {
+  const token = requiredEnv('INTERNAL_TOKEN', env)
+  if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new Error(`INTERNAL_TOKEN must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
+  return token
+}

@@ -1,10 +1,10 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
-import { requiredEnv } from '../../common/src/env.ts'
+import { internalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
 import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
-import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
+import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from './app.ts'
 import { createConfigSource } from './config/configSource.ts'
@@ -29,7 +29,7 @@ async function main(): Promise<void> {
   )
   const config = configSource.get()
   const databaseUrl = requiredEnv('DATABASE_URL')
-  const internalToken = requiredEnv('INTERNAL_TOKEN')
+  const internalToken = internalTokenFromEnv()
 
   const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', logger })
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
@@ -62,11 +62,13 @@ async function main(): Promise<void> {
       postgres: async () => void (await pool.query('SELECT 1')),
       // Authenticated: a pets-service refusing this gateway's INTERNAL_TOKEN is not a ready upstream.
       upstream: upstreamAcceptsGateway(config.upstreams.pets.url, internalToken),
-      // With onStoreFailure "closed" a gateway without Redis answers every request 503, so it is
-      // not ready; with "open" it serves on per-process limits, and Redis is left out of readiness
-      // (its errors show in gateway_rate_limit_store_errors_total and the RateLimitStoreErrors alert).
+      // With onStoreFailure "closed" a gateway whose Redis cannot decide (disconnected, frozen,
+      // slow past the budget, out of memory) answers every request 503, so it is not ready: the
+      // probe is a real decision, not a look at the connection. With "open" it serves on
+      // per-process limits, and Redis is left out of readiness (its errors show in
+      // gateway_rate_limit_store_errors_total and the RateLimitStoreErrors alert).
       ...(limiter.storeKind !== 'memory' && config.onStoreFailure === 'closed'
-        ? { redis: () => redisAnswers(limiter) }
+        ? { redis: () => limiter.probe().catch((error: unknown) => { throw new DependencyDown(firstLine(error)) }) }
         : {}),
     },
   })
@@ -81,12 +83,12 @@ async function main(): Promise<void> {
     { name: 'close rate-limit store', run: () => limiter.close() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end() },
-  ])
+  ], { npmScript: 'start:gateway' })
 }
 
-/** Readiness of the rate-limit store: the Redis connection is up (ready) right now. */
-async function redisAnswers(limiter: { ready(): Promise<boolean> }): Promise<void> {
-  if (!(await limiter.ready())) throw new Error('Redis is not connected')
+/** Redis's own words for the operator (`OOM command not allowed …`, `Redis did not answer within 50 ms`). */
+function firstLine(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).split('\n')[0]!.slice(0, 200)
 }
 
 main().catch((error: unknown) => {

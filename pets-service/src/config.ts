@@ -1,4 +1,4 @@
-import { portFromEnv, requiredEnv } from '../../common/src/env.ts'
+import { internalTokenFromEnv, portFromEnv, requiredEnv } from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
@@ -17,6 +17,6 @@ export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServic
     port: portFromEnv('PETS_PORT', 3001, env),
     opsHost: env.PETS_OPS_HOST || '127.0.0.1',
     opsPort: portFromEnv('PETS_OPS_PORT', 9465, env),
-    internalToken: requiredEnv('INTERNAL_TOKEN', env),
+    internalToken: internalTokenFromEnv(env),
   })
 }

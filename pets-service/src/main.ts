@@ -45,7 +45,7 @@ async function main(): Promise<void> {
     { name: 'drain requests', run: () => app.close() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end() },
-  ])
+  ], { npmScript: 'start:pets' })
 }
 
 main().catch((error: unknown) => {

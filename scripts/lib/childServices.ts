@@ -79,8 +79,15 @@ export function resolveListener(spec: ListenerSpec, env: NodeJS.ProcessEnv): Res
 }
 
 /** Where to reach a listener from this machine: a wildcard bind is reached over loopback. */
+const isWildcard = (host: string) => host === '0.0.0.0' || host === '::' || host === ''
+
+/** For the ready lines: the URL, and whether other machines can reach it too. */
+export function describeListener(listener: ResolvedListener): string {
+  return isWildcard(listener.host) ? `${reachableUrl(listener)} [every interface]` : reachableUrl(listener)
+}
+
 export function reachableUrl({ host, port }: ResolvedListener): string {
-  const reachable = host === '0.0.0.0' || host === '::' || host === '' ? '127.0.0.1' : host
+  const reachable = isWildcard(host) ? '127.0.0.1' : host
   return `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`
 }
 

@@ -6,6 +6,7 @@ import { recordingUpstream, refusingUpstream, type TestUpstream } from '../helpe
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { freePort } from '../helpers/ports.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { startPrivateRedis } from '../helpers/redisServer.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { killAll } from '../scripts/processes.ts'
@@ -168,6 +169,40 @@ describe('gateway readiness (/readyz of the real process)', () => {
     } finally {
       await relay.close()
       gateway.cleanup()
+    }
+  })
+
+  // Regression: readiness asked only whether the connection was up, so a frozen or full Redis
+  // kept the gateway "ready" while it answered every request 503.
+  it('is not ready while Redis is connected but frozen or out of memory when onStoreFailure is closed, and ready again after', async () => {
+    const redis = await startPrivateRedis()
+    const gateway = await startGatewayProcess({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      env: { REDIS_URL: redis.url },
+      configure: storeConfig(prefix, 'closed'),
+    })
+    const admin = redis.admin()
+    try {
+      await admin.connect()
+      expect((await gateway.readyz()).status).toBe(200)
+
+      redis.freeze()
+      const frozen = await readyzBecomes(gateway, 503)
+      expect(frozen.body).toMatchObject({ dependencies: { redis: 'down' }, reasons: { redis: expect.stringMatching(/did not answer within \d+ ms/) } })
+      redis.thaw()
+      await readyzBecomes(gateway, 200)
+
+      await admin.config('SET', 'maxmemory', '1')
+      const full = await readyzBecomes(gateway, 503)
+      expect(full.body).toMatchObject({ dependencies: { redis: 'down' }, reasons: { redis: expect.stringContaining('OOM') } })
+      await admin.config('SET', 'maxmemory', '0')
+      await readyzBecomes(gateway, 200)
+    } finally {
+      redis.thaw()
+      admin.disconnect()
+      gateway.cleanup()
+      await redis.close()
     }
   })
 })

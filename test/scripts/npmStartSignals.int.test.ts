@@ -2,7 +2,9 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import type { TestDatabase } from '../helpers/postgres.ts'
+import { freshDatabase } from '../helpers/testDatabase.ts'
 import {
   baseEnv,
   freePort,
@@ -205,4 +207,53 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
     },
     2 * READY_MILLIS,
   )
+})
+
+describe.skipIf(process.platform !== 'linux')('npm run start:gateway and start:pets, signalled through the npm process only', () => {
+  let database: TestDatabase
+  beforeAll(async () => {
+    database = await freshDatabase()
+  })
+  afterAll(async () => {
+    await database?.drop()
+  })
+
+  // Regression: npm passed SIGTERM to sh alone, and the service (under tsx) kept listening,
+  // orphaned, with /readyz still 200: a supervisor stopping `npm run start:gateway` leaked it.
+  it.each(['SIGTERM', 'SIGHUP'] as const)('%s to npm stops the service it runs: its ports released, no process left', async (signal) => {
+    const [pets, petsOps, gateway, gatewayOps] = [await freePort(), await freePort(), await freePort(), await freePort()]
+    const env = {
+      ...baseEnv(),
+      // The "shutting down" line names the cause.
+      LOG_LEVEL: 'info',
+      DATABASE_URL: database.url,
+      INTERNAL_TOKEN: TOKEN,
+      PETS_PORT: String(pets),
+      PETS_OPS_PORT: String(petsOps),
+      PETS_URL: `http://127.0.0.1:${pets}`,
+      GATEWAY_HOST: '127.0.0.1',
+      GATEWAY_PORT: String(gateway),
+      GATEWAY_OPS_HOST: '127.0.0.1',
+      GATEWAY_OPS_PORT: String(gatewayOps),
+    }
+    const started = [
+      { proc: startProcess('npm', ['run', 'start:pets'], env, { detached: true }), ports: [pets, petsOps] },
+      { proc: startProcess('npm', ['run', 'start:gateway'], env, { detached: true }), ports: [gateway, gatewayOps] },
+    ]
+    await waitForReady(`http://127.0.0.1:${petsOps}/readyz`, started[0]!.proc, READY_MILLIS)
+    await waitForReady(`http://127.0.0.1:${gatewayOps}/readyz`, started[1]!.proc, READY_MILLIS)
+
+    for (const { proc, ports } of started) {
+      const tree = descendants(proc.pid)
+      for (const info of tree) seen.set(info.pid, info.command)
+      const signalledAt = Date.now()
+      process.kill(proc.pid, signal)
+      for (const port of ports) await waitForPortClosed(port, STOPPED_MILLIS)
+      await allGone(
+        tree.map((info) => info.pid),
+        Math.max(1_000, STOPPED_MILLIS - (Date.now() - signalledAt)),
+      )
+      expect(proc.output()).toMatch(/"launcher":"npm \(pid \d+\) exited"[^\n]*"msg":"shutting down"/)
+    }
+  }, 2 * READY_MILLIS)
 })

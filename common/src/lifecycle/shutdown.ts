@@ -1,23 +1,36 @@
 import type { Logger } from 'pino'
+import { watchLauncher } from './launcher.ts'
 
 export interface ShutdownStep {
   name: string
   run: () => Promise<unknown>
 }
 
+export interface ShutdownOptions {
+  /** The deadline after which the exit is forced (15 s). */
+  deadlineMillis?: number
+  /**
+   * The npm script that runs this service directly (`start:gateway`): while it is the one running,
+   * npm exiting stops the service too. npm passes SIGTERM only to the shell it started (the
+   * service would be left running, orphaned) and SIGHUP to nobody; see launcher.ts.
+   */
+  npmScript?: string
+}
+
 /**
  * On SIGTERM or SIGINT runs the steps in order (stop accepting, drain, close pools) and exits.
  * A second signal or the deadline forces the exit so a stuck drain cannot hang a deploy.
  */
-export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], deadlineMillis = 15_000): void {
+export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options: ShutdownOptions = {}): void {
+  const deadlineMillis = options.deadlineMillis ?? 15_000
   let stopping = false
-  const shutdown = async (signal: NodeJS.Signals) => {
+  const shutdown = async (cause: { signal: NodeJS.Signals } | { launcher: string }) => {
     if (stopping) {
-      logger.warn({ signal }, 'second signal, exiting now')
+      logger.warn(cause, 'second signal, exiting now')
       process.exit(1)
     }
     stopping = true
-    logger.info({ signal }, 'shutting down')
+    logger.info(cause, 'shutting down')
     const deadline = setTimeout(() => {
       logger.error({ deadlineMillis }, 'shutdown deadline passed, exiting')
       process.exit(1)
@@ -35,6 +48,11 @@ export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], deadline
     logger.info('stopped')
     process.exit(failed ? 1 : 0)
   }
-  process.once('SIGTERM', (signal) => void shutdown(signal))
-  process.on('SIGINT', (signal) => void shutdown(signal))
+  process.once('SIGTERM', (signal) => void shutdown({ signal }))
+  process.on('SIGINT', (signal) => void shutdown({ signal }))
+  if (options.npmScript !== undefined && process.env.npm_lifecycle_event === options.npmScript) {
+    watchLauncher((launcher) => {
+      if (!stopping) void shutdown({ launcher: `${launcher} exited` })
+    })
+  }
 }

@@ -23,7 +23,7 @@ Options:
   --per-minute N, --per-day N
                           custom limits, given together, per-day at least per-minute;
                           required by a plan whose limits are "custom" (enterprise)
-  --expires <when>        a duration (12h, 30d, 8w) or an ISO date (2026-12-31,
+  --expires <when>        a duration (30m, 12h, 30d, 8w) or an ISO date (2026-12-31,
                           2026-12-31T18:00:00Z); without it the key does not expire
   --json                  print exactly one JSON object on stdout and nothing else
   -h, --help              this text

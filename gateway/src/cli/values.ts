@@ -41,11 +41,12 @@ export function parseName(raw: string): string {
   return name
 }
 
-const DURATION = /^(\d{1,6})([hdw])$/
-const UNIT_MILLIS = { h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const
+// The units the config file's durations take (windows, ladder), and weeks.
+const DURATION = /^(\d{1,6})([smhdw])$/
+const UNIT_MILLIS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const
 const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/
 
-/** `--expires`: a duration from now (12h, 30d, 8w) or an ISO date or date-time in the future. */
+/** `--expires`: a duration from now (90m, 12h, 30d, 8w) or an ISO date or date-time in the future. */
 export function parseExpires(raw: string, now: Date): Date {
   const duration = DURATION.exec(raw)
   let date: Date
@@ -57,7 +58,7 @@ export function parseExpires(raw: string, now: Date): Date {
   }
   if (Number.isNaN(date.getTime()) || date.getUTCFullYear() > 9999) {
     throw new UsageError(
-      `--expires must be a duration (12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`,
+      `--expires must be a duration (90s, 30m, 12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`,
     )
   }
   if (date <= now) throw new UsageError(`--expires ${raw} is not in the future`)

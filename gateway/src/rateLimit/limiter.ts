@@ -4,6 +4,7 @@ import { createAnonymousLimiter, type AnonymousLimiter } from './anonymousLimite
 import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
 import type { LimitStore } from './limitStore.ts'
+import { banPolicy, type KeyLimits } from './planLimits.ts'
 import { RedisBudgetExceededError, connectRedis, createRedisStore, redisReady } from './redisStore.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
@@ -14,9 +15,19 @@ export interface Limiter {
   anonymous(): AnonymousLimiter
   /** Where limits live: a Redis server, a Redis Cluster, or this process. */
   storeKind: 'redis' | 'cluster' | 'memory'
+  /** Whether the store's connection is up (waits up to 2 s for it); for the boot's warning. */
   ready(): Promise<boolean>
+  /**
+   * For /readyz: one real decision on a probe key, through the same script, budget and write path
+   * as a request's. Rejects with the reason when a request would get none: Redis disconnected,
+   * frozen or slow past the budget, out of memory, or refusing the script.
+   */
+  probe(): Promise<void>
   close(): Promise<void>
 }
+
+/** Not an id the keys table can hold (those are `key_…`); its one Redis key expires like any other. */
+export const READINESS_PROBE_KEY_ID = 'readiness-probe'
 
 /** Every call to the primary store, for latency and error metrics. */
 export interface StoreObserver {
@@ -47,11 +58,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
     )
   }
   const storeKind: Limiter['storeKind'] = !redis ? 'memory' : clusterNodes?.length ? 'cluster' : 'redis'
-  const primary = observed(
-    redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore(),
-    storeKind,
-    options.observer,
-  )
+  const unobserved = redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore()
+  const primary = observed(unobserved, storeKind, options.observer)
   const store = createResilientStore({
     primary,
     // Bounded like the key cache: a long Redis outage with many keys cannot grow the heap past it.
@@ -77,7 +85,22 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     storeKind,
     ready: () => (redis ? redisReady(redis, 2_000) : Promise.resolve(true)),
+    async probe() {
+      if (redis && !(await redisReady(redis, 1_000))) throw new Error('Redis is not connected')
+      // Unobserved: probes are not requests, and would blur the store's latency and error metrics.
+      await unobserved.consume({ keyId: READINESS_PROBE_KEY_ID, ...probeLimits(options.config()), bans: banPolicy(options.config()) })
+    },
     close: () => store.close(),
+  }
+}
+
+/** The configured windows with limits no probe reaches, so a probe is always a full decision and never a strike. */
+function probeLimits(config: GatewayConfig): KeyLimits {
+  const unreachable = 1_000_000_000
+  const { minute, day } = config.windows
+  return {
+    minute: { limit: unreachable, windowMillis: minute.lengthMillis, bucketMillis: minute.bucketMillis },
+    day: { limit: unreachable, windowMillis: day.lengthMillis, bucketMillis: day.bucketMillis },
   }
 }
 

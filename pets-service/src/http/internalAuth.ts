@@ -1,10 +1,10 @@
 import { timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { INTERNAL_TOKEN_MIN_LENGTH } from '../../../common/src/env.ts'
 import { petsErrors } from '../errors.ts'
 
 export const INTERNAL_TOKEN_HEADER = 'x-internal-token'
-
 
 /**
  * Only the gateway may call this service: every request must carry the shared internal
@@ -13,7 +13,7 @@ export const INTERNAL_TOKEN_HEADER = 'x-internal-token'
  */
 export const internalAuth = fp(
   async (app: FastifyInstance, options: { token: string }) => {
-    if (options.token.length < 16) throw new Error('INTERNAL_TOKEN must be at least 16 characters')
+    if (options.token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new Error(`INTERNAL_TOKEN must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
     const expected = Buffer.from(options.token, 'utf8')
     app.addHook('onRequest', (request, _reply, done) => {
       const presented = request.headers[INTERNAL_TOKEN_HEADER]

@@ -1,7 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs'
 
 /**
- * Notices that the process which launched `npm start` is gone, so the stack never outlives it.
+ * Notices that the process which launched `npm start` (or `npm run start:gateway`, `start:pets`)
+ * is gone, so what it started never outlives it.
  *
  * `npm start` is a chain: npm runs `sh -c "tsx scripts/start.ts"`, sh runs tsx's CLI, and that
  * runs this script in a second node. A signal sent to npm alone does not travel down it: npm
