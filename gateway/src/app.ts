@@ -19,7 +19,7 @@ import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors } from './er
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { requestFraming } from './proxy/requestFraming.ts'
-import { BODY_LIMIT_BYTES, upstreamProxy } from './proxy/upstreamProxy.ts'
+import { BODY_LIMIT_BYTES, acceptOpaqueBodies, upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
@@ -78,6 +78,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   })
   app.server.headersTimeout = timeouts.headersTimeoutMillis
   app.server.on('connect', refuseConnect(gatewayClientErrors, deps.logger))
+  acceptOpaqueBodies(app)
 
   // 1
   await app.register(requestContext, {

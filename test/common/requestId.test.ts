@@ -17,6 +17,7 @@ describe('the request id a service logs and passes on', () => {
     ['sent twice', ['a', 'b']],
     ['an API key', generateApiKey()],
     ['an API key inside a longer id', `trace-${generateApiKey()}-1`],
+    ['an API key with its prefix in capitals', generateApiKey().replace('aas_', 'AAS_')],
   ])('replaces an id that is %s with a fresh UUID', (_case, incoming) => {
     expect(requestIdFrom({ headers: { 'x-request-id': incoming } })).toMatch(UUID)
   })

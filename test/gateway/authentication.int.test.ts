@@ -127,6 +127,16 @@ describe('gateway authentication', () => {
     await expectErrorResponse(await gateway.request('/v1/nowhere', { key }), 404, 'not_found')
   })
 
+  // Regression: the gateway parsed JSON bodies for its own routes, so these were 400 invalid JSON.
+  it('answers a body of broken JSON on a path that does not exist, or does not take it, by the path: 404 or 405', async () => {
+    const { key } = await gateway.createKey()
+    const brokenJson = { method: 'POST', headers: { 'content-type': 'application/json' }, body: 'not json' }
+    await expectErrorResponse(await gateway.request('/v1/nowhere', { key, ...brokenJson }), 404, 'not_found')
+    const orders = await gateway.request('/v1/store/orders', { key, ...brokenJson })
+    expect(orders.headers.get('allow')).toBe('GET, HEAD')
+    await expectErrorResponse(orders, 405, 'method_not_allowed')
+  })
+
   it('answers GET /v1/store/orders with 501 not_implemented after authentication', async () => {
     await expectUnauthorized(await gateway.request('/v1/store/orders'), 'missing_api_key')
     const { key } = await gateway.createKey()

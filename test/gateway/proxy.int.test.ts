@@ -5,11 +5,13 @@ import {
   garbageUpstream,
   recordingUpstream,
   refusingUpstream,
+  scriptedUpstream,
   silentUpstream,
   type TestUpstream,
 } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { openRaw } from '../helpers/rawClient.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
@@ -392,6 +394,87 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       answered: '502 bad_gateway with the Error body, 3 of 3; the next request answered normally (501 on /v1/store/orders)',
       lost: 'nothing: the gateway kept serving',
       test: 'test/gateway/proxy.int.test.ts',
+    })
+  })
+
+  describe('answers an upstream should never give', () => {
+    const leak = JSON.stringify({ error: 'TypeError: x is undefined at /srv/pets/db.js:12', sql: 'SELECT * FROM pets.pets WHERE id=$1' })
+
+    it.each([
+      ['chunked, without a length', (response: http.ServerResponse) => response.writeHead(500, { 'content-type': 'application/json' }).end(leak)],
+      ['over 1 MiB', (response: http.ServerResponse) => response.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ pad: 'x'.repeat(1_100_000) }))],
+    ])('replaces an error answer that is not the Error body, %s, with 502 and no upstream detail', async (_case, answer) => {
+      const { gateway, key } = await gatewayTo(await scriptedUpstream((_request, response) => answer(response)))
+      const response = await gateway.request('/v1/pets', { key, contract: false })
+      const body = await expectErrorResponse(response, 502, 'bad_gateway')
+      expect(JSON.stringify(body)).not.toMatch(/SELECT|db\.js|xxxx/)
+    })
+
+    it('answers 504 when the answer\'s body trickles past the timeout, though each byte comes in time', async () => {
+      const trickle = await scriptedUpstream((_request, response) => {
+        response.writeHead(200, { 'content-type': 'application/json', 'content-length': '1000' })
+        response.write('[')
+        const timer = setInterval(() => (response.writableEnded || response.destroyed ? clearInterval(timer) : response.write('1,')), 100)
+        response.once('close', () => clearInterval(timer))
+      })
+      const { gateway, key } = await gatewayTo(trickle, 0.5)
+      const started = Date.now()
+      await expectErrorResponse(await gateway.request('/v1/pets', { key, contract: false }), 504, 'upstream_timeout')
+      expect(Date.now() - started).toBeLessThan(2_000)
+    })
+
+    it('keeps the upstream\'s internal headers and software banner from the client', async () => {
+      const chatty = await scriptedUpstream((_request, response) => {
+        response
+          .writeHead(200, {
+            'content-type': 'application/json',
+            'x-internal-token': 'upstream-secret-0123456789',
+            'x-consumer-id': 'key_victim',
+            'x-request-id': 'upstream-chosen',
+            server: 'secret-upstream/1.2',
+            'x-powered-by': 'Express',
+          })
+          .end('[]')
+      })
+      const { gateway, key } = await gatewayTo(chatty)
+      const response = await gateway.request('/v1/pets', { key, contract: false })
+      expect(response.status).toBe(200)
+      for (const name of ['x-internal-token', 'x-consumer-id', 'server', 'x-powered-by']) expect(response.headers.get(name), name).toBeNull()
+      expect(response.headers.get('x-request-id')).toBe(chatty.requests[0]!.headers['x-request-id'])
+    })
+
+    it('drops the client\'s other spellings of its address, a proxy credential and URL overrides; adds itself to Via', async () => {
+      const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
+      const { gateway, key } = await gatewayTo(recorder)
+      const response = await gateway.request('/v1/pets', {
+        key,
+        contract: false,
+        headers: {
+          forwarded: 'for=1.2.3.4;host=evil;proto=https',
+          'x-real-ip': '1.2.3.4',
+          'x-forwarded-port': '1',
+          'proxy-authorization': 'Basic c2VjcmV0',
+          'x-original-url': '/admin',
+          'x-rewrite-url': '/admin',
+          via: '1.1 client-proxy',
+        },
+      })
+      expect(response.status).toBe(200)
+      const seen = recorder.requests[0]!.headers
+      for (const name of ['forwarded', 'x-real-ip', 'x-forwarded-port', 'proxy-authorization', 'x-original-url', 'x-rewrite-url']) {
+        expect(seen[name], name).toBeUndefined()
+      }
+      expect(seen.via).toBe('1.1 client-proxy, 1.1 aas-gateway')
+    })
+
+    it('forwards the query without a fragment the client sent in the request line', async () => {
+      const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
+      const { gateway, key } = await gatewayTo(recorder)
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(`GET /v1/pets?limit=1#fragment HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`)
+      await connection.closed
+      expect(connection.answer()).toMatch(/^HTTP\/1\.1 200 /)
+      expect(recorder.requests[0]!.url).toBe('/pets?limit=1')
     })
   })
 })

@@ -46,6 +46,20 @@ export async function recordingUpstream(): Promise<TestUpstream & { requests: ht
   return { url: await listen(server), close, requests, bodies }
 }
 
+/** Answers as `answer` says: for the answers no well-behaved upstream gives (a stack trace, a trickle, its own internal headers). */
+export async function scriptedUpstream(
+  answer: (request: http.IncomingMessage, response: http.ServerResponse) => void,
+): Promise<TestUpstream & { requests: { url: string; headers: http.IncomingHttpHeaders }[] }> {
+  const requests: { url: string; headers: http.IncomingHttpHeaders }[] = []
+  const server = http.createServer((request, response) => {
+    requests.push({ url: request.url ?? '', headers: request.headers })
+    answer(request, response)
+  })
+  const sockets = new Set<net.Socket>()
+  const close = closer(server, sockets)
+  return { url: await listen(server), close, requests }
+}
+
 /** Accepts connections and never answers. */
 export async function silentUpstream(): Promise<TestUpstream> {
   const server = net.createServer(() => undefined)

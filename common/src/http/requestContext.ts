@@ -4,8 +4,11 @@ import fp from 'fastify-plugin'
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
-/** Anything shaped like one of the product's API keys (gateway/src/keys/apiKeyFormat.ts): `aas_` and 16+ base62 characters. */
-const KEY_LIKE = /aas_[0-9A-Za-z]{16}/
+/**
+ * Anything shaped like one of the product's API keys (gateway/src/keys/apiKeyFormat.ts): `aas_`
+ * and 16+ base62 characters, in any case (`AAS_<key body>` would leave only the prefix to guess).
+ */
+const KEY_LIKE = /aas_[0-9a-z]{16}/i
 
 /**
  * Reuses a well-formed `X-Request-Id` from the caller (the gateway) so one id follows a request,

@@ -37,10 +37,31 @@ export const BODY_LIMIT_BYTES = 1_048_576
 /** The public prefix the pets-service builds its Location and Link headers with. */
 export const PUBLIC_PREFIX = '/v1'
 
-/** Headers only the gateway may set; a client's copies are dropped before forwarding. */
-const INTERNAL_HEADERS = ['x-internal-token', 'x-consumer-id', 'x-forwarded-prefix', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-request-id']
+/** Headers only the gateway may set; a client's copies are dropped before forwarding, an upstream's before answering. */
+const INTERNAL_HEADERS = [
+  'x-internal-token',
+  'x-consumer-id',
+  'x-forwarded-prefix',
+  'x-forwarded-for',
+  'x-forwarded-host',
+  'x-forwarded-proto',
+  'x-forwarded-port',
+  'x-request-id',
+]
 
-const GATEWAY_ONLY = new Set(INTERNAL_HEADERS)
+/**
+ * A client's headers that would speak for the gateway or steer the upstream's routing: the other
+ * spellings of the client's address (RFC 7239 Forwarded, X-Real-IP), a credential meant for a
+ * proxy (Proxy-Authorization, consumed here, RFC 9110 §11.7.2) and the URL overrides some
+ * frameworks obey (X-Original-URL, X-Rewrite-URL). Dropped with the gateway-only ones.
+ */
+const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, 'forwarded', 'x-real-ip', 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
+
+/** An upstream's headers that are not the client's business: the internal ones, and what software it runs. */
+const ANSWER_DROPPED = new Set([...INTERNAL_HEADERS, 'server', 'x-powered-by'])
+
+/** RFC 9110 §7.6.3: a gateway adds itself to Via on what it forwards. */
+const VIA = '1.1 aas-gateway'
 
 /**
  * What only the gateway may say to the upstream: the internal credential (the upstream trusts it,
@@ -53,6 +74,7 @@ function gatewayHeaders(request: Pick<FastifyRequest, 'id' | 'ip' | 'apiKey'>, i
     'x-request-id': request.id,
     'x-forwarded-prefix': PUBLIC_PREFIX,
     'x-forwarded-for': request.ip,
+    via: VIA,
   }
   if (request.apiKey) headers['x-consumer-id'] = request.apiKey.id
   return headers
@@ -87,6 +109,14 @@ export function upstreamFailure(error: unknown) {
   return failureKind(error) === 'timeout'
     ? gatewayErrors.create('upstream_timeout', undefined, { cause: error })
     : gatewayErrors.create('bad_gateway', undefined, { cause: error })
+}
+
+/** The whole answer took longer than the upstream timeout (its headers came in time). */
+class UpstreamDeadlineError extends Error {
+  readonly code = 'UND_ERR_BODY_TIMEOUT'
+  constructor(timeoutMillis: number) {
+    super(`the upstream's answer was not complete within ${timeoutMillis} ms`)
+  }
 }
 
 /**
@@ -163,6 +193,16 @@ function upstreamPathname(destination: string, base: string, baseHref: string): 
 }
 
 /**
+ * Bodies are bytes to forward, never parsed here: read whole (at most 1 MiB, else 413) whatever
+ * their type. The gateway's own routes ignore them, so a POST of broken JSON to a path that does
+ * not exist is a 404 (or a 405), not a JSON parse error.
+ */
+export function acceptOpaqueBodies(app: FastifyInstance): void {
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT_BYTES }, (_request, body, done) => done(null, body))
+}
+
+/**
  * Stage 4: a public prefix (`/v1/pets` and below) to its upstream. Bodies are read (at most
  * 1 MiB, else 413 before the upstream is contacted) and forwarded as they came; answers, the
  * upstream's Error bodies included, pass through unchanged. An error answer that is not the
@@ -178,10 +218,7 @@ function upstreamPathname(destination: string, base: string, baseHref: string): 
  * anything else streams as before.
  */
 export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptions): Promise<void> {
-  app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT_BYTES }, (_request, body, done) =>
-    done(null, body),
-  )
+  acceptOpaqueBodies(app)
   const name = options.upstreamPath.split('/')[1] || 'upstream'
   const origin = new URL(options.url)
   const base = options.url
@@ -238,7 +275,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // The hop-by-hop headers out, then @fastify/http-proxy's sanitizeHeaders, then reply-from's copyHeaders, in one pass.
     const named = connectionHeaderNames(parsed.connection)
     for (const key in parsed) {
-      if (HOP_BY_HOP_SET.has(key) || (named.length > 0 && named.includes(key)) || key.charCodeAt(0) === 58) continue
+      if (HOP_BY_HOP_SET.has(key) || ANSWER_DROPPED.has(key) || (named.length > 0 && named.includes(key)) || key.charCodeAt(0) === 58) continue
       const value = parsed[key]
       reply.header(key, typeof value === 'string' ? sanitizeHeaderValue(value) : Array.isArray(value) ? value.map(sanitizeHeaderValue) : value)
     }
@@ -252,7 +289,10 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const raw = request.raw
     const url = raw.url ?? ''
     const queryAt = url.indexOf('?')
-    const path = upstreamPathname(destination, base, baseHref) + (queryAt > 0 ? url.slice(queryAt) : '')
+    // A fragment is not part of a request target (RFC 9112 §3.2); Node's parser lets one through.
+    const fragmentAt = queryAt > 0 ? url.indexOf('#', queryAt) : -1
+    const query = queryAt > 0 ? url.slice(queryAt, fragmentAt > 0 ? fragmentAt : undefined) : ''
+    const path = upstreamPathname(destination, base, baseHref) + query
 
     // The gateway's own headers (gatewayHeaders) first: a server keeps only so many header
     // lines (Node: 2,000), and a client that sent a thousand must not push the credential, the
@@ -267,18 +307,20 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const body = Buffer.isBuffer(request.body) ? request.body : undefined
     const headers = gatewayHeaders(request, options.internalToken)
     for (const key in incoming) {
-      if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || GATEWAY_ONLY.has(key)) continue
+      if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || CLIENT_DROPPED.has(key)) continue
       if (named.length > 0 && named.includes(key)) continue
       headers[key] = incoming[key]
     }
+    if (incoming.via !== undefined) headers.via = `${incoming.via}, ${VIA}`
     headers.host = host
     if (body) {
       headers['content-length'] = String(body.length)
       headers['content-type'] = incoming['content-type'] ?? 'application/octet-stream'
     }
 
-    const sentAt = observer ? performance.now() : 0
+    const sentAt = performance.now()
     let statusCode = 0
+    let received = 0
     let parsed: Record<string, string | string[] | undefined> | undefined
     let chunks: Buffer[] | undefined
     let stream: Readable | undefined
@@ -296,9 +338,10 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         const answer = undiciUtil.parseHeaders(rawHeaders) as Record<string, string | string[] | undefined>
         delete answer['transfer-encoding']
         const length = answer['content-length']
+        // An error answer is always read whole, sized or not: only a body checked to be the Error
+        // body reaches the client (a chunked stack trace must not stream past the check).
         const buffered =
-          typeof length === 'string' &&
-          Number(length) <= BUFFERED_ANSWER_MAX_BYTES &&
+          (status >= 400 || (typeof length === 'string' && Number(length) <= BUFFERED_ANSWER_MAX_BYTES)) &&
           answer['content-type'] !== undefined &&
           raw.method !== 'HEAD' &&
           status !== 204 &&
@@ -316,11 +359,26 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         }
         const body = new Readable({ read: () => resume() })
         stream = body
+        // A client gone mid-stream: the upstream request goes too, instead of running to its end.
+        reply.raw.once('close', () => {
+          if (!body.readableEnded) cutOff(new Error('the client went away'))
+        })
         reply.send(body)
         return true
       },
       onData(chunk) {
+        // undici's bodyTimeout is an idle timer: an upstream trickling a byte a second would hold
+        // the request forever. The whole answer has timeoutMillis from the request being sent.
+        received += chunk.length
+        if (performance.now() - sentAt > options.timeoutMillis) {
+          cutOff(new UpstreamDeadlineError(options.timeoutMillis))
+          return false
+        }
         if (chunks) {
+          if (received > BUFFERED_ANSWER_MAX_BYTES) {
+            cutOff(new Error(`upstream answered ${statusCode} with a body over ${BUFFERED_ANSWER_MAX_BYTES} bytes`))
+            return false
+          }
           chunks.push(chunk)
           return true
         }
@@ -345,6 +403,15 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         if (stream) stream.destroy(error)
         else fail(reply, error)
       },
+    }
+
+    /** Stops the exchange: 504/502 while nothing has been answered, else the stream cut short. */
+    function cutOff(error: Error): void {
+      if (dropped) return
+      dropped = true
+      abort?.(error)
+      if (stream) stream.destroy(error)
+      else fail(reply, error)
     }
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
