@@ -116,6 +116,19 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     expect(answer).toContain(`"name":"${name}"`)
   })
 
+  // Regression: Node stops reading a connection after a request that asks to upgrade; a request
+  // pipelined behind it was neither answered nor refused, and the connection hung for 72 s.
+  it('the gateway answers a request asking to upgrade as plain HTTP/1.1 and then closes the connection', async () => {
+    const { key } = await gateway.createKey()
+    const upgrade = `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`
+    const next = `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`
+    const started = Date.now()
+    const answer = await raw(gateway.url, upgrade + next)
+    expect(answer.match(/HTTP\/1\.1 \d{3} [A-Za-z ]+/g)).toEqual(['HTTP/1.1 200 OK'])
+    expect(answer).toMatch(/^connection: close$/im)
+    expect(Date.now() - started).toBeLessThan(3_000)
+  })
+
   it('the gateway serves a request whose target is in absolute form like one in origin form', async () => {
     const { key } = await gateway.createKey()
     const { host } = new URL(gateway.url)

@@ -30,6 +30,10 @@ export const requestFraming = fp(
     app.addHook('onRequest', (request, reply, done) => {
       const raw = request.raw
       if (raw.httpVersion === '1.0' && raw.headers['transfer-encoding'] !== undefined) reply.header('connection', 'close')
+      // The gateway upgrades to nothing and answers as HTTP/1.1 (RFC 9110 §7.8), but Node's parser
+      // stops reading the connection after such a request: one pipelined behind it would wait
+      // unanswered. Closing after the answer tells the client to send it again.
+      if (raw.headers.upgrade !== undefined) reply.header('connection', 'close')
       if (raw.httpVersion === '1.1' && raw.headers.host === undefined) {
         return done(gatewayErrors.create('bad_request', 'An HTTP/1.1 request needs a Host header.'))
       }
