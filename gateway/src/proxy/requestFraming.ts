@@ -23,7 +23,7 @@ function repeatedSingleton(rawHeaders: string[]): string | undefined {
  * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2),
  * two Host fields (§3.2), or two Authorization fields, which one server would read as the first
  * key and another as the second. An HTTP/1.0 request framed with Transfer-Encoding is answered,
- * then its connection closed (§6.1: its framing cannot be trusted).
+ * then its connection closed (§6.1: its framing cannot be trusted); so is one asking to upgrade.
  */
 export const requestFraming = fp(
   async (app: FastifyInstance) => {
