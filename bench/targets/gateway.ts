@@ -305,8 +305,8 @@ export const gateway401Target = gatewayRow({
   expectedStatus: 401,
   checkResponse: errorBody('invalid_api_key', 401),
   description:
-    `${GATEWAY_PROCESS}. A key of the right shape with a wrong checksum: refused without a key lookup, ` +
-    'charged to the per-IP anonymous limit (rate-limiter-flexible on Redis), 401 invalid_api_key.',
+    `${GATEWAY_PROCESS}. A key of the right shape with a wrong checksum: refused without a key lookup ` +
+    'or a Redis call, counted in the per-IP anonymous limit in the gateway\'s memory, 401 invalid_api_key.',
 })
 
 export const gateway429Target = gatewayRow({

@@ -13,6 +13,8 @@ declare module 'fastify' {
     apiKey: ApiKeyRecord | null
     /** Why authentication failed; answered by requireAuthentication after the per-IP limit. */
     authFailure: ApiError | null
+    /** What was wrong with the key, when authentication failed on it (the per-IP limit tells guesses apart). */
+    authFailureReason: AuthFailureReason | null
   }
   interface FastifyContextConfig {
     /** Routes served without a key (the OpenAPI document, the docs page). */
@@ -35,7 +37,8 @@ export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'revoked_o
 /**
  * Stage 2a: who is calling. Only `Authorization: Bearer <key>` counts (a key in the query
  * string is never read). Malformed, unknown, revoked and expired keys get the same answer so
- * it tells a guesser nothing; a malformed key costs no Postgres or Redis call. A failure is recorded,
+ * it tells a guesser nothing; a malformed key costs no Postgres or Redis call (its per-IP count is
+ * kept in this process). A failure is recorded,
  * not answered yet: the request is first charged to its client IP (stage 3), then refused
  * by requireAuthentication (stage 2b).
  *
@@ -47,10 +50,12 @@ export const authenticate = fp(
   async (app: FastifyInstance, options: { keys: KeyCache; onFailure?: (reason: AuthFailureReason) => void }) => {
     app.decorateRequest('apiKey', null)
     app.decorateRequest('authFailure', null)
+    app.decorateRequest('authFailureReason', null)
 
     function refuse(request: FastifyRequest, reason: AuthFailureReason): void {
       options.onFailure?.(reason)
       request.authFailure = reason === 'missing' ? missing() : invalid()
+      request.authFailureReason = reason
     }
 
     /** Settles the request's identity from a key's record (null: no such key). */

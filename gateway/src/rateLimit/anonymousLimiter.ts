@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible'
+import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible'
 import { budgetedSender } from './redisStore.ts'
 
 export interface AnonymousDecision {
@@ -13,37 +13,56 @@ export interface AnonymousDecision {
 }
 
 /**
- * Requests without a valid key are limited per client IP and never charged to any key: this
- * is what makes guessing keys slow. rate-limiter-flexible keeps the counts in Redis (shared by
- * all gateways) with an in-memory insurance limiter that takes over while Redis fails.
+ * Requests without a valid key are limited per client IP and never charged to any key, at two
+ * levels with the same limit:
  *
- * An address that Redis says has spent its window is then refused from memory until the window
- * resets: a flood of guesses past the limit costs no Redis call, the way a banned key's refusals
- * cost none, and Redis would refuse each of them until then anyway. rate-limiter-flexible's own
- * inMemoryBlockOnConsumed does the same with an unbounded map swept in full on every insert past
- * 1,000 entries; this one is an LRU, so a flood from many addresses costs neither heap nor CPU.
+ * - This process counts every such request per address, in memory: a missing key, one that fails
+ *   the format or checksum check (DESIGN: refused without touching Postgres or Redis), a
+ *   guess, a public route. Nothing else is needed for requests that can never succeed.
+ * - A guess (a well-formed key that had to be looked up and turned out unknown, revoked or
+ *   expired) is also counted in Redis with rate-limiter-flexible, shared by every gateway: this is
+ *   what makes guessing keys slow however many gateways there are. While Redis fails or is slower
+ *   than the budget, this process's count decides alone.
+ *
+ * The in-process counts are fixed windows in an LRU, so a flood from many addresses costs neither
+ * heap nor CPU (rate-limiter-flexible's memory limiter keeps a timer per address). An address
+ * that Redis says has spent its window is refused from memory until the window resets: a flood of
+ * guesses past the limit costs no Redis call, the way a banned key's refusals cost none.
  */
 export function createAnonymousLimiter(options: {
   perMinute: number
   windowSeconds: number
   redis?: Redis | Cluster
-  /** The Redis time budget; past it the in-memory insurance limiter decides. */
+  /** The Redis time budget; past it this process's count decides. */
   budgetMillis?: number
-  /** Addresses remembered as spent (default 100,000); the least recently refused are forgotten first. */
-  maxSpentAddresses?: number
+  /** Addresses remembered (default 100,000); the least recently seen are forgotten first. */
+  maxAddresses?: number
 }) {
   const { perMinute: limit, windowSeconds, budgetMillis } = options
-  const shape = { points: limit, duration: windowSeconds, keyPrefix: 'anon' }
-  // This process's limiter: the only one without Redis, else the insurance, consulted here exactly
-  // once for each request Redis could not decide (an error or the budget passing), never a second
-  // time when a late command fails after all.
-  const local = new RateLimiterMemory(shape)
+  const windowMillis = windowSeconds * 1_000
+  const maxAddresses = options.maxAddresses ?? 100_000
+  // Client IP → its window in this process, on this process's monotonic clock.
+  const here = new LRUCache<string, { count: number; resetsAt: number }>({ max: maxAddresses })
   // The counts every gateway shares, and how commands reach them (coalesced, within the budget).
   const shared = options.redis
-    ? { limiter: new RateLimiterRedis({ ...shape, storeClient: options.redis }), send: budgetedSender(options.redis, budgetMillis) }
+    ? {
+        limiter: new RateLimiterRedis({ points: limit, duration: windowSeconds, keyPrefix: 'anon', storeClient: options.redis }),
+        send: budgetedSender(options.redis, budgetMillis),
+      }
     : undefined
-  // Client IP → when its spent window resets, on this process's monotonic clock.
-  const spent = new LRUCache<string, number>({ max: options.maxSpentAddresses ?? 100_000 })
+  // Client IP → when its spent window in Redis resets, on this process's monotonic clock.
+  const spent = new LRUCache<string, number>({ max: maxAddresses })
+
+  function consumeHere(clientIp: string): AnonymousDecision {
+    const now = performance.now()
+    let window = here.get(clientIp)
+    if (window === undefined || window.resetsAt <= now) {
+      window = { count: 0, resetsAt: now + windowMillis }
+      here.set(clientIp, window)
+    }
+    window.count++
+    return { admitted: window.count <= limit, limit, remaining: Math.max(limit - window.count, 0), resetInMillis: window.resetsAt - now, windowSeconds }
+  }
 
   const decision = (result: RateLimiterRes, admitted: boolean): AnonymousDecision => ({
     admitted,
@@ -52,15 +71,6 @@ export function createAnonymousLimiter(options: {
     resetInMillis: Math.max(result.msBeforeNext, 0),
     windowSeconds,
   })
-
-  async function consumeLocal(clientIp: string): Promise<AnonymousDecision> {
-    try {
-      return decision(await local.consume(clientIp), true)
-    } catch (rejection) {
-      if (rejection instanceof RateLimiterRes) return decision(rejection, false)
-      throw rejection
-    }
-  }
 
   /** Redis's decision; rejects when Redis fails or is slower than the budget. */
   async function consumeShared({ limiter, send }: NonNullable<typeof shared>, clientIp: string): Promise<AnonymousDecision> {
@@ -85,14 +95,29 @@ export function createAnonymousLimiter(options: {
   }
 
   return {
-    async consume(clientIp: string): Promise<AnonymousDecision> {
-      if (!shared) return consumeLocal(clientIp)
+    /** Any request without a valid key that made no lookup: counted in this process only, no I/O. */
+    consumeHere,
+    /** A guess: counted here and, unless this process already refuses the address, in Redis. */
+    async consumeGuess(clientIp: string): Promise<AnonymousDecision> {
+      const local = consumeHere(clientIp)
+      if (!shared || !local.admitted) return local
       const refused = spentWindow(clientIp)
       if (refused) return refused
-      // Redis failed, or is slower than the budget: this process's limiter decides.
-      return consumeShared(shared, clientIp).catch(() => consumeLocal(clientIp))
+      try {
+        return tighter(local, await consumeShared(shared, clientIp))
+      } catch {
+        // Redis failed, or is slower than the budget: this process's count decides.
+        return local
+      }
     },
   }
+}
+
+/** The decision that leaves less: refused if either refuses; on a tie, the window that resets last. */
+function tighter(a: AnonymousDecision, b: AnonymousDecision): AnonymousDecision {
+  if (a.admitted !== b.admitted) return a.admitted ? b : a
+  if (a.remaining !== b.remaining) return a.remaining < b.remaining ? a : b
+  return a.resetInMillis >= b.resetInMillis ? a : b
 }
 
 export type AnonymousLimiter = ReturnType<typeof createAnonymousLimiter>

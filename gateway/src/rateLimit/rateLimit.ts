@@ -3,7 +3,7 @@ import fp from 'fastify-plugin'
 import type { GatewayConfig } from '../config/loadConfig.ts'
 import type { ApiKeyRecord } from '../keys/keyRepository.ts'
 import { gatewayErrors } from '../errors.ts'
-import type { AnonymousLimiter } from './anonymousLimiter.ts'
+import type { AnonymousDecision, AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
 import type { LimitOutcome } from './limitStore.ts'
 import { banPolicy, cachedLimitsFor, type KeyLimits } from './planLimits.ts'
@@ -74,8 +74,11 @@ export const rateLimit = fp(
     let storeClockOffset = 0
     const storeNow = () => Date.now() + storeClockOffset
 
-    async function limitAnonymous(request: FastifyRequest) {
-      const result = await options.anonymous().consume(request.ip)
+    /**
+     * The per-IP limit for a request without a valid key: its headers, its metrics, and the 429
+     * once the address has spent its window (undefined while it has not).
+     */
+    function anonymousOutcome(request: FastifyRequest, result: AnonymousDecision) {
       const now = storeNow()
       request.rateLimitHeaders = rateLimitHeaders(
         [{ name: 'anonymous', limit: result.limit, remaining: result.remaining, resetMillis: now + result.resetInMillis, windowSeconds: result.windowSeconds }],
@@ -87,9 +90,8 @@ export const rateLimit = fp(
         source: 'anonymous',
         windows: [{ name: 'minute', limit: result.limit, remaining: result.remaining }],
       })
-      if (!result.admitted) {
-        throw gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(result.resetInMillis) } })
-      }
+      if (result.admitted) return undefined
+      return gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(result.resetInMillis) } })
     }
 
     /** The refusal for a key the ban cache holds, or undefined: no store call, no promise. */
@@ -155,7 +157,13 @@ export const rateLimit = fp(
     // for it cost more than the rest of the refusal (banned row: 83 → 61 µs/req in the bench).
     app.addHook('onRequest', (request, _reply, done) => {
       const key = request.apiKey
-      if (!key) return void limitAnonymous(request).then(() => done(), done)
+      if (!key) {
+        // Only a guess (a well-formed key looked up in vain) is counted across gateways, in Redis;
+        // a missing or malformed key, or a public route, is counted in this process, with no I/O.
+        const reason = request.authFailureReason
+        if (reason !== 'unknown' && reason !== 'revoked_or_expired') return done(anonymousOutcome(request, options.anonymous().consumeHere(request.ip)))
+        return void options.anonymous().consumeGuess(request.ip).then((result) => done(anonymousOutcome(request, result)), done)
+      }
       const banned = knownBanRefusal(request, key)
       if (banned) return done(banned)
       limitKeyed(request, key).then(() => done(), done)

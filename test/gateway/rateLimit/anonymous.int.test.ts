@@ -16,13 +16,13 @@ describe('requests without a valid key are limited per client IP', () => {
   const gateways: RunningGateway[] = []
 
   /** A gateway with its own Redis prefix, so every test starts with untouched per-IP buckets. */
-  async function gateway(trustedProxies: string[] = []): Promise<RunningGateway> {
+  async function gateway(trustedProxies: string[] = [], keyPrefix = `${prefix}${gateways.length}:`): Promise<RunningGateway> {
     const started = await startGateway({
       databaseUrl: database.url,
       petsUrl: pets.url,
       env: { REDIS_URL: TEST_REDIS_URL },
       configure: (file) => {
-        file.redis.keyPrefix = `${prefix}${gateways.length}:`
+        file.redis.keyPrefix = keyPrefix
         file.redis.commandTimeoutMillis = EXACT_OUTCOME_BUDGET_MILLIS
         file.anonymous.perMinute = 3
         file.server.trustedProxies = trustedProxies
@@ -79,6 +79,32 @@ describe('requests without a valid key are limited per client IP', () => {
     } finally {
       redis.disconnect()
     }
+  })
+
+  // DESIGN: a malformed key is refused without touching Postgres or Redis; it can never succeed,
+  // so this gateway's own count is enough to hold a flood of them back.
+  it('counts missing and malformed keys in the gateway\'s memory: the fourth is 429, and Redis was never written', async () => {
+    const g = await gateway()
+    const gatewayPrefix = `${prefix}${gateways.length - 1}:`
+    const real = generateApiKey()
+    const badChecksum = real.slice(0, -1) + (real.endsWith('0') ? '1' : '0')
+    const attempts = [{}, { key: 'aas_not-a-real-key' }, { key: badChecksum }]
+    for (const init of attempts) await (await g.request('/v1/pets', init)).arrayBuffer()
+    const limited = await g.request('/v1/pets', { key: 'aas_not-a-real-key' })
+    expect(expectRateLimitHeaders(limited, anonymous)).toMatchObject({ limit: 3, remaining: 0 })
+    await expectTooManyRequests(limited)
+    expect(await keyNames(`${gatewayPrefix}*`)).toEqual([])
+  })
+
+  it('counts guesses, well-formed keys looked up in vain, across gateways in Redis', async () => {
+    const shared = `${prefix}shared:`
+    const [one, two] = [await gateway([], shared), await gateway([], shared)]
+    for (const g of [one, two, one]) await expectErrorResponse(await g.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
+    // The second gateway has seen one guess from this address; Redis has seen three.
+    await expectTooManyRequests(await two!.request('/v1/pets', { key: generateApiKey() }))
+    await expectTooManyRequests(await one!.request('/v1/pets', { key: generateApiKey() }))
+    // A missing key is no guess: the second gateway's own count still has room for it.
+    await expectErrorResponse(await two!.request('/v1/pets'), 401, 'missing_api_key')
   })
 
   it('never charges a key: a valid key from the same, exhausted IP has its whole quota', async () => {
