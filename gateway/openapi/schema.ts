@@ -168,6 +168,7 @@ export interface components {
              *     - `request_timeout` (408): the request headers did not arrive within 10 s, or the whole request within 30 s.
              *     - `pet_not_found` (404): no animal has this id.
              *     - `payload_too_large` (413): the body is larger than 1 MiB.
+             *     - `uri_too_long` (414): the request target (path and query) is longer than 16 KiB.
              *     - `unsupported_media_type` (415): the body is not `application/json`, is compressed, or is not UTF-8.
              *     - `headers_too_large` (431): the request headers are larger than 16 KiB.
              *     - `idempotency_key_reused` (422): the `Idempotency-Key` was already used with a different body.
@@ -180,7 +181,7 @@ export interface components {
              *     - `upstream_timeout` (504): the catalogue service did not answer in time.
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "invalid_json" | "missing_api_key" | "invalid_api_key" | "not_found" | "pet_not_found" | "method_not_allowed" | "request_timeout" | "payload_too_large" | "unsupported_media_type" | "headers_too_large" | "idempotency_key_reused" | "rate_limited" | "api_key_banned" | "internal_error" | "not_implemented" | "bad_gateway" | "service_unavailable" | "upstream_timeout";
+            code: "bad_request" | "validation_failed" | "invalid_json" | "missing_api_key" | "invalid_api_key" | "not_found" | "pet_not_found" | "method_not_allowed" | "request_timeout" | "payload_too_large" | "uri_too_long" | "unsupported_media_type" | "headers_too_large" | "idempotency_key_reused" | "rate_limited" | "api_key_banned" | "internal_error" | "not_implemented" | "bad_gateway" | "service_unavailable" | "upstream_timeout";
             /** @description Human-readable description. */
             message: string;
             /** @description The HTTP status code. */
@@ -344,6 +345,26 @@ export interface components {
                  *       "code": "request_timeout",
                  *       "message": "The request was not received in time.",
                  *       "status": 408
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description The request target (path and query) is longer than 16 KiB (`uri_too_long`). Like
+         *     `headers_too_large`, the HTTP parser refuses it before it is read: not authenticated,
+         *     not counted, no rate-limit headers; the connection is closed.
+         */
+        UriTooLong: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "uri_too_long",
+                 *       "message": "The request target (path and query) is longer than 16 KiB.",
+                 *       "status": 414
                  *     }
                  */
                 "application/json": components["schemas"]["Error"];
@@ -591,6 +612,7 @@ export type ResponsePayloadTooLarge = components['responses']['PayloadTooLarge']
 export type ResponseUnsupportedMediaType = components['responses']['UnsupportedMediaType'];
 export type ResponseIdempotencyKeyReused = components['responses']['IdempotencyKeyReused'];
 export type ResponseRequestTimeout = components['responses']['RequestTimeout'];
+export type ResponseUriTooLong = components['responses']['UriTooLong'];
 export type ResponseHeadersTooLarge = components['responses']['HeadersTooLarge'];
 export type ResponseTooManyRequests = components['responses']['TooManyRequests'];
 export type ResponseInternalError = components['responses']['InternalError'];
@@ -659,6 +681,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             408: components["responses"]["RequestTimeout"];
+            414: components["responses"]["UriTooLong"];
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
@@ -719,6 +742,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
+            414: components["responses"]["UriTooLong"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["TooManyRequests"];
@@ -771,6 +795,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["PetNotFound"];
             408: components["responses"]["RequestTimeout"];
+            414: components["responses"]["UriTooLong"];
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
@@ -791,6 +816,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             408: components["responses"]["RequestTimeout"];
+            414: components["responses"]["UriTooLong"];
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
@@ -828,6 +854,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             408: components["responses"]["RequestTimeout"];
+            414: components["responses"]["UriTooLong"];
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];

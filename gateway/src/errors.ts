@@ -14,6 +14,7 @@ export const gatewayErrors = defineErrorCodes({
   method_not_allowed: { status: 405, message: 'This path does not answer this method; the Allow header lists the ones it does.' },
   request_timeout: { status: 408, message: 'The request was not received in time.' },
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
+  uri_too_long: { status: 414, message: 'The request target (path and query) is longer than 16 KiB.' },
   unsupported_media_type: { status: 415, message: 'The Content-Type header is not a valid media type.' },
   headers_too_large: { status: 431, message: 'The request headers are larger than 16 KiB.' },
   rate_limited: { status: 429, message: 'Too many requests; retry after the time in Retry-After.' },
@@ -51,6 +52,7 @@ export const gatewayFrameworkErrors: FrameworkErrorCodes = {
 export const gatewayClientErrors: ClientErrorCodes = {
   badRequest: () => gatewayErrors.create('bad_request'),
   headersTooLarge: () => gatewayErrors.create('headers_too_large'),
+  uriTooLong: () => gatewayErrors.create('uri_too_long'),
   requestTimeout: () => gatewayErrors.create('request_timeout'),
   // A method Node's parser does not know, and CONNECT: the gateway is not a forward proxy.
   methodNotImplemented: methodNotSupported,

@@ -14,6 +14,7 @@ export const petsErrors = defineErrorCodes({
   method_not_allowed: { status: 405, message: 'This path does not answer this method; the Allow header lists the ones it does.' },
   request_timeout: { status: 408, message: 'The request was not received in time.' },
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
+  uri_too_long: { status: 414, message: 'The request target (path and query) is longer than 16 KiB.' },
   unsupported_media_type: { status: 415, message: 'The request body must be application/json.' },
   headers_too_large: { status: 431, message: 'The request headers are larger than 16 KiB.' },
   idempotency_key_reused: {
@@ -49,5 +50,6 @@ export const petsFrameworkErrors: FrameworkErrorCodes = {
 export const petsClientErrors: ClientErrorCodes = {
   badRequest: () => petsErrors.create('bad_request'),
   headersTooLarge: () => petsErrors.create('headers_too_large'),
+  uriTooLong: () => petsErrors.create('uri_too_long'),
   requestTimeout: () => petsErrors.create('request_timeout'),
 }

@@ -74,6 +74,27 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
   it.each([
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
+  ])('%s answers a request line over 16 KiB with 414 uri_too_long, not 431', async (service, url) => {
+    const started = performance.now()
+    const answer = await raw(url(), `GET /v1/pets?q=${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`)
+    const millis = performance.now() - started
+    const { statusLine, head, body } = parse(answer)
+    expect(statusLine).toBe('HTTP/1.1 414 URI Too Long')
+    expect(head).toMatch(/content-type: application\/json/i)
+    expect(body).toEqual({ code: 'uri_too_long', message: expect.any(String), status: 414 })
+    expect(await servesNext(service)).toBe(200)
+    recordScenario({
+      area: 'Hostile input',
+      scenario: `a 20 KB request target sent to the ${service}`,
+      answered: `414 uri_too_long with the Error body in ${Math.round(millis)} ms`,
+      lost: 'nothing: refused by the HTTP parser before any route ran; the next request answered 200',
+      test: 'test/reliability/clientErrors.int.test.ts',
+    })
+  })
+
+  it.each([
+    ['gateway', () => gateway.url],
+    ['pets-service', () => pets.url],
   ])('%s answers bytes that are not HTTP with 400 bad_request', async (service, url) => {
     const { statusLine, body } = parse(await raw(url(), 'HELLO THERE\r\n\r\n'))
     expect(statusLine).toBe('HTTP/1.1 400 Bad Request')

@@ -6,6 +6,8 @@ import type { ApiError } from './apiError.ts'
 export interface ClientErrorCodes {
   badRequest: () => ApiError
   headersTooLarge: () => ApiError
+  /** The request line alone is past the 16 KiB the parser reads (RFC 9110 §15.5.15: 414, not 431). */
+  uriTooLong: () => ApiError
   requestTimeout: () => ApiError
   /**
    * A well-formed request line whose method the server does not implement: one Node's parser does
@@ -17,9 +19,13 @@ export interface ClientErrorCodes {
 const REASONS: Record<number, string> = {
   400: 'Bad Request',
   408: 'Request Timeout',
+  414: 'URI Too Long',
   431: 'Request Header Fields Too Large',
   501: 'Not Implemented',
 }
+
+/** The start of a request line (`METHOD target`), which no header line (`Name: value`) looks like. */
+const REQUEST_LINE_START = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ /
 
 /** `METHOD target HTTP/x.y`: a request line whose only fault is a method token Node does not know. */
 const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^\s]+ HTTP\/\d\.\d\r?\n/
@@ -81,7 +87,11 @@ export function refuseConnect(codes: ClientErrorCodes, log?: Pick<FastifyBaseLog
 type ParseError = NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParsed?: number }
 
 function refusalFor(codes: ClientErrorCodes, error: ParseError): ApiError {
-  if (error.code === 'HPE_HEADER_OVERFLOW') return codes.headersTooLarge()
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    const line = refusedRequestLine(error)
+    // The parser ran out of room inside a line that is still the request line: a target too long.
+    return REQUEST_LINE_START.test(line) && !line.includes('\n') ? codes.uriTooLong() : codes.headersTooLarge()
+  }
   if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return codes.requestTimeout()
   if (error.code === 'HPE_INVALID_METHOD' && codes.methodNotImplemented && REQUEST_LINE.test(refusedRequestLine(error))) {
     return codes.methodNotImplemented()
