@@ -46,10 +46,15 @@ export function createLogger(service: string, level = process.env.LOG_LEVEL ?? '
   )
   process.once('exit', () => {
     if (broken) return
+    // A reader that is there but stopped reading (EAGAIN) gets about 2 s, not forever: no timer
+    // runs during 'exit', so nothing else would end the wait.
+    // sonic-boom reads `maxWriteRetries` on each retry; its types do not declare it.
+    const bounded = destination as SonicBoom & { maxWriteRetries: number }
+    bounded.maxWriteRetries = 20
     try {
       destination.flushSync()
     } catch {
-      // Not open yet (nothing was buffered), or stdout has no reader any more.
+      // Not open yet (nothing was buffered), stdout has no reader any more, or it stopped reading.
     }
   })
   return logger

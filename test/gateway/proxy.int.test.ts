@@ -423,6 +423,31 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(Date.now() - started).toBeLessThan(2_000)
     })
 
+    it('answers 504 within the timeout after the headers when the body stalls', async () => {
+      const stall = await scriptedUpstream((_request, response) => {
+        response.writeHead(200, { 'content-type': 'application/json', 'content-length': '1000' })
+        response.write('[')
+      })
+      const { gateway, key } = await gatewayTo(stall, 0.5)
+      const started = Date.now()
+      await expectErrorResponse(await gateway.request('/v1/pets', { key, contract: false }), 504, 'upstream_timeout')
+      expect(Date.now() - started).toBeLessThan(1_500)
+    })
+
+    // An unsized answer streams; one that fails before its first byte is still a clean 504,
+    // not a 500 under the upstream's own headers.
+    it('answers 504, without the upstream\'s headers, when a streaming answer stalls before its first byte', async () => {
+      const silentStream = await scriptedUpstream((_request, response) => {
+        response.writeHead(200, { 'content-type': 'application/json', 'set-cookie': 'upstream-session=1', etag: '"u1"' })
+        response.flushHeaders()
+      })
+      const { gateway, key } = await gatewayTo(silentStream, 0.5)
+      const response = await gateway.request('/v1/pets', { key, contract: false })
+      expect(response.headers.get('set-cookie')).toBeNull()
+      expect(response.headers.get('etag')).toBeNull()
+      await expectErrorResponse(response, 504, 'upstream_timeout')
+    })
+
     it('keeps the upstream\'s internal headers and software banner from the client', async () => {
       const chatty = await scriptedUpstream((_request, response) => {
         response
@@ -475,6 +500,11 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       await connection.closed
       expect(connection.answer()).toMatch(/^HTTP\/1\.1 200 /)
       expect(recorder.requests[0]!.url).toBe('/pets?limit=1')
+      // A "?" inside the fragment is no query.
+      const second = await openRaw(gateway.url)
+      second.socket.write(`GET /v1/pets#frag?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`)
+      await second.closed
+      expect(recorder.requests[1]!.url).toBe('/pets')
     })
   })
 })

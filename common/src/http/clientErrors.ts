@@ -86,11 +86,15 @@ export function refuseConnect(codes: ClientErrorCodes, log?: Pick<FastifyBaseLog
 
 type ParseError = NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParsed?: number }
 
-function refusalFor(codes: ClientErrorCodes, error: ParseError): ApiError {
+function refusalFor(codes: ClientErrorCodes, error: ParseError, socket: Socket): ApiError {
   if (error.code === 'HPE_HEADER_OVERFLOW') {
     const line = refusedRequestLine(error)
     // The parser ran out of room inside a line that is still the request line: a target too long.
-    return REQUEST_LINE_START.test(line) && !line.includes('\n') ? codes.uriTooLong() : codes.headersTooLarge()
+    // Only when that line's start is in view: in these bytes after a line feed, or at the start of
+    // the connection's first read. A line that began in an earlier read may be any header.
+    const { rawPacket, bytesParsed = 0 } = error
+    const startSeen = rawPacket !== undefined && (rawPacket.lastIndexOf(0x0a, Math.max(0, bytesParsed - 1)) >= 0 || socket.bytesRead === rawPacket.length)
+    return startSeen && REQUEST_LINE_START.test(line) && !line.includes('\n') ? codes.uriTooLong() : codes.headersTooLarge()
   }
   if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return codes.requestTimeout()
   if (error.code === 'HPE_INVALID_METHOD' && codes.methodNotImplemented && REQUEST_LINE.test(refusedRequestLine(error))) {
@@ -107,7 +111,7 @@ function refusedRequestLine({ rawPacket, bytesParsed }: ParseError): string {
 }
 
 function refuse(codes: ClientErrorCodes, error: NodeJS.ErrnoException, socket: Socket, log?: Pick<FastifyBaseLogger, 'info'>): void {
-  answer(refusalFor(codes, error), socket, log, error.code, 'request refused by the HTTP parser')
+  answer(refusalFor(codes, error, socket), socket, log, error.code, 'request refused by the HTTP parser')
 }
 
 function answer(apiError: ApiError, socket: Socket, log: Pick<FastifyBaseLogger, 'info'> | undefined, reason: string | undefined, message: string): void {

@@ -111,11 +111,11 @@ export function upstreamFailure(error: unknown) {
     : gatewayErrors.create('bad_gateway', undefined, { cause: error })
 }
 
-/** The whole answer took longer than the upstream timeout (its headers came in time). */
+/** The answer's body was not complete within the upstream timeout of its headers. */
 class UpstreamDeadlineError extends Error {
   readonly code = 'UND_ERR_BODY_TIMEOUT'
   constructor(timeoutMillis: number) {
-    super(`the upstream's answer was not complete within ${timeoutMillis} ms`)
+    super(`the upstream's answer was not complete within ${timeoutMillis} ms of its headers`)
   }
 }
 
@@ -282,17 +282,19 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // An HTTP/1 connection cannot be reused until its request body has been read.
     if (!request.raw.complete) reply.header('connection', 'close')
     reply.code(statusCode)
-    return !request.raw.aborted
+    // Not request.raw.aborted: Node sets it only while the request body is unread, and the
+    // gateway has read every body before forwarding it.
+    return !reply.raw.destroyed
   }
 
   function forward(request: FastifyRequest, reply: FastifyReply, destination: string): void {
     const raw = request.raw
-    const url = raw.url ?? ''
+    // A fragment is not part of a request target (RFC 9112 §3.2), but Node's parser lets one through.
+    const target = raw.url ?? ''
+    const fragmentAt = target.indexOf('#')
+    const url = fragmentAt < 0 ? target : target.slice(0, fragmentAt)
     const queryAt = url.indexOf('?')
-    // A fragment is not part of a request target (RFC 9112 §3.2); Node's parser lets one through.
-    const fragmentAt = queryAt > 0 ? url.indexOf('#', queryAt) : -1
-    const query = queryAt > 0 ? url.slice(queryAt, fragmentAt > 0 ? fragmentAt : undefined) : ''
-    const path = upstreamPathname(destination, base, baseHref) + query
+    const path = upstreamPathname(destination, base, baseHref) + (queryAt > 0 ? url.slice(queryAt) : '')
 
     // The gateway's own headers (gatewayHeaders) first: a server keeps only so many header
     // lines (Node: 2,000), and a client that sent a thousand must not push the credential, the
@@ -318,9 +320,12 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       headers['content-type'] = incoming['content-type'] ?? 'application/octet-stream'
     }
 
-    const sentAt = performance.now()
+    const sentAt = observer ? performance.now() : 0
     let statusCode = 0
     let received = 0
+    let deadline: NodeJS.Timeout | undefined
+    /** Set once the answer is to stream: its head and the stream go out with its first byte. */
+    let resumeUpstream: (() => void) | undefined
     let parsed: Record<string, string | string[] | undefined> | undefined
     let chunks: Buffer[] | undefined
     let stream: Readable | undefined
@@ -346,34 +351,16 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
           raw.method !== 'HEAD' &&
           status !== 204 &&
           status !== 304
-        if (buffered) {
-          parsed = answer
-          chunks = []
-          return true
-        }
-        if (!answerHead(request, reply, status, answer)) {
-          // Already answered (a status Node cannot send) or nobody left to answer: drop the upstream's.
-          dropped = true
-          abort?.()
-          return false
-        }
-        const body = new Readable({ read: () => resume() })
-        stream = body
-        // A client gone mid-stream: the upstream request goes too, instead of running to its end.
-        reply.raw.once('close', () => {
-          if (!body.readableEnded) cutOff(new Error('the client went away'))
-        })
-        reply.send(body)
+        // undici's bodyTimeout is an idle timer: an upstream trickling a byte a second would hold
+        // the request forever. Once the headers are in, the whole body has timeoutMillis more.
+        deadline = setTimeout(() => cutOff(new UpstreamDeadlineError(options.timeoutMillis)), options.timeoutMillis)
+        parsed = answer
+        if (buffered) chunks = []
+        else resumeUpstream = resume
         return true
       },
       onData(chunk) {
-        // undici's bodyTimeout is an idle timer: an upstream trickling a byte a second would hold
-        // the request forever. The whole answer has timeoutMillis from the request being sent.
         received += chunk.length
-        if (performance.now() - sentAt > options.timeoutMillis) {
-          cutOff(new UpstreamDeadlineError(options.timeoutMillis))
-          return false
-        }
         if (chunks) {
           if (received > BUFFERED_ANSWER_MAX_BYTES) {
             cutOff(new Error(`upstream answered ${statusCode} with a body over ${BUFFERED_ANSWER_MAX_BYTES} bytes`))
@@ -382,11 +369,14 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
           chunks.push(chunk)
           return true
         }
+        if (!stream && !startStream()) return false
         return stream ? stream.push(chunk) : true
       },
       onComplete() {
-        if (stream) {
-          stream.push(null)
+        clearTimeout(deadline)
+        if (dropped) return
+        if (resumeUpstream) {
+          if (stream || startStream()) stream?.push(null)
           return
         }
         if (!chunks || !parsed) return
@@ -399,14 +389,38 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         reply.send(answer)
       },
       onError(error) {
+        clearTimeout(deadline)
         if (dropped) return
         if (stream) stream.destroy(error)
         else fail(reply, error)
       },
     }
 
+    /**
+     * The answer's head and a stream for its body, sent with its first byte (or its end): until
+     * then an upstream failure is still a clean 502/504, not a 500 under the upstream's headers.
+     */
+    function startStream(): boolean {
+      if (!answerHead(request, reply, statusCode, parsed ?? {})) {
+        // Already answered (a status Node cannot send) or nobody left to answer: drop the upstream's.
+        clearTimeout(deadline)
+        dropped = true
+        abort?.()
+        return false
+      }
+      const body = new Readable({ read: () => resumeUpstream?.() })
+      stream = body
+      // A client gone mid-stream: the upstream request goes too, instead of running to its end.
+      reply.raw.once('close', () => {
+        if (!body.readableEnded) cutOff(new Error('the client went away'))
+      })
+      reply.send(body)
+      return true
+    }
+
     /** Stops the exchange: 504/502 while nothing has been answered, else the stream cut short. */
     function cutOff(error: Error): void {
+      clearTimeout(deadline)
       if (dropped) return
       dropped = true
       abort?.(error)

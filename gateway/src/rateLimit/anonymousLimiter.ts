@@ -102,7 +102,7 @@ export function createAnonymousLimiter(options: {
       const local = consumeHere(clientIp)
       if (!shared || !local.admitted) return local
       const refused = spentWindow(clientIp)
-      if (refused) return refused
+      if (refused) return tighter(local, refused)
       try {
         return tighter(local, await consumeShared(shared, clientIp))
       } catch {
@@ -113,9 +113,16 @@ export function createAnonymousLimiter(options: {
   }
 }
 
-/** The decision that leaves less: refused if either refuses; on a tie, the window that resets last. */
+/**
+ * Both counts together. Refused if either refuses, and then the wait is until every count with
+ * nothing left has reset: a client that waits only for the first would be refused by the other.
+ * Admitted, the one with less left (on a tie, the one that resets last).
+ */
 function tighter(a: AnonymousDecision, b: AnonymousDecision): AnonymousDecision {
-  if (a.admitted !== b.admitted) return a.admitted ? b : a
+  if (!a.admitted || !b.admitted) {
+    const spent = [a, b].filter((decision) => decision.remaining === 0 || !decision.admitted)
+    return { ...a, admitted: false, remaining: 0, resetInMillis: Math.max(...spent.map((decision) => decision.resetInMillis)) }
+  }
   if (a.remaining !== b.remaining) return a.remaining < b.remaining ? a : b
   return a.resetInMillis >= b.resetInMillis ? a : b
 }

@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
+import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymousLimiter.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
@@ -105,6 +106,25 @@ describe('requests without a valid key are limited per client IP', () => {
     await expectTooManyRequests(await one!.request('/v1/pets', { key: generateApiKey() }))
     // A missing key is no guess: the second gateway's own count still has room for it.
     await expectErrorResponse(await two!.request('/v1/pets'), 401, 'missing_api_key')
+  })
+
+  // DESIGN: Retry-After is never earlier than the moment a request would be admitted. Refused by
+  // Redis while its own count is also spent, a gateway must name the later of the two resets.
+  it('refuses a guess with a wait that outlasts both counts, Redis\'s and the gateway\'s own', async () => {
+    const redis = new Redis(TEST_REDIS_URL, { keyPrefix: `${prefix}direct:` })
+    try {
+      const [one, two] = [1, 2].map(() => createAnonymousLimiter({ perMinute: 3, windowSeconds: 2, redis }))
+      for (let i = 0; i < 3; i++) expect((await two!.consumeGuess('192.0.2.9')).admitted).toBe(true)
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      one!.consumeHere('192.0.2.9')
+      one!.consumeHere('192.0.2.9')
+      // Redis's window frees in about 1 s; this gateway's, now spent too, in about 2 s.
+      const refused = await one!.consumeGuess('192.0.2.9')
+      expect(refused).toMatchObject({ admitted: false, remaining: 0 })
+      expect(refused.resetInMillis).toBeGreaterThan(1_500)
+    } finally {
+      redis.disconnect()
+    }
   })
 
   it('never charges a key: a valid key from the same, exhausted IP has its whole quota', async () => {
