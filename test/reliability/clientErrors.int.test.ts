@@ -50,18 +50,36 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     await database?.drop()
   })
 
+  /**
+   * Sends `bytes` the HTTP parser refuses and checks the refusal: its status line, the Error body
+   * as JSON, and the service answering its next request 200. Returns the ms the refusal took.
+   */
+  async function expectParserRefusal(
+    service: string,
+    url: string,
+    bytes: string,
+    expected: { statusLine: string; code: string; status: number },
+  ): Promise<number> {
+    const started = performance.now()
+    const answer = await raw(url, bytes)
+    const millis = performance.now() - started
+    const { statusLine, head, body } = parse(answer)
+    expect(statusLine).toBe(expected.statusLine)
+    expect(head).toMatch(/content-type: application\/json/i)
+    expect(body).toEqual({ code: expected.code, message: expect.any(String), status: expected.status })
+    expect(await servesNext(service)).toBe(200)
+    return millis
+  }
+
   it.each([
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
   ])('%s answers headers over 16 KiB with 431 headers_too_large', async (service, url) => {
-    const started = performance.now()
-    const answer = await raw(url(), `GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)
-    const millis = performance.now() - started
-    const { statusLine, head, body } = parse(answer)
-    expect(statusLine).toBe('HTTP/1.1 431 Request Header Fields Too Large')
-    expect(head).toMatch(/content-type: application\/json/i)
-    expect(body).toEqual({ code: 'headers_too_large', message: expect.any(String), status: 431 })
-    expect(await servesNext(service)).toBe(200)
+    const millis = await expectParserRefusal(service, url(), `GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, {
+      statusLine: 'HTTP/1.1 431 Request Header Fields Too Large',
+      code: 'headers_too_large',
+      status: 431,
+    })
     recordScenario({
       area: 'Hostile input',
       scenario: `20 KB of request headers sent to the ${service}`,
@@ -75,14 +93,11 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
   ])('%s answers a request line over 16 KiB with 414 uri_too_long, not 431', async (service, url) => {
-    const started = performance.now()
-    const answer = await raw(url(), `GET /v1/pets?q=${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`)
-    const millis = performance.now() - started
-    const { statusLine, head, body } = parse(answer)
-    expect(statusLine).toBe('HTTP/1.1 414 URI Too Long')
-    expect(head).toMatch(/content-type: application\/json/i)
-    expect(body).toEqual({ code: 'uri_too_long', message: expect.any(String), status: 414 })
-    expect(await servesNext(service)).toBe(200)
+    const millis = await expectParserRefusal(service, url(), `GET /v1/pets?q=${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, {
+      statusLine: 'HTTP/1.1 414 URI Too Long',
+      code: 'uri_too_long',
+      status: 414,
+    })
     recordScenario({
       area: 'Hostile input',
       scenario: `a 20 KB request target sent to the ${service}`,

@@ -322,6 +322,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
 
     const sentAt = observer ? performance.now() : 0
     let statusCode = 0
+    /** Bytes of a buffered answer so far. */
     let received = 0
     let deadline: NodeJS.Timeout | undefined
     /** Set once the answer is to stream: its head and the stream go out with its first byte. */
@@ -360,8 +361,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         return true
       },
       onData(chunk) {
-        received += chunk.length
         if (chunks) {
+          received += chunk.length
           if (received > BUFFERED_ANSWER_MAX_BYTES) {
             cutOff(new Error(`upstream answered ${statusCode} with a body over ${BUFFERED_ANSWER_MAX_BYTES} bytes`))
             return false

@@ -4,7 +4,7 @@ import { createAnonymousLimiter, type AnonymousLimiter } from './anonymousLimite
 import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
 import type { LimitStore } from './limitStore.ts'
-import { banPolicy, type KeyLimits } from './planLimits.ts'
+import { banPolicy, limitsFor } from './planLimits.ts'
 import { RedisBudgetExceededError, connectRedis, createRedisStore, redisReady } from './redisStore.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
@@ -88,21 +88,14 @@ export function createLimiter(options: LimiterOptions): Limiter {
     async probe() {
       if (redis && !(await redisReady(redis, 1_000))) throw new Error('Redis is not connected')
       // Unobserved: probes are not requests, and would blur the store's latency and error metrics.
-      await unobserved.consume({ keyId: READINESS_PROBE_KEY_ID, ...probeLimits(options.config()), bans: banPolicy(options.config()) })
+      await unobserved.consume({ keyId: READINESS_PROBE_KEY_ID, ...limitsFor(PROBE_KEY, options.config()), bans: banPolicy(options.config()) })
     },
     close: () => store.close(),
   }
 }
 
-/** The configured windows with limits no probe reaches, so a probe is always a full decision and never a strike. */
-function probeLimits(config: GatewayConfig): KeyLimits {
-  const unreachable = 1_000_000_000
-  const { minute, day } = config.windows
-  return {
-    minute: { limit: unreachable, windowMillis: minute.lengthMillis, bucketMillis: minute.bucketMillis },
-    day: { limit: unreachable, windowMillis: day.lengthMillis, bucketMillis: day.bucketMillis },
-  }
-}
+/** Custom limits no probe reaches on the configured windows: a probe is always a full decision, never a strike. */
+const PROBE_KEY = { plan: 'readiness-probe', perMinute: 1_000_000_000, perDay: 1_000_000_000 }
 
 function observed(store: LimitStore, kind: Limiter['storeKind'], observer: StoreObserver | undefined): LimitStore {
   if (!observer) return store
