@@ -20,6 +20,7 @@ import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { requestFraming } from './proxy/requestFraming.ts'
 import { BODY_LIMIT_BYTES, acceptOpaqueBodies, upstreamProxy } from './proxy/upstreamProxy.ts'
+import type { NewBan } from './rateLimit/banJournal.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
@@ -32,6 +33,8 @@ export interface GatewayDependencies {
   keys: KeyCache
   limiter: Limiter
   metrics?: GatewayMetrics
+  /** Called once per ban, by the gateway whose request started it (log line, record for the CLI). */
+  onNewBan?: (ban: NewBan) => void
   internalToken: string
   logger: FastifyBaseLogger
   registry: Registry
@@ -101,6 +104,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     bans: deps.limiter.bans,
     anonymous: () => deps.limiter.anonymous(),
     observer: deps.metrics?.rateLimit,
+    onNewBan: deps.onNewBan,
   })
   // 2b
   await app.register(requireAuthentication)

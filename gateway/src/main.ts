@@ -15,6 +15,7 @@ import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
 import { createKeyRepository } from './keys/keyRepository.ts'
 import { createGatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
+import { banJournal } from './rateLimit/banJournal.ts'
 import { createLimiter } from './rateLimit/limiter.ts'
 import { upstreamAcceptsGateway } from './upstreamCheck.ts'
 
@@ -51,7 +52,16 @@ async function main(): Promise<void> {
   metrics.observeBans(limiter.bans)
   metrics.store.expect(limiter.storeKind)
 
-  const app = await buildGateway({ config: configSource.get, keys, limiter, metrics, internalToken, logger, registry })
+  const app = await buildGateway({
+    config: configSource.get,
+    keys,
+    limiter,
+    metrics,
+    onNewBan: banJournal({ record: repository.recordBan, logger }),
+    internalToken,
+    logger,
+    registry,
+  })
   const stopWatching = configSource.watch()
   let accepting = true
   const ops = buildOpsServer({

@@ -185,6 +185,41 @@ describe('keys CLI (npm run keys)', () => {
     expect(unknown.code).toBe(1)
   })
 
+  it('shows a key\'s ban in force in show and list, not one that has ended, and unban deletes its record', async () => {
+    await schema()
+    const [{ record: banned }, { record: lapsed }] = await Promise.all([
+      repository.create({ name: 'hammering', plan: 'free' }),
+      repository.create({ name: 'calmed down', plan: 'free' }),
+    ])
+    const now = Date.now()
+    await repository.recordBan({ keyId: banned.id, step: 2, startedAt: new Date(now - 60_000), endsAt: new Date(now + 840_000) })
+    await repository.recordBan({ keyId: lapsed.id, step: 0, startedAt: new Date(now - 120_000), endsAt: new Date(now - 60_000) })
+    const endsAt = new Date(now + 840_000).toISOString()
+
+    const [text, json, list, listJson, other] = await Promise.all([
+      run('show', banned.id),
+      run('show', banned.id, '--json'),
+      run('list'),
+      run('list', '--json'),
+      run('show', lapsed.id, '--json'),
+    ])
+    expect(text.code, text.stderr).toBe(0)
+    expect(text.stdout).toContain(`  ban      until ${endsAt.slice(0, 19).replace('T', ' ')} UTC (ladder step 2, since `)
+    expect(JSON.parse(json.stdout)).toMatchObject({ id: banned.id, state: 'active', ban: { step: 2, endsAt } })
+    const row = (id: string) => list.stdout.split('\n').find((line) => line.startsWith(id)) ?? ''
+    expect(row(banned.id)).toContain(`banned until ${endsAt.slice(11, 16)}`)
+    expect(row(lapsed.id)).toMatch(/\bactive\b/)
+    const listed = (JSON.parse(listJson.stdout) as { keys: { id: string; ban: unknown }[] }).keys
+    expect(listed.find((key) => key.id === banned.id)?.ban).toMatchObject({ step: 2 })
+    expect(listed.find((key) => key.id === lapsed.id)?.ban).toBeNull()
+    expect(JSON.parse(other.stdout)).toMatchObject({ ban: null })
+
+    const unbanned = await run('unban', banned.id)
+    expect(unbanned.code, unbanned.stderr).toBe(0)
+    expect(unbanned.stdout).toMatch(/\n {2}ban {6}none\n/)
+    expect(await repository.activeBans([banned.id])).toEqual(new Map())
+  })
+
   it('refuses to change or unban a revoked key with exit 1, and changes nothing', async () => {
     await schema()
     const { record } = await repository.create({ name: 'revoked', plan: 'pro' })

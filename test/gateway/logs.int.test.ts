@@ -1,29 +1,18 @@
 import net from 'node:net'
-import { Writable } from 'node:stream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { refusingUpstream, silentUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
+import { captureLog } from '../helpers/logCapture.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
-
-function capture() {
-  const lines: string[] = []
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      lines.push(...chunk.toString().split('\n').filter(Boolean))
-      done()
-    },
-  })
-  return { lines, stream }
-}
 
 describe('gateway logs', () => {
   let database: TestDatabase
   let pets: RunningPetsService
-  const gatewayLog = capture()
-  const petsLog = capture()
+  const gatewayLog = captureLog()
+  const petsLog = captureLog()
   const gateways: RunningGateway[] = []
 
   beforeAll(async () => {

@@ -17,6 +17,7 @@ import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
 import { createKeyRepository, type KeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
 import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import { banJournal } from '../../gateway/src/rateLimit/banJournal.ts'
 import { createLimiter, type Limiter } from '../../gateway/src/rateLimit/limiter.ts'
 import { contractFetch, type ContractOptions } from './contract.ts'
 import { TEST_INTERNAL_TOKEN } from './petsService.ts'
@@ -100,6 +101,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     keys: cache,
     limiter,
     metrics,
+    onNewBan: banJournal({ record: keys.recordBan, logger }),
     internalToken: options.internalToken ?? TEST_INTERNAL_TOKEN,
     logger,
     registry,

@@ -1,6 +1,5 @@
 import net from 'node:net'
 import type { InjectOptions } from 'fastify'
-import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import { Registry } from 'prom-client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -13,6 +12,7 @@ import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
 import { TEST_INTERNAL_TOKEN, jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
+import { captureLog } from '../helpers/logCapture.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
@@ -243,16 +243,10 @@ describe('pets-service operations', () => {
 
   describe('logs', () => {
     let service: RunningPetsService
-    const lines: Record<string, unknown>[] = []
+    const log = captureLog()
 
     beforeAll(async () => {
-      const sink = new Writable({
-        write(chunk: Buffer, _encoding, done) {
-          for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line))
-          done()
-        },
-      })
-      service = await startPetsService(database.url, { logStream: sink })
+      service = await startPetsService(database.url, { logStream: log.stream })
     })
     afterAll(async () => {
       await service?.close()
@@ -261,6 +255,7 @@ describe('pets-service operations', () => {
     it('writes one JSON line per request with its request id, route, status and duration', async () => {
       await service.request('/pets/77', { headers: { 'x-request-id': 'log-test-1' } })
       await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 1 }, { 'x-request-id': 'log-test-2' }))
+      const lines = log.entries()
       const first = lines.filter((line) => line.requestId === 'log-test-1')
       expect(first).toEqual([
         expect.objectContaining({ method: 'GET', route: '/pets/:petId', status: 404, durationMs: expect.any(Number) }),
@@ -272,10 +267,10 @@ describe('pets-service operations', () => {
 
     it('never writes the internal credential', async () => {
       await fetch(`${service.url}/pets`, { headers: { 'x-internal-token': 'wrong-token-in-a-log?' } })
-      const text = lines.map((line) => JSON.stringify(line)).join('\n')
+      const text = log.lines.join('\n')
       expect(text).not.toContain(TEST_INTERNAL_TOKEN)
       expect(text).not.toContain('wrong-token-in-a-log?')
-      expect(lines.some((line) => line.status === 401)).toBe(true)
+      expect(log.entries().some((line) => line.status === 401)).toBe(true)
     })
   })
 

@@ -8,8 +8,8 @@ export const USAGE = `Usage: npm run keys -- <command> [options]
 Commands:
   create --plan <plan> --name <name> [--per-minute N --per-day N] [--expires <when>]
                           create a key and print it; it is shown this once, never again
-  list                    every key: id, prefix, name, plan, limits, state, created
-  show <id>               one key
+  list                    every key: id, prefix, name, plan, limits, state (or ban), created
+  show <id>               one key, with its ban if it is banned
   revoke <id>             revoke a key; every running gateway refuses it within 2 s
   unban <id>              lift a key's ban on every running gateway within 2 s and clear
                           its strikes (the ban-ladder step it reached is kept for 24 h)

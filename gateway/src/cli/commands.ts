@@ -9,7 +9,7 @@ export interface Output {
 }
 
 export interface CommandDeps {
-  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits' | 'requestUnban'>
+  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits' | 'requestUnban' | 'activeBans'>
   /** The gateway config's plans; undefined only for `revoke` when the config cannot be read. */
   plans: Plans | undefined
   output: Output
@@ -69,9 +69,10 @@ function present(record: ApiKeyRecord | undefined, id: string): ApiKeyRecord {
 export async function runCommand(command: Command, deps: CommandDeps): Promise<void> {
   const now = deps.now?.() ?? new Date()
   const { output, plans, repository } = deps
-  const report = (record: ApiKeyRecord, json: boolean, headline: string) => {
-    if (json) output.out(`${JSON.stringify(keyJson(record, plans, now))}\n`)
-    else output.out(`${headline}\n${keyDetails(record, plans, now)}`)
+  const report = async (record: ApiKeyRecord, json: boolean, headline: string) => {
+    const ban = (await repository.activeBans([record.id])).get(record.id) ?? null
+    if (json) output.out(`${JSON.stringify(keyJson(record, plans, now, ban))}\n`)
+    else output.out(`${headline}\n${keyDetails(record, plans, now, ban)}`)
   }
   /** Remarks that are not the result: stdout for a person, stderr when stdout is JSON. */
   const note = (json: boolean, text: string) => (json ? output.err(`note: ${text}\n`) : output.out(`\nNote: ${text}\n`))
@@ -89,7 +90,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
         expiresAt: command.expiresAt,
       })
       if (command.json) {
-        const { id, ...rest } = keyJson(record, plans, now)
+        const { id, ...rest } = keyJson(record, plans, now, null)
         output.out(`${JSON.stringify({ id, key, ...rest })}\n`)
         return
       }
@@ -101,10 +102,11 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       return
     }
     case 'list': {
-      const records = await repository.list()
-      if (command.json) output.out(`${JSON.stringify({ keys: records.map((record) => keyJson(record, plans, now)) })}\n`)
+      const [records, bans] = await Promise.all([repository.list(), repository.activeBans()])
+      const banOf = (record: ApiKeyRecord) => bans.get(record.id) ?? null
+      if (command.json) output.out(`${JSON.stringify({ keys: records.map((record) => keyJson(record, plans, now, banOf(record))) })}\n`)
       else if (records.length === 0) output.out('No API keys yet. Create one: npm run keys -- create --plan <plan> --name <name>\n')
-      else output.out(keyTable(records, plans, now))
+      else output.out(keyTable(records, plans, now, banOf))
       return
     }
     case 'show':
@@ -130,7 +132,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       // Limits before plan: a gateway reading in between never sees a custom plan without limits.
       if (command.limits) await repository.setLimits(command.id, command.limits.perMinute, command.limits.perDay)
       const record = present(await repository.setPlan(command.id, command.plan), command.id)
-      report(record, command.json, `API key ${record.id} is now on plan ${record.plan}.`)
+      await report(record, command.json, `API key ${record.id} is now on plan ${record.plan}.`)
       if (!isCustomPlan(plan) && !command.limits && hasCustomLimits(record)) {
         note(
           command.json,

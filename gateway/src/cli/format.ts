@@ -1,9 +1,12 @@
 import type { GatewayConfig } from '../config/loadConfig.ts'
-import type { ApiKeyRecord } from '../keys/keyRepository.ts'
+import type { ApiKeyRecord, RecordedBan } from '../keys/keyRepository.ts'
 import { keyLimit } from '../rateLimit/planLimits.ts'
 
 export type Plans = GatewayConfig['plans']
 export type KeyState = 'active' | 'revoked' | 'expired'
+
+/** The key's ban in force as recorded by the gateway that started it, or null. */
+export type BanOf = (record: ApiKeyRecord) => RecordedBan | null
 
 export function keyState(record: ApiKeyRecord, now: Date): KeyState {
   if (record.revokedAt !== null) return 'revoked'
@@ -37,7 +40,7 @@ function failSafeReason(record: ApiKeyRecord, plans: Plans | undefined, limits: 
 const iso = (date: Date | null) => (date === null ? null : date.toISOString())
 
 /** What --json prints for a key: never the key itself nor its hash. */
-export function keyJson(record: ApiKeyRecord, plans: Plans | undefined, now: Date) {
+export function keyJson(record: ApiKeyRecord, plans: Plans | undefined, now: Date, ban: RecordedBan | null) {
   const limits = effectiveLimits(record, plans)
   return {
     id: record.id,
@@ -51,6 +54,7 @@ export function keyJson(record: ApiKeyRecord, plans: Plans | undefined, now: Dat
     createdAt: iso(record.createdAt),
     expiresAt: iso(record.expiresAt),
     revokedAt: iso(record.revokedAt),
+    ban: ban && { step: ban.step, startedAt: iso(ban.startedAt), endsAt: iso(ban.endsAt) },
   }
 }
 
@@ -77,7 +81,18 @@ export function shortPrefix(record: ApiKeyRecord): string {
   return `${record.displayPrefix}…`
 }
 
-export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date): string {
+function describeBan(ban: RecordedBan | null): string {
+  if (!ban) return 'none'
+  return `until ${describeTime(ban.endsAt)} (ladder step ${ban.step}, since ${describeTime(ban.startedAt)})`
+}
+
+/** The table's STATE: a ban shows on a key that is otherwise active. */
+function tableState(record: ApiKeyRecord, now: Date, ban: RecordedBan | null): string {
+  const state = keyState(record, now)
+  return state === 'active' && ban ? `banned until ${describeTime(ban.endsAt).slice(11, 16)}` : state
+}
+
+export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date, banOf: BanOf): string {
   const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED']
   const rows = records.map((record) => [
     record.id,
@@ -85,7 +100,7 @@ export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now:
     printable(record.name, 32),
     record.plan,
     describeLimits(record, plans),
-    keyState(record, now),
+    tableState(record, now, banOf(record)),
     describeTime(record.createdAt).slice(0, 16),
   ])
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)))
@@ -94,7 +109,7 @@ export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now:
 }
 
 /** `show` and the confirmation after each change: one field per line. */
-export function keyDetails(record: ApiKeyRecord, plans: Plans | undefined, now: Date): string {
+export function keyDetails(record: ApiKeyRecord, plans: Plans | undefined, now: Date, ban: RecordedBan | null): string {
   const fields: [string, string][] = [
     ['id', record.id],
     ['prefix', shortPrefix(record)],
@@ -105,6 +120,7 @@ export function keyDetails(record: ApiKeyRecord, plans: Plans | undefined, now: 
     ['created', describeTime(record.createdAt)],
     ['expires', describeTime(record.expiresAt)],
     ['revoked', describeTime(record.revokedAt, '-')],
+    ['ban', describeBan(ban)],
   ]
   return fields.map(([label, value]) => `  ${label.padEnd(8)} ${value}`).join('\n') + '\n'
 }

@@ -20,6 +20,15 @@ export interface KeyChange {
   kind: 'updated' | 'unban'
 }
 
+/** A ban as the gateway that started it recorded it (the store holds the ban itself). */
+export interface RecordedBan {
+  keyId: string
+  /** The ladder step, 0 for the first. */
+  step: number
+  startedAt: Date
+  endsAt: Date
+}
+
 export interface NewApiKey {
   name: string
   plan: string
@@ -114,10 +123,33 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows
     },
 
-    /** Asks every gateway to lift the key's ban; returns false when no such key exists. */
+    /** Records a ban the store has just started, for `keys show` and `keys list`. */
+    async recordBan(ban: RecordedBan): Promise<void> {
+      await pool.query(
+        `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (key_id) DO UPDATE SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at`,
+        [ban.keyId, ban.step, ban.startedAt, ban.endsAt],
+      )
+    },
+
+    /** The recorded bans that have not ended yet, by key id (all keys, or the ones named). */
+    async activeBans(ids?: string[]): Promise<Map<string, RecordedBan>> {
+      const { rows } = await pool.query<RecordedBan>(
+        `SELECT key_id AS "keyId", step, started_at AS "startedAt", ends_at AS "endsAt" FROM gateway.api_key_bans
+          WHERE ends_at > now() AND ($1::text[] IS NULL OR key_id = ANY($1))`,
+        [ids ?? null],
+      )
+      return new Map(rows.map((ban) => [ban.keyId, ban]))
+    },
+
+    /**
+     * Asks every gateway to lift the key's ban and deletes its record, in one statement; returns
+     * false when no such key exists.
+     */
     async requestUnban(id: string): Promise<boolean> {
       const { rowCount } = await pool.query(
-        `WITH change AS (
+        `WITH lifted AS (DELETE FROM gateway.api_key_bans WHERE key_id = $1),
+         change AS (
            INSERT INTO gateway.api_key_changes (key_id, key_hash, kind)
            SELECT id, key_hash, 'unban' FROM gateway.api_keys WHERE id = $1 RETURNING key_id
          )
@@ -127,9 +159,10 @@ export function createKeyRepository(pool: pg.Pool) {
       return (rowCount ?? 0) > 0
     },
 
-    /** The change log only needs to outlive the cache TTL; a day is generous. */
+    /** The change log only needs to outlive the cache TTL, a ban record its ban; a day is generous. */
     async purgeChanges(): Promise<void> {
       await pool.query(`DELETE FROM gateway.api_key_changes WHERE changed_at < now() - interval '1 day'`)
+      await pool.query(`DELETE FROM gateway.api_key_bans WHERE ends_at < now() - interval '1 day'`)
     },
   }
 }

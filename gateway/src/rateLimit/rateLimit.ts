@@ -5,6 +5,7 @@ import type { ApiKeyRecord } from '../keys/keyRepository.ts'
 import { gatewayErrors } from '../errors.ts'
 import type { AnonymousDecision, AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
+import type { NewBan } from './banJournal.ts'
 import type { LimitOutcome } from './limitStore.ts'
 import { banPolicy, cachedLimitsFor, type KeyLimits } from './planLimits.ts'
 import { rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
@@ -40,6 +41,8 @@ export interface RateLimitOptions {
   bans: BanCache
   anonymous: () => AnonymousLimiter
   observer?: RateLimitObserver
+  /** Called once per ban, by the gateway whose request started it. */
+  onNewBan?: (ban: NewBan) => void
 }
 
 const RETRY_AFTER_STORE_DOWN_SECONDS = 1
@@ -142,6 +145,16 @@ export const rateLimit = fp(
             }),
         ...(decision.newBan ? { newBanStep: decision.banStep } : {}),
       })
+      if (decision.newBan) {
+        options.onNewBan?.({
+          keyId: key.id,
+          plan: key.plan,
+          step: decision.banStep,
+          startedAtMillis: decision.nowMillis,
+          endsAtMillis: decision.nowMillis + decision.banMillisLeft,
+          shared: !decision.degraded,
+        })
+      }
       if (decision.outcome === 'banned') {
         options.bans.remember(key.id, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
         throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })

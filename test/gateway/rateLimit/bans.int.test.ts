@@ -1,10 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
+import { captureLog } from '../../helpers/logCapture.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import type { TestDatabase } from '../../helpers/postgres.ts'
 import { testKeyPrefix } from '../../helpers/redis.ts'
 import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
 import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { runKeysCli } from '../../scripts/processes.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, codeOf, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('bans over HTTP, on two gateways sharing a private Redis', () => {
@@ -14,6 +16,15 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
   let redis: PrivateRedis
   let a: RunningGateway
   let b: RunningGateway
+  const aLog = captureLog()
+
+  /** `npm run keys -- show <id> --json` as an operator runs it against this database. */
+  async function cliShow(id: string): Promise<{ ban: { step: number; startedAt: string; endsAt: string } | null }> {
+    const { GATEWAY_CONFIG: _config, ...env } = process.env
+    const run = await runKeysCli(['show', id, '--json'], { ...env, DATABASE_URL: database.url }, 20_000)
+    expect(run.code, run.stderr).toBe(0)
+    return JSON.parse(run.stdout)
+  }
 
   /** Script calls Redis has run so far: every rate-limit decision is one of them. */
   async function scriptCalls(): Promise<number> {
@@ -37,7 +48,7 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
         file.bans = { strikes: 3, ladder: ['4s', '30s'] }
       },
     }
-    a = await startGateway(options)
+    a = await startGateway({ ...options, logStream: aLog.stream })
     b = await startGateway(options)
   })
   afterAll(async () => {
@@ -64,6 +75,15 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     expect(view.current.get('minute')?.r).toBe(0)
     expect(view.current.get('day')?.r).toBe(0)
     expect(await expectTooManyRequests(first, 'api_key_banned')).toBe(4)
+
+    // Gateway A started the ban: it says so in its log and records it where the keys CLI reads it.
+    expect(aLog.entries().filter((entry) => entry.msg === 'API key banned')).toEqual([
+      expect.objectContaining({ level: 40, keyId: banned.id, plan: 'enterprise', step: 0, seconds: 4 }),
+    ])
+    await eventually(async () => (await a.keys.activeBans([banned.id])).has(banned.id), 2_000)
+    const recorded = (await a.keys.activeBans([banned.id])).get(banned.id)
+    expect(recorded?.step).toBe(0)
+    expect((recorded?.endsAt.getTime() ?? 0) - (recorded?.startedAt.getTime() ?? 0)).toBe(4_000)
 
     // Gateway B learns of the ban from Redis on its first request for the key.
     await expectTooManyRequests(await send(b), 'api_key_banned')
@@ -119,8 +139,13 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     expect(retryAfter).toBe(30)
     await expectTooManyRequests(await send(b), 'api_key_banned')
     await expectTooManyRequests(await send(a), 'api_key_banned')
+    await eventually(async () => (await a.keys.activeBans([id])).get(id)?.step === 1, 2_000)
+    const shown = await cliShow(id)
+    expect(shown.ban).toMatchObject({ step: 1 })
+    expect(Date.parse(shown.ban?.endsAt ?? '') - Date.parse(shown.ban?.startedAt ?? '')).toBe(30_000)
 
     expect(await a.keys.requestUnban(id)).toBe(true)
+    expect((await cliShow(id)).ban).toBeNull()
     // Each gateway is polled until it stops answering banned; a poll that reaches Redis while the
     // window is still full is one strike, two at most in all, below the three that would ban again.
     const lifted = await Promise.all(
