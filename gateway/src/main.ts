@@ -43,6 +43,7 @@ async function main(): Promise<void> {
     connectionString: databaseUrl,
     onChange: keyChangeHandler(keys, limiter, logger),
     logger,
+    missingIdMillis: config.keyCache.ttlMillis,
   })
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
   purge.unref()

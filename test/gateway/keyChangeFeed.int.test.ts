@@ -55,4 +55,39 @@ describe('API key change notifications', () => {
       await pool.end()
     }
   }, 30_000)
+
+  it('deliver a change that commits after a later one (a revocation inside a longer transaction)', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const repository = createKeyRepository(pool)
+    const [{ record: slow }, { record: quick }] = await Promise.all([
+      repository.create({ name: 'revoked in a long transaction', plan: 'free' }),
+      repository.create({ name: 'changed meanwhile', plan: 'free' }),
+    ])
+    const seen: KeyChange[] = []
+    const feed = await startKeyChangeFeed({
+      repository,
+      connectionString: database.url,
+      onChange: (change) => seen.push(change),
+      logger: pino({ level: 'silent' }),
+    })
+    const transaction = await pool.connect()
+    try {
+      // The revocation takes its change-log id first, and commits last.
+      await transaction.query('BEGIN')
+      await transaction.query('UPDATE gateway.api_keys SET revoked_at = now(), updated_at = now() WHERE id = $1', [slow.id])
+      await repository.setPlan(quick.id, 'pro')
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(quick.id), { timeout: 2_000, interval: 50 })
+      await transaction.query('COMMIT')
+      const committed = performance.now()
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(slow.id), { timeout: 3_000, interval: 50 })
+      expect(performance.now() - committed).toBeLessThan(2_000)
+      const ids = seen.map((change) => change.id)
+      expect(ids.indexOf(Math.min(...ids))).toBe(ids.length - 1)
+    } finally {
+      transaction.release()
+      await feed.stop()
+      await pool.end()
+    }
+  })
 })

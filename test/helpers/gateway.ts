@@ -90,6 +90,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     // The production handler, so the tests exercise the gateway's own wiring.
     onChange: keyChangeHandler(cache, limiter, logger),
     logger,
+    missingIdMillis: config.keyCache.ttlMillis,
   })
   metrics.observeKeyCache(cache)
   metrics.observeBans(limiter.bans)

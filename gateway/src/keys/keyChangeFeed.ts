@@ -10,7 +10,15 @@ export interface KeyChangeFeedOptions {
   logger: Logger
   /** Catch-up period: the bound on propagation when notifications are lost. */
   pollMillis?: number
+  /**
+   * How long an id skipped in the log is looked for (see below): the key cache's TTL, after
+   * which the entry such a change would have invalidated has expired anyway.
+   */
+  missingIdMillis?: number
 }
+
+/** More ids than this between two entries is not a transaction still open: a sequence jump. */
+const MAX_MISSING_PER_JUMP = 1_000
 
 export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
 
@@ -18,10 +26,35 @@ export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
  * Follows gateway.api_key_changes so a revocation or plan change reaches this gateway's key
  * cache within a second: NOTIFY wakes it at once, and a periodic read of the log catches what
  * a notification could miss (a dropped LISTEN connection, PGlite, a transaction pooler).
+ *
+ * An entry's id is taken when its transaction inserts it, but the entry is seen only when that
+ * transaction commits, so entries can appear out of id order: an operator's revocation inside a
+ * longer transaction commits after a later CLI change. An id skipped over is therefore looked for
+ * again on every read until it appears (or `missingIdMillis` pass: a rolled-back transaction
+ * leaves its id unused forever).
  */
 export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise<{ stop(): Promise<void> }> {
   const { repository, logger } = options
+  const missingIdMillis = options.missingIdMillis ?? 60_000
   let lastId = await repository.latestChangeId()
+  /** Ids below lastId not seen yet, with when they were first missed. */
+  const missing = new Map<number, number>()
+
+  const take = (change: KeyChange) => {
+    if (change.id > lastId) {
+      const now = Date.now()
+      for (let id = Math.max(lastId + 1, change.id - MAX_MISSING_PER_JUMP); id < change.id; id++) missing.set(id, now)
+      lastId = change.id
+    } else {
+      missing.delete(change.id)
+    }
+    options.onChange(change)
+  }
+
+  const forgetOldMissing = () => {
+    const expired = Date.now() - missingIdMillis
+    for (const [id, since] of missing) if (since < expired) missing.delete(id)
+  }
   let stopped = false
   let reading: Promise<void> | undefined
   let again = false
@@ -35,10 +68,8 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       do {
         again = false
         try {
-          for (const change of await repository.changesSince(lastId)) {
-            options.onChange(change)
-            lastId = change.id
-          }
+          forgetOldMissing()
+          for (const change of await repository.changesSince(lastId, [...missing.keys()])) take(change)
         } catch (error) {
           logger.warn({ err: error }, 'reading API key changes failed; cached keys stay until their TTL')
         }

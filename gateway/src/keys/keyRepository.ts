@@ -114,11 +114,12 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows[0]?.id ?? 0
     },
 
-    async changesSince(id: number): Promise<KeyChange[]> {
+    /** Entries after `id`, and those of `missing` (ids below it not committed when last read) now there. */
+    async changesSince(id: number, missing: number[] = []): Promise<KeyChange[]> {
       const { rows } = await pool.query<KeyChange>(
         `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes
-          WHERE id > $1 ORDER BY id LIMIT 1000`,
-        [id],
+          WHERE id > $1 OR id = ANY($2::bigint[]) ORDER BY id LIMIT 1000`,
+        [id, missing],
       )
       return rows
     },
