@@ -62,6 +62,11 @@ export interface LimitDecision {
 export interface LimitStore {
   readonly kind: 'redis' | 'memory'
   consume(request: LimitRequest): Promise<LimitDecision>
+  /**
+   * What fails together for this key: a Redis Cluster master (its `host:port`), or the whole
+   * store. One failed master must not set the others' keys aside.
+   */
+  failureDomain?(keyId: string): string
   /** Lifts a ban and clears strikes; the ladder step reached is kept. */
   unban(keyId: string): Promise<void>
   close(): Promise<void>

@@ -1,3 +1,4 @@
+import calculateSlot from 'cluster-key-slot'
 import { Cluster, Redis, type RedisOptions, type Result } from 'ioredis'
 import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './limitStore.ts'
 import { limitKey } from './limitStore.ts'
@@ -15,6 +16,8 @@ declare module 'ioredis' {
 }
 
 const OUTCOMES: LimitOutcome[] = ['admitted', 'limited', 'banned']
+/** The script's outcome when Redis ran it after its deadline: it counted nothing. */
+const EXPIRED = 3
 
 export interface RedisConnection {
   /** redis://… for one server, or a list of host:port seeds for Redis Cluster. */
@@ -173,31 +176,77 @@ export function budgetedSender(client: RedisClient, budgetMillis: number | undef
   }
 }
 
+/**
+ * A deadline, in Redis's clock, for each script call: a call Redis runs later than that (it was
+ * stalled, busy or paused while the command waited in its socket) counts nothing, because the
+ * gateway has long answered that request per onStoreFailure, and counting it afterwards would
+ * spend the key's quota, or strike and ban it, for requests it was never charged for.
+ *
+ * Redis's clock is learnt from the replies, per failure domain (a Cluster master has its own):
+ * each reply's TIME minus the moment (monotonic, immune to steps of this host's clock) the call
+ * was made bounds the clock offset from above, and the smallest such bound is kept. The deadline
+ * is that estimate of Redis's "now" at the call plus twice the budget. A reply that comes back
+ * within the budget but expired says the estimate was wrong (Redis's clock stepped forward): the
+ * reply's time corrects it, and the call is made once more without a deadline. Until a domain has
+ * answered once, its calls carry none.
+ */
+export function redisClockFor(budgetMillis: number | undefined) {
+  const offsets = new Map<string, number>()
+  return {
+    deadline(domain: string, calledAt: number): number {
+      const offset = offsets.get(domain)
+      return budgetMillis === undefined || offset === undefined ? 0 : Math.ceil(calledAt + offset + 2 * budgetMillis)
+    },
+    learn(domain: string, calledAt: number, redisNow: number, expired: boolean): void {
+      const bound = redisNow - calledAt
+      const known = offsets.get(domain)
+      if (known === undefined || bound < known || expired) offsets.set(domain, bound)
+    },
+  }
+}
+
 export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
   const send = budgetedSender(client, options.budgetMillis)
+  const clock = redisClockFor(options.budgetMillis)
+  const keyPrefix = client.options.keyPrefix ?? ''
+  const failureDomain = (key: string): string =>
+    client instanceof Cluster ? (client.slots[calculateSlot(keyPrefix + key)]?.[0] ?? 'cluster') : 'redis'
+
+  async function call(request: LimitRequest, key: string, domain: string, deadline: number): Promise<ScriptReply> {
+    const { minute, day, bans } = request
+    const calledAt = performance.now()
+    const reply = await send(() => client.slidingWindow(
+      key,
+      request.nowMillis ?? 0,
+      minute.limit,
+      minute.windowMillis,
+      minute.bucketMillis,
+      day.limit,
+      day.windowMillis,
+      day.bucketMillis,
+      bans.strikes,
+      bans.memoryMillis,
+      bans.ladderMillis.join(','),
+      deadline,
+    ))
+    if (request.nowMillis === undefined) clock.learn(domain, calledAt, reply[1], reply[0] === EXPIRED)
+    return reply
+  }
+
   return {
     kind: 'redis',
+    failureDomain: (keyId) => failureDomain(limitKey(keyId)),
     async consume(request: LimitRequest): Promise<LimitDecision> {
-      const { minute, day, bans } = request
-      const reply = await send(() => client.slidingWindow(
-        limitKey(request.keyId),
-        request.nowMillis ?? 0,
-        minute.limit,
-        minute.windowMillis,
-        minute.bucketMillis,
-        day.limit,
-        day.windowMillis,
-        day.bucketMillis,
-        bans.strikes,
-        bans.memoryMillis,
-        bans.ladderMillis.join(','),
-      ))
+      const key = limitKey(request.keyId)
+      const domain = failureDomain(key)
+      let reply = await call(request, key, domain, request.nowMillis === undefined ? clock.deadline(domain, performance.now()) : 0)
+      if (reply[0] === EXPIRED) reply = await call(request, key, domain, 0)
       const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan, banLeft] = reply
       return {
         outcome: OUTCOMES[outcome] ?? 'limited',
         nowMillis: now,
-        minute: { limit: minute.limit, remaining: minuteRemaining, resetMillis: minuteReset },
-        day: { limit: day.limit, remaining: dayRemaining, resetMillis: dayReset },
+        minute: { limit: request.minute.limit, remaining: minuteRemaining, resetMillis: minuteReset },
+        day: { limit: request.day.limit, remaining: dayRemaining, resetMillis: dayReset },
         retryAfterMillis: retryAfter,
         banMillisLeft: banLeft,
         banStep,

@@ -33,9 +33,18 @@ export function createResilientStore(options: ResilientStoreOptions) {
   const clock = options.clock ?? Date.now
   const pause = options.retryAfterFailureMillis ?? 1_000
   const failuresBeforePause = options.failuresBeforePause ?? 3
-  let skipUntil = 0
-  let failing = false
-  let failuresInARow = 0
+  /**
+   * Kept per failure domain (a Redis Cluster master, or the whole store): a dead master sets
+   * aside only its own keys, and the others' successes neither hide its failure nor announce its
+   * recovery.
+   */
+  const health = new Map<string, { skipUntil: number; failing: boolean; failuresInARow: number }>()
+  const healthOf = (domain: string) => {
+    let known = health.get(domain)
+    if (!known) health.set(domain, (known = { skipUntil: 0, failing: false, failuresInARow: 0 }))
+    return known
+  }
+  const where = (domain: string) => ({ store: options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
 
   async function fallbackOr(error: unknown, request: LimitRequest): Promise<ResilientDecision> {
     if (!options.fallback) throw new StoreUnavailableError(error)
@@ -44,21 +53,23 @@ export function createResilientStore(options: ResilientStoreOptions) {
 
   return {
     async consume(request: LimitRequest): Promise<ResilientDecision> {
-      if (clock() < skipUntil) return fallbackOr(new Error('primary paused after a failure'), request)
+      const domain = options.primary.failureDomain?.(request.keyId) ?? options.primary.kind
+      const state = healthOf(domain)
+      if (clock() < state.skipUntil) return fallbackOr(new Error('primary paused after a failure'), request)
       try {
         const decision = await options.primary.consume(request)
-        failuresInARow = 0
-        if (failing) {
-          failing = false
-          options.logger.info({ store: options.primary.kind }, 'rate-limit store recovered')
+        state.failuresInARow = 0
+        if (state.failing) {
+          state.failing = false
+          options.logger.info(where(domain), 'rate-limit store recovered')
         }
         return { ...decision, degraded: false }
       } catch (error) {
-        if (++failuresInARow >= failuresBeforePause) skipUntil = clock() + pause
+        if (++state.failuresInARow >= failuresBeforePause) state.skipUntil = clock() + pause
         options.onFailure?.(error)
-        if (!failing) {
-          failing = true
-          options.logger.error({ err: error, store: options.primary.kind }, 'rate-limit store failing')
+        if (!state.failing) {
+          state.failing = true
+          options.logger.error({ err: error, ...where(domain) }, 'rate-limit store failing')
         }
         return fallbackOr(error, request)
       }

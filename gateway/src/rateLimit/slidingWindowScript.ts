@@ -21,8 +21,9 @@
  * the window sooner than it would have, and the ban, its ladder step and the strikes stay.
  *
  * ARGV: nowOverrideMs (0 = Redis TIME), minute limit, window ms, bucket ms, day limit, window ms,
- *       bucket ms, strikes, ban memory ms, ladder ms (comma separated)
- * Returns: { outcome (0 admitted, 1 limited, 2 banned), now ms, minute remaining, minute reset,
+ *       bucket ms, strikes, ban memory ms, ladder ms (comma separated), deadline ms in Redis time
+ *       (0 = none: past it the script changes nothing and answers outcome 3, see redisStore.ts)
+ * Returns: { outcome (0 admitted, 1 limited, 2 banned, 3 expired), now ms, minute remaining, minute reset,
  *            day remaining, day reset, retry-after ms, ban step, 1 if this request started the ban,
  *            ms left of the ban in force }
  */
@@ -37,6 +38,8 @@ if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local deadline = tonumber(ARGV[11]) or 0
+if deadline > 0 and now > deadline then return { 3, now, 0, 0, 0, 0, 0, 0, 0, 0 } end
 local mLimit, mWindow, mBucket = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local dLimit, dWindow, dBucket = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local strikeLimit, banMemory = tonumber(ARGV[8]), tonumber(ARGV[9])

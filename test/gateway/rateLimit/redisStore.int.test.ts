@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net'
 import { Redis } from 'ioredis'
 import { describe, expect, it } from 'vitest'
-import { connectRedis, createRedisStore, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
+import { connectRedis, createRedisStore, redisClockFor, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
 import { limitKey } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
 import { describeLimitStore } from './store.suite.ts'
@@ -121,5 +121,47 @@ describe('stored state', () => {
       admin.disconnect()
       await deleteKeysWithPrefix(keyPrefix)
     }
+  })
+})
+
+describe('late commands', () => {
+  it('a script Redis runs after its deadline changes nothing and answers "expired" with Redis\'s time', async () => {
+    const keyPrefix = testKeyPrefix()
+    const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
+    const admin = new Redis(TEST_REDIS_URL)
+    try {
+      if (!(await redisReady(client))) throw new Error('Redis did not become ready')
+      const key = limitKey('key_lateCommand')
+      const args = [0, 5, 60_000, 5_000, 100, 86_400_000, 3_600_000, 10, 86_400_000, '60000'] as const
+      const [redisSeconds] = await admin.time()
+      const pastDeadline = Number(redisSeconds) * 1_000 - 1_000
+      const late = await client.slidingWindow(key, ...args, pastDeadline)
+      expect(late[0]).toBe(3)
+      expect(Math.abs(late[1] - Number(redisSeconds) * 1_000)).toBeLessThan(5_000)
+      expect(await admin.exists(keyPrefix + key)).toBe(0)
+
+      const onTime = await client.slidingWindow(key, ...args, late[1] + 60_000)
+      expect(onTime.slice(0, 1)).toEqual([0])
+      expect(onTime[2]).toBe(4)
+    } finally {
+      client.disconnect()
+      admin.disconnect()
+      await deleteKeysWithPrefix(keyPrefix)
+    }
+  })
+
+  it('the deadline comes from the smallest clock offset seen, and an expired reply within the budget corrects it', () => {
+    const clock = redisClockFor(50)
+    expect(clock.deadline('redis', 1_000)).toBe(0)
+    // Redis's clock is 10,000 ms ahead of this process's monotonic clock; replies bound it from above.
+    clock.learn('redis', 1_000, 11_003, false)
+    clock.learn('redis', 2_000, 12_001, false)
+    clock.learn('redis', 3_000, 13_020, false)
+    expect(clock.deadline('redis', 4_000)).toBe(4_000 + 10_001 + 100)
+    // Another Cluster master has a clock of its own.
+    expect(clock.deadline('10.0.0.2:6379', 4_000)).toBe(0)
+    // Redis's clock stepped 5 s forward: a reply comes back expired, and the estimate follows it.
+    clock.learn('redis', 5_000, 20_002, true)
+    expect(clock.deadline('redis', 6_000)).toBe(6_000 + 15_002 + 100)
   })
 })

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest'
 import type { LimitRequest, LimitStore } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { createMemoryStore } from '../../../gateway/src/rateLimit/memoryStore.ts'
 import { createResilientStore } from '../../../gateway/src/rateLimit/resilientStore.ts'
+import { captureLog } from '../../helpers/logCapture.ts'
 
 const request: LimitRequest = {
   keyId: 'key_resilient',
@@ -59,5 +60,41 @@ describe('onStoreFailure open: when Redis fails, requests are decided by per-pro
     advance(1_001)
     expect((await store.consume(request)).degraded).toBe(false)
     expect(primary.calls).toBe(4)
+  })
+})
+
+describe('Redis Cluster: one failed master sets aside only its own keys', () => {
+  it('keys on healthy masters stay on Redis while a dead master\'s keys are paused, and each master logs its own failure and recovery', async () => {
+    const inner = createMemoryStore()
+    const dead = new Set(['10.0.0.3:6379'])
+    let calls = 0
+    const masterOf = (keyId: string) => (keyId.endsWith('_on_c') ? '10.0.0.3:6379' : '10.0.0.1:6379')
+    const primary: LimitStore = {
+      ...inner,
+      failureDomain: masterOf,
+      async consume(input) {
+        calls++
+        if (dead.has(masterOf(input.keyId))) throw new Error('Connection is closed.')
+        return inner.consume(input)
+      },
+    }
+    const log = captureLog()
+    const store = createResilientStore({ primary, fallback: createMemoryStore(), logger: pino(log.stream), clock: () => 1_000_000 })
+    const onA = { ...request, keyId: 'key_on_a' }
+    const onC = { ...request, keyId: 'key_on_c' }
+
+    for (let i = 0; i < 3; i++) {
+      expect((await store.consume(onC)).degraded).toBe(true)
+      // Successes elsewhere neither reset the dead master's count nor announce its recovery.
+      expect((await store.consume(onA)).degraded).toBe(false)
+    }
+    const callsAfterPause = calls
+    expect((await store.consume(onC)).degraded).toBe(true)
+    expect(calls).toBe(callsAfterPause)
+    expect((await store.consume(onA)).degraded).toBe(false)
+    expect(calls).toBe(callsAfterPause + 1)
+
+    const lines = log.entries().map((entry) => [entry.msg, entry.node])
+    expect(lines).toEqual([['rate-limit store failing', '10.0.0.3:6379']])
   })
 })

@@ -185,6 +185,33 @@ describe('Redis faults: every request is answered within the budget, open or clo
     recordFault('Redis frozen with SIGSTOP, connections open, while requests arrive', slowest)
   })
 
+  it('requests answered without Redis while it was frozen cost the key nothing when it runs their late commands', async () => {
+    const { key: small } = await open.createKey({ plan: 'enterprise', perMinute: 5, perDay: 1_000 })
+    for (const gateway of [open, closed]) {
+      const response = await gateway.request('/v1/pets?limit=1', { key: small })
+      expect(response.status).toBe(200)
+      await response.arrayBuffer()
+    }
+    redis.freeze()
+    try {
+      for (let i = 0; i < 4; i++) {
+        for (const gateway of [open, closed]) await (await gateway.request('/v1/pets?limit=1', { key: small })).arrayBuffer()
+      }
+      // Stalled well past twice the budget, as in a failover or a long command.
+      await sleep(300)
+    } finally {
+      redis.thaw()
+    }
+    // The commands that waited in the sockets run now, and find their deadline passed. Once the
+    // gateway goes back to Redis (its pause after failures is 1 s), only the two requests Redis
+    // decided on time are counted.
+    await sleep(1_500)
+    const after = await closed.request('/v1/pets?limit=1', { key: small })
+    expect(after.status).toBe(200)
+    expect(after.headers.get('x-ratelimit-remaining')).toBe('2')
+    await after.arrayBuffer()
+  })
+
   it('slow: every client is paused (CLIENT PAUSE 2000 ALL)', async () => {
     const admin = redis.admin()
     await admin.connect()
