@@ -9,7 +9,7 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from './app.ts'
 import { createConfigSource } from './config/configSource.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
-import { keyChangeHandler } from './keys/applyKeyChange.ts'
+import { createUnbanApplier, keyChangeHandler } from './keys/applyKeyChange.ts'
 import { createKeyCache } from './keys/keyCache.ts'
 import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
 import { createKeyRepository } from './keys/keyRepository.ts'
@@ -38,13 +38,15 @@ async function main(): Promise<void> {
   const keys = createKeyCache(repository, config.keyCache)
   const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
   if (!(await limiter.ready())) logger.warn('Redis is not reachable yet; limits follow onStoreFailure until it is')
+  const unbans = createUnbanApplier({ repository, limiter, logger })
   const changes = await startKeyChangeFeed({
     repository,
     connectionString: databaseUrl,
-    onChange: keyChangeHandler(keys, limiter, logger),
+    onChange: keyChangeHandler(keys, unbans),
     logger,
     missingIdMillis: config.keyCache.ttlMillis,
   })
+  await unbans.start()
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
   purge.unref()
 
@@ -90,6 +92,7 @@ async function main(): Promise<void> {
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain requests', run: () => app.close() },
     { name: 'stop key change feed', run: () => changes.stop() },
+    { name: 'stop applying unbans', run: async () => unbans.stop() },
     { name: 'stop config watch', run: async () => stopWatching() },
     { name: 'close rate-limit store', run: () => limiter.close() },
     { name: 'close ops port', run: () => ops.close() },

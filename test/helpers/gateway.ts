@@ -11,7 +11,7 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from '../../gateway/src/app.ts'
 import { parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
-import { keyChangeHandler } from '../../gateway/src/keys/applyKeyChange.ts'
+import { createUnbanApplier, keyChangeHandler } from '../../gateway/src/keys/applyKeyChange.ts'
 import { createKeyCache, type KeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
 import { createKeyRepository, type KeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
@@ -84,14 +84,16 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const metrics = createGatewayMetrics(registry)
   const limiter = createLimiter({ config: () => config, logger, clock: options.clock, observer: metrics.store })
   await limiter.ready()
+  const unbans = createUnbanApplier({ repository: keys, limiter, logger })
   const feed = await startKeyChangeFeed({
     repository: keys,
     connectionString: options.databaseUrl,
-    // The production handler, so the tests exercise the gateway's own wiring.
-    onChange: keyChangeHandler(cache, limiter, logger),
+    // The production handlers, so the tests exercise the gateway's own wiring.
+    onChange: keyChangeHandler(cache, unbans),
     logger,
     missingIdMillis: config.keyCache.ttlMillis,
   })
+  await unbans.start()
   metrics.observeKeyCache(cache)
   metrics.observeBans(limiter.bans)
   metrics.store.expect(limiter.storeKind)
@@ -132,6 +134,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     async close() {
       await app.close()
       await feed.stop()
+      unbans.stop()
       await limiter.close()
       await pool.end()
     },

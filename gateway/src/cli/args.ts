@@ -12,7 +12,8 @@ Commands:
   show <id>               one key, with its ban if it is banned
   revoke <id>             revoke a key; every running gateway refuses it within 2 s
   unban <id>              lift a key's ban on every running gateway within 2 s and clear
-                          its strikes (the ban-ladder step it reached is kept for 24 h)
+                          its strikes (the ban-ladder step it reached is kept for 24 h);
+                          says "pending" if no gateway could apply it yet (it is retried)
   set-plan <id> <plan> [--per-minute N --per-day N]
                           move a key to another plan (custom limits it has are kept)
   set-limits <id> --per-minute N --per-day N

@@ -9,11 +9,25 @@ export interface Output {
 }
 
 export interface CommandDeps {
-  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits' | 'requestUnban' | 'activeBans'>
+  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits' | 'requestUnban' | 'isUnbanApplied' | 'activeBans'>
   /** The gateway config's plans; undefined only for `revoke` when the config cannot be read. */
   plans: Plans | undefined
   output: Output
   now?: () => Date
+  /** How long `unban` waits for a running gateway to apply it before saying it is pending. */
+  unbanWaitMillis?: number
+}
+
+/** Running gateways apply an unban within 2 s (at once on NOTIFY, else at their next read of the log). */
+const UNBAN_WAIT_MILLIS = 3_000
+
+async function appliedWithin(isApplied: () => Promise<boolean>, millis: number): Promise<boolean> {
+  const until = Date.now() + millis
+  for (;;) {
+    if (await isApplied()) return true
+    if (Date.now() >= until) return false
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
 }
 
 type Plan = Plans[string]
@@ -69,9 +83,9 @@ function present(record: ApiKeyRecord | undefined, id: string): ApiKeyRecord {
 export async function runCommand(command: Command, deps: CommandDeps): Promise<void> {
   const now = deps.now?.() ?? new Date()
   const { output, plans, repository } = deps
-  const report = async (record: ApiKeyRecord, json: boolean, headline: string) => {
+  const report = async (record: ApiKeyRecord, json: boolean, headline: string, extra: Record<string, unknown> = {}) => {
     const ban = (await repository.activeBans([record.id])).get(record.id) ?? null
-    if (json) output.out(`${JSON.stringify(keyJson(record, plans, now, ban))}\n`)
+    if (json) output.out(`${JSON.stringify({ ...keyJson(record, plans, now, ban), ...extra })}\n`)
     else output.out(`${headline}\n${keyDetails(record, plans, now, ban)}`)
   }
   /** Remarks that are not the result: stdout for a person, stderr when stdout is JSON. */
@@ -121,8 +135,15 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
     }
     case 'unban': {
       const record = live(await existing(deps, command.id))
-      present((await repository.requestUnban(command.id)) ? record : undefined, command.id)
-      return report(record, command.json, `Unbanned API key ${record.id}: every running gateway lifts its ban within 2 s.`)
+      const changeId = await repository.requestUnban(command.id)
+      if (changeId === null) present(undefined, command.id)
+      const waitMillis = deps.unbanWaitMillis ?? UNBAN_WAIT_MILLIS
+      const applied = await appliedWithin(() => repository.isUnbanApplied(changeId as number), waitMillis)
+      const headline = applied
+        ? `Unbanned API key ${record.id}: a gateway lifted the ban in the rate-limit store, and every running gateway stops answering banned within 2 s.`
+        : `Unban of API key ${record.id} requested, not applied yet: no gateway lifted the ban within ${waitMillis / 1_000} s ` +
+          '(none is running, or its Redis is unreachable). Every gateway retries pending unbans at start and every 2 s, for a day.'
+      return report(record, command.json, headline, { unban: applied ? 'applied' : 'pending' })
     }
     case 'set-plan': {
       const plan = requirePlan(plans, command.plan)

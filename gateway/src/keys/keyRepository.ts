@@ -145,19 +145,51 @@ export function createKeyRepository(pool: pg.Pool) {
 
     /**
      * Asks every gateway to lift the key's ban and deletes its record, in one statement; returns
-     * false when no such key exists.
+     * the change log entry that carries the request, or null when no such key exists.
      */
-    async requestUnban(id: string): Promise<boolean> {
-      const { rowCount } = await pool.query(
+    async requestUnban(id: string): Promise<number | null> {
+      const { rows } = await pool.query<{ id: number }>(
         `WITH lifted AS (DELETE FROM gateway.api_key_bans WHERE key_id = $1),
          change AS (
            INSERT INTO gateway.api_key_changes (key_id, key_hash, kind)
-           SELECT id, key_hash, 'unban' FROM gateway.api_keys WHERE id = $1 RETURNING key_id
+           SELECT id, key_hash, 'unban' FROM gateway.api_keys WHERE id = $1 RETURNING id, key_id
          )
-         SELECT pg_notify('gateway_api_key_changes', key_id) FROM change`,
+         SELECT id, pg_notify('gateway_api_key_changes', key_id) FROM change`,
         [id],
       )
-      return (rowCount ?? 0) > 0
+      return rows[0]?.id ?? null
+    },
+
+    /** Unbans no gateway has applied to the rate-limit store yet (a day old at most). */
+    async pendingUnbans(): Promise<KeyChange[]> {
+      const { rows } = await pool.query<KeyChange>(
+        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes
+          WHERE kind = 'unban' AND applied_at IS NULL AND changed_at > now() - interval '1 day' ORDER BY id LIMIT 100`,
+      )
+      return rows
+    },
+
+    /**
+     * Marks an unban applied. `announce` (an unban applied late, from the pending ones): the first
+     * gateway to mark it also appends an applied copy to the log, so every gateway forgets a ban
+     * its cache may have learnt again from Redis meanwhile.
+     */
+    async markUnbanApplied(changeId: number, announce = false): Promise<void> {
+      await pool.query(
+        `WITH applied AS (
+           UPDATE gateway.api_key_changes SET applied_at = now() WHERE id = $1 AND applied_at IS NULL RETURNING key_id, key_hash
+         ), again AS (
+           INSERT INTO gateway.api_key_changes (key_id, key_hash, kind, applied_at)
+           SELECT key_id, key_hash, 'unban', now() FROM applied WHERE $2 RETURNING key_id
+         )
+         SELECT pg_notify('gateway_api_key_changes', key_id) FROM again`,
+        [changeId, announce],
+      )
+    },
+
+    async isUnbanApplied(changeId: number): Promise<boolean> {
+      const { rows } = await pool.query('SELECT 1 FROM gateway.api_key_changes WHERE id = $1 AND applied_at IS NOT NULL', [changeId])
+      return rows.length > 0
     },
 
     /** The change log only needs to outlive the cache TTL, a ban record its ban; a day is generous. */

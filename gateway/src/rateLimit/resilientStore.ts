@@ -74,8 +74,10 @@ export function createResilientStore(options: ResilientStoreOptions) {
         return fallbackOr(error, request)
       }
     },
+    /** Lifts the ban in both stores; fails when the primary could not take it (the caller retries). */
     async unban(keyId: string): Promise<void> {
-      await Promise.allSettled([options.primary.unban(keyId), options.fallback?.unban(keyId)])
+      const [primary] = await Promise.allSettled([options.primary.unban(keyId), options.fallback?.unban(keyId)])
+      if (primary.status === 'rejected') throw primary.reason
     },
     async close(): Promise<void> {
       await Promise.allSettled([options.primary.close(), options.fallback?.close()])

@@ -18,12 +18,23 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
   let b: RunningGateway
   const aLog = captureLog()
 
-  /** `npm run keys -- show <id> --json` as an operator runs it against this database. */
-  async function cliShow(id: string): Promise<{ ban: { step: number; startedAt: string; endsAt: string } | null }> {
+  /** `npm run keys -- <command> <id> --json` as an operator runs it against this database. */
+  async function cli(command: 'show' | 'unban', id: string): Promise<{ ban: { step: number; startedAt: string; endsAt: string } | null; unban?: string }> {
     const { GATEWAY_CONFIG: _config, ...env } = process.env
-    const run = await runKeysCli(['show', id, '--json'], { ...env, DATABASE_URL: database.url }, 20_000)
+    const run = await runKeysCli([command, id, '--json'], { ...env, DATABASE_URL: database.url }, 20_000)
     expect(run.code, run.stderr).toBe(0)
     return JSON.parse(run.stdout)
+  }
+
+  /** Strikes the key into a ban through gateway A; the ban's Retry-After. */
+  async function banThroughA(key: string): Promise<number> {
+    for (let sent = 0; sent < 10; sent++) {
+      const response = await a.request('/v1/pets?limit=1', { key })
+      const code = await codeOf(response)
+      if (code === 'api_key_banned') return Number(response.headers.get('retry-after'))
+      expect([undefined, 'rate_limited']).toContain(code)
+    }
+    throw new Error('no ban after 10 requests')
   }
 
   /** Script calls Redis has run so far: every rate-limit decision is one of them. */
@@ -129,23 +140,15 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     // The key banned (and released) by the previous test: its next ban is the ladder's second step.
     const { key, id } = banned
     const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
-    let retryAfter: number | undefined
-    for (let sent = 0; retryAfter === undefined && sent < 10; sent++) {
-      const response = await send(a)
-      const code = await codeOf(response)
-      if (code === 'api_key_banned') retryAfter = Number(response.headers.get('retry-after'))
-      else expect([undefined, 'rate_limited']).toContain(code)
-    }
-    expect(retryAfter).toBe(30)
+    expect(await banThroughA(key)).toBe(30)
     await expectTooManyRequests(await send(b), 'api_key_banned')
     await expectTooManyRequests(await send(a), 'api_key_banned')
     await eventually(async () => (await a.keys.activeBans([id])).get(id)?.step === 1, 2_000)
-    const shown = await cliShow(id)
+    const shown = await cli('show', id)
     expect(shown.ban).toMatchObject({ step: 1 })
     expect(Date.parse(shown.ban?.endsAt ?? '') - Date.parse(shown.ban?.startedAt ?? '')).toBe(30_000)
 
-    expect(await a.keys.requestUnban(id)).toBe(true)
-    expect((await cliShow(id)).ban).toBeNull()
+    expect(await cli('unban', id)).toMatchObject({ unban: 'applied', ban: null })
     // Each gateway is polled until it stops answering banned; a poll that reaches Redis while the
     // window is still full is one strike, two at most in all, below the three that would ban again.
     const lifted = await Promise.all(
@@ -157,5 +160,26 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     // Once the window has room again the key is simply admitted, on both.
     await sleep(3_000)
     for (const gateway of [a, b]) expect((await send(gateway)).status).toBe(200)
+  })
+
+  it('an unban requested while Redis cannot take it is applied once it can, on both gateways', async () => {
+    const { key, id } = banned
+    const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
+    expect(await banThroughA(key)).toBe(30)
+    await expectTooManyRequests(await send(b), 'api_key_banned')
+
+    redis.freeze()
+    try {
+      expect(await cli('unban', id)).toMatchObject({ unban: 'pending' })
+    } finally {
+      redis.thaw()
+    }
+    // Redis still holds the ban and the gateways may have learnt it again; the pending unban is
+    // retried every 2 s, and once applied it is announced to both.
+    const lifted = await Promise.all(
+      [a, b].map((gateway) => eventually(async () => (await codeOf(await send(gateway))) !== 'api_key_banned', 8_000, 250)),
+    )
+    for (const millis of lifted) expect(millis).toBeLessThan(8_000)
+    expect((await cli('show', id)).ban).toBeNull()
   })
 })
