@@ -4,6 +4,7 @@ import { expectErrorResponse } from '../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
+import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 
 describe('gateway authentication', () => {
@@ -141,5 +142,52 @@ describe('gateway authentication', () => {
     await expectUnauthorized(await gateway.request('/v1/store/orders'), 'missing_api_key')
     const { key } = await gateway.createKey()
     await expectErrorResponse(await gateway.request('/v1/store/orders', { key }), 501, 'not_implemented')
+  })
+})
+
+describe('gateway authentication while Postgres is unreachable', () => {
+  const expectUnauthorizedBody = (response: Response) => expectErrorResponse(response, 401, 'missing_api_key')
+
+  it('answers a key it cannot check 503 every time, charging nobody: not its IP\'s anonymous limit, not the key', async () => {
+    const database = await freshDatabase()
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const through = new URL(database.url)
+    through.port = String(relay.port)
+    const pets = await startPetsService(database.url)
+    const gateway = await startGateway({
+      databaseUrl: through.toString(),
+      petsUrl: pets.url,
+      configure: (file) => {
+        file.anonymous.perMinute = 3
+      },
+    })
+    try {
+      // Issued but never used: no gateway has it cached, so its lookup needs Postgres.
+      const { key } = await gateway.createKey({ plan: 'pro' })
+      await relay.cut()
+      for (let i = 0; i < 6; i++) {
+        const response = await gateway.request('/v1/pets', { key })
+        const retryAfter = response.headers.get('retry-after')
+        expect(retryAfter).toMatch(/^[1-9]\d*$/)
+        // The headers say what the 503 says: nothing before Retry-After. Nothing was counted.
+        expect(response.headers.get('ratelimit')).toBe(`"anonymous";r=0;t=${retryAfter}`)
+        await expectErrorResponse(response, 503, 'service_unavailable')
+      }
+      // The IP's anonymous limit (3) was not spent by the six.
+      const keyless = await gateway.request('/v1/pets')
+      expect(keyless.headers.get('x-ratelimit-remaining')).toBe('2')
+      await expectUnauthorizedBody(keyless)
+      await relay.restore()
+      const back = await gateway.request('/v1/pets', { key })
+      expect(back.status).toBe(200)
+      expect(back.headers.get('ratelimit-policy')).toMatch(/^"minute";q=\d+;w=60, "day";q=\d+;w=86400$/)
+      await back.arrayBuffer()
+    } finally {
+      await gateway.close()
+      await pets.close()
+      await relay.close()
+      await database.drop()
+    }
   })
 })

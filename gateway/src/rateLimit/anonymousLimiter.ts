@@ -95,6 +95,8 @@ export function createAnonymousLimiter(options: {
   }
 
   return {
+    /** The per-IP policy, for answers that charge nothing to it. */
+    policy: { limit, windowSeconds },
     /** Any request without a valid key that made no lookup: counted in this process only, no I/O. */
     consumeHere,
     /** A guess: counted here and, unless this process already refuses the address, in Redis. */

@@ -97,6 +97,17 @@ export const rateLimit = fp(
       return gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(result.resetInMillis) } })
     }
 
+    /**
+     * A request whose key could not be checked: the per-IP policy's headers, saying what its 503
+     * says (nothing before Retry-After), with nothing counted.
+     */
+    function uncheckedKeyHeaders(request: FastifyRequest, retryAfterSeconds = '1') {
+      const now = storeNow()
+      const { limit, windowSeconds } = options.anonymous().policy
+      const resetMillis = now + Number(retryAfterSeconds) * 1_000
+      request.rateLimitHeaders = rateLimitHeaders([{ name: 'anonymous', limit, remaining: 0, resetMillis, windowSeconds }], now)
+    }
+
     /** The refusal for a key the ban cache holds, or undefined: no store call, no promise. */
     function knownBanRefusal(request: FastifyRequest, key: ApiKeyRecord) {
       const knownBan = options.bans.lookup(key.id)
@@ -171,6 +182,12 @@ export const rateLimit = fp(
     app.addHook('onRequest', (request, _reply, done) => {
       const key = request.apiKey
       if (!key) {
+        // A key that could not be checked (Postgres unreachable) may well be a paying customer's:
+        // it is answered 503 and charged to nobody, neither its IP's anonymous limit nor a key.
+        if (request.authFailure && request.authFailureReason === null) {
+          uncheckedKeyHeaders(request, request.authFailure.headers['retry-after'])
+          return done()
+        }
         // Only a guess (a well-formed key looked up in vain) is counted across gateways, in Redis;
         // a missing or malformed key, or a public route, is counted in this process, with no I/O.
         const reason = request.authFailureReason
