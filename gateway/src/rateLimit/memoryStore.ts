@@ -91,7 +91,14 @@ function freedAt(ring: Ring, spec: WindowSpec, need: number, now: number): numbe
   return (ring.head + buckets + 1) * spec.bucketMillis
 }
 
+/**
+ * Reset: when the oldest counted request leaves; for a spent window, when a request would be
+ * admitted again (later than that when a lowered limit left the window holding more than it).
+ */
 function windowState(ring: Ring, spec: WindowSpec, now: number): WindowState {
+  const total = sum(ring.counts)
+  const remaining = Math.max(spec.limit - total, 0)
+  if (remaining === 0) return { limit: spec.limit, remaining, resetMillis: freedAt(ring, spec, total + 1 - spec.limit, now) }
   const buckets = bucketsOf(spec)
   const n = ring.counts.length
   let resetMillis = now
@@ -101,7 +108,7 @@ function windowState(ring: Ring, spec: WindowSpec, now: number): WindowState {
       break
     }
   }
-  return { limit: spec.limit, remaining: Math.max(spec.limit - sum(ring.counts), 0), resetMillis }
+  return { limit: spec.limit, remaining, resetMillis }
 }
 
 /** The key's state in the request's window settings, carried over from other ones when they changed. */

@@ -161,7 +161,10 @@ local function freedAt(base, n, buckets, bucket, current, need)
   return (current + buckets + 1) * bucket
 end
 
-local function resetAt(base, n, buckets, bucket, current)
+-- When the oldest counted request leaves; for a spent window, when a request would be admitted
+-- again (later than that when a lowered limit left the window holding more than it).
+local function resetAt(base, n, buckets, bucket, current, sum, limit)
+  if sum >= limit then return freedAt(base, n, buckets, bucket, current, sum + 1 - limit) end
   for index = current - buckets, current do
     if v[base + index % n + 1] > 0 then return (index + buckets + 1) * bucket end
   end
@@ -210,8 +213,8 @@ local ttl = math.max(dWindow + dBucket, mWindow + mBucket, banUntil - now, level
 redis.call('SET', KEYS[1], struct.pack(format, unpack(v, 1, size)), 'PX', math.ceil(ttl))
 
 return { outcome, now,
-  math.max(mLimit - mSum, 0), resetAt(M, nM, mBuckets, mBucket, mCurrent),
-  math.max(dLimit - dSum, 0), resetAt(D, nD, dBuckets, dBucket, dCurrent),
+  math.max(mLimit - mSum, 0), resetAt(M, nM, mBuckets, mBucket, mCurrent, mSum, mLimit),
+  math.max(dLimit - dSum, 0), resetAt(D, nD, dBuckets, dBucket, dCurrent, dSum, dLimit),
   math.ceil(retryAfter), banStep, newBan, outcome == 2 and math.ceil(banUntil - now) or 0 }
 `
 

@@ -61,6 +61,20 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       expect((await subject.store.consume(request(keyId, T0 + 65_000))).outcome).toBe('admitted')
     })
 
+    it('after the limit is lowered below what the window holds, says the window resets when a request would be admitted again', async () => {
+      const keyId = newKeyId()
+      for (let i = 0; i < 3; i++) await subject.store.consume(request(keyId, T0))
+      for (let i = 0; i < 2; i++) await subject.store.consume(request(keyId, T0 + 5_000))
+      const lowered = { ...freePlan, minute: { ...freePlan.minute, limit: 2 } }
+      const limited = await subject.store.consume(request(keyId, T0 + 10_000, lowered))
+      expect(limited.outcome).toBe('limited')
+      // Four of the five must leave before a request fits under 2: the bucket at T0 + 5 s is the last to go.
+      expect(limited.nowMillis + limited.retryAfterMillis).toBe(T0 + 70_000)
+      expect(limited.minute.resetMillis).toBe(T0 + 70_000)
+      expect((await subject.store.consume(request(keyId, T0 + 69_999, lowered))).outcome).toBe('limited')
+      expect((await subject.store.consume(request(keyId, T0 + 70_000, lowered))).outcome).toBe('admitted')
+    })
+
     it('charges nothing to either window for a rejected request', async () => {
       const keyId = newKeyId()
       const plan = { ...freePlan, minute: { ...freePlan.minute, limit: 2 } }
