@@ -244,7 +244,13 @@ async function main(): Promise<void> {
   // Again, now that seconds have passed: /readyz must not be answered by someone else's process.
   await assertServicePortsFree(planned)
 
-  const childEnv: NodeJS.ProcessEnv = { ...env, DATABASE_URL: databaseUrl, INTERNAL_TOKEN: internalToken }
+  // No load balancer routes to a development stack: Ctrl-C stops it without the drain, unless asked for.
+  const childEnv: NodeJS.ProcessEnv = {
+    SHUTDOWN_DRAIN_SECONDS: '0',
+    ...env,
+    DATABASE_URL: databaseUrl,
+    INTERNAL_TOKEN: internalToken,
+  }
   // npm start runs both ends, so the gateway's upstream follows wherever the pets-service listens.
   const pets = planned.find(({ spec }) => spec.name === 'pets-service')
   if (pets && !env.PETS_URL) childEnv.PETS_URL = reachableUrl(pets.api)

@@ -77,7 +77,7 @@ export async function startChildServer(options: ChildServerOptions): Promise<Chi
       : [process.execPath, [...(options.nodeArgs ?? []), '--import', 'tsx', options.script]]
     child = spawn(file, args, {
       cwd: REPO_ROOT,
-      env: { ...process.env, ...options.env },
+      env: { ...process.env, SHUTDOWN_DRAIN_SECONDS: '0', ...options.env },
       stdio: ['ignore', log, log],
     })
   } finally {

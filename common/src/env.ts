@@ -24,3 +24,21 @@ export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): stri
   if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new Error(`INTERNAL_TOKEN must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
   return token
 }
+
+/** Default SHUTDOWN_DRAIN_SECONDS: long enough for a load balancer to see /readyz fail and stop routing. */
+export const DEFAULT_DRAIN_SECONDS = 5
+
+/**
+ * SHUTDOWN_DRAIN_SECONDS (0–60): how long a service keeps serving after SIGTERM, not ready and
+ * answering with `Connection: close`, before it closes its listener; it ends sooner once no
+ * client connection is open. A malformed value stops the process at boot.
+ */
+export function drainMillisFromEnv(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.SHUTDOWN_DRAIN_SECONDS
+  if (raw === undefined || raw === '') return DEFAULT_DRAIN_SECONDS * 1_000
+  const seconds = Number(raw)
+  if (!/^\d+(\.\d+)?$/.test(raw) || seconds > 60) {
+    throw new Error(`SHUTDOWN_DRAIN_SECONDS must be a number of seconds from 0 to 60, got "${raw}"`)
+  }
+  return Math.round(seconds * 1_000)
+}

@@ -1,7 +1,7 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
-import { internalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
+import { drainMillisFromEnv, internalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
 import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
@@ -31,6 +31,7 @@ async function main(): Promise<void> {
   const config = configSource.get()
   const databaseUrl = requiredEnv('DATABASE_URL')
   const internalToken = internalTokenFromEnv()
+  const drainMillis = drainMillisFromEnv()
 
   const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', logger })
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
@@ -90,6 +91,7 @@ async function main(): Promise<void> {
 
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },
+    { name: 'drain connections', run: () => app.drain(drainMillis) },
     { name: 'drain requests', run: () => app.close() },
     { name: 'stop key change feed', run: () => changes.stop() },
     { name: 'stop applying unbans', run: async () => unbans.stop() },

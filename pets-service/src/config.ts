@@ -1,4 +1,4 @@
-import { internalTokenFromEnv, portFromEnv, requiredEnv } from '../../common/src/env.ts'
+import { drainMillisFromEnv, internalTokenFromEnv, portFromEnv, requiredEnv } from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
@@ -7,6 +7,8 @@ export interface PetsServiceConfig {
   opsHost: string
   opsPort: number
   internalToken: string
+  /** SHUTDOWN_DRAIN_SECONDS: the drain before the listener closes on SIGTERM. */
+  drainMillis: number
 }
 
 /** Environment only (see the README's table); a missing or malformed value stops the boot. */
@@ -18,5 +20,6 @@ export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServic
     opsHost: env.PETS_OPS_HOST || '127.0.0.1',
     opsPort: portFromEnv('PETS_OPS_PORT', 9465, env),
     internalToken: internalTokenFromEnv(env),
+    drainMillis: drainMillisFromEnv(env),
   })
 }

@@ -42,6 +42,7 @@ async function main(): Promise<void> {
 
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },
+    { name: 'drain connections', run: () => app.drain(config.drainMillis) },
     { name: 'drain requests', run: () => app.close() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end() },

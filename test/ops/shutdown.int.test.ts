@@ -12,7 +12,7 @@ import { startGatewayProcess } from './gatewayProcess.ts'
 const UPSTREAM_DELAY_MILLIS = 1_500
 
 /** An upstream whose /auth-check (the gateway's readiness probe) answers at once and whose catalogue answers after 1.5 s. */
-async function slowUpstream() {
+async function slowUpstream(delayMillis = UPSTREAM_DELAY_MILLIS) {
   let arrived: () => void = () => undefined
   const firstRequest = new Promise<void>((resolve) => (arrived = resolve))
   let received = 0
@@ -27,7 +27,7 @@ async function slowUpstream() {
     setTimeout(() => {
       response.setHeader('content-type', 'application/json')
       response.end('[{"id":1,"name":"Rex","categoryId":1,"status":"available"}]')
-    }, UPSTREAM_DELAY_MILLIS)
+    }, delayMillis)
   })
   server.on('connection', (socket) => {
     sockets.add(socket)
@@ -104,6 +104,67 @@ describe('gateway shutdown on SIGTERM', () => {
       await waitForPortClosed(gateway.apiPort, 1_000)
       await waitForPortClosed(gateway.opsPort, 1_000)
     } finally {
+      await pool.end()
+      await upstream.close()
+      gateway.cleanup()
+    }
+  })
+
+  it('with a drain, keeps answering keep-alive clients after SIGTERM with Connection: close, resets none of them, then exits 0', async () => {
+    const upstream = await slowUpstream(5)
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: upstream.url, env: { SHUTDOWN_DRAIN_SECONDS: '5' } })
+    const pool = createPool({ connectionString: database.url, applicationName: 'ops-test' })
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 4 })
+    try {
+      const { key } = await createKeyRepository(pool).create({ name: 'drain-keep-alive', plan: 'business' })
+      let signalledAt = Infinity
+      const answers: { status: number; connection: string | undefined; afterSignal: boolean }[] = []
+      const failures: string[] = []
+      const send = () =>
+        new Promise<void>((resolve) => {
+          const sentAt = performance.now()
+          const request = http.get(`${gateway.url}/v1/pets`, { agent, headers: { authorization: `Bearer ${key}` } }, (response) => {
+            response.resume()
+            response.on('end', () => {
+              answers.push({ status: response.statusCode ?? 0, connection: response.headers.connection, afterSignal: sentAt > signalledAt })
+              resolve()
+            })
+          })
+          request.on('error', (error: NodeJS.ErrnoException) => {
+            // Once the listener has closed, a client that ignored /readyz is refused a new connection:
+            // expected. A reset (a request sent on a socket the gateway destroyed) is the defect.
+            if (error.code !== 'ECONNREFUSED') failures.push(`${error.code ?? ''} ${error.message}`)
+            resolve()
+          })
+        })
+      let running = true
+      const clients = Array.from({ length: 4 }, async () => {
+        while (running) await send()
+      })
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      signalledAt = performance.now()
+      gateway.proc.child.kill('SIGTERM')
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      expect((await gateway.readyz()).status).toBe(503)
+      // A load balancer that saw /readyz fail stops sending here a moment later.
+      await new Promise((resolve) => setTimeout(resolve, 700))
+      running = false
+      await Promise.all(clients)
+      const exit = await exitWithin(gateway.proc, 10_000)
+      const exitedAfter = performance.now() - signalledAt
+
+      expect(exit, gateway.proc.output()).toEqual({ code: 0, signal: null })
+      expect(failures).toEqual([])
+      const served = answers.filter((answer) => answer.afterSignal)
+      expect(served.length).toBeGreaterThan(10)
+      for (const answer of served) {
+        expect(answer.status).toBe(200)
+        expect(answer.connection).toBe('close')
+      }
+      // The drain ended long before its 5 s: half a second after the clients stopped, with no connection left open.
+      expect(exitedAfter).toBeLessThan(3_500)
+    } finally {
+      agent.destroy()
       await pool.end()
       await upstream.close()
       gateway.cleanup()
