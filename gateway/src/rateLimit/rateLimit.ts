@@ -5,6 +5,7 @@ import type { ApiKeyRecord } from '../keys/keyRepository.ts'
 import { gatewayErrors } from '../errors.ts'
 import type { AnonymousDecision, AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
+import { anonymousBucket } from './clientAddress.ts'
 import type { NewBan } from './banJournal.ts'
 import type { LimitOutcome } from './limitStore.ts'
 import { banPolicy, cachedLimitsFor, type KeyLimits } from './planLimits.ts'
@@ -191,8 +192,9 @@ export const rateLimit = fp(
         // Only a guess (a well-formed key looked up in vain) is counted across gateways, in Redis;
         // a missing or malformed key, or a public route, is counted in this process, with no I/O.
         const reason = request.authFailureReason
-        if (reason !== 'unknown' && reason !== 'revoked_or_expired') return done(anonymousOutcome(request, options.anonymous().consumeHere(request.ip)))
-        return void options.anonymous().consumeGuess(request.ip).then((result) => done(anonymousOutcome(request, result)), done)
+        const client = anonymousBucket(request.ip)
+        if (reason !== 'unknown' && reason !== 'revoked_or_expired') return done(anonymousOutcome(request, options.anonymous().consumeHere(client)))
+        return void options.anonymous().consumeGuess(client).then((result) => done(anonymousOutcome(request, result)), done)
       }
       const banned = knownBanRefusal(request, key)
       if (banned) return done(banned)

@@ -161,4 +161,21 @@ describe('requests without a valid key are limited per client IP', () => {
     const direct = await g.request('/v1/pets')
     expect(expectRateLimitHeaders(direct, anonymous)).toMatchObject({ status: 401, remaining: 2 })
   })
+
+  it('counts one client under every spelling of its address, and an IPv6 client under its /64', async () => {
+    const g = await gateway(['127.0.0.1'])
+    const from = (address: string) => g.request('/v1/pets', { headers: { 'x-forwarded-for': address } })
+    for (const spelling of ['203.0.113.9', '::ffff:203.0.113.9', '::FFFF:CB00:7109']) {
+      await expectErrorResponse(await from(spelling), 401, 'missing_api_key')
+    }
+    await expectTooManyRequests(await from('203.0.113.9'))
+    for (const address of ['2001:db8:1:2::1', '2001:DB8:1:2:0:0:0:2', '2001:db8:1:2:ffff::3']) {
+      await expectErrorResponse(await from(address), 401, 'missing_api_key')
+    }
+    await expectTooManyRequests(await from('2001:db8:1:2:abcd::4'))
+    // The next /64 is another subscriber.
+    const neighbour = await from('2001:db8:1:3::1')
+    expect(expectRateLimitHeaders(neighbour, anonymous)).toMatchObject({ status: 401, remaining: 2 })
+    await neighbour.arrayBuffer()
+  })
 })
