@@ -119,6 +119,14 @@ class UpstreamDeadlineError extends Error {
   }
 }
 
+/** No answer head within the upstream timeout of the request. */
+class UpstreamSilentError extends Error {
+  readonly code = 'UND_ERR_HEADERS_TIMEOUT'
+  constructor(timeoutMillis: number) {
+    super(`the upstream sent no answer within ${timeoutMillis} ms`)
+  }
+}
+
 /**
  * reply-from's undici defaults (lib/request.js getUndiciOptions), which applied before: 128
  * connections, no pipelining, and TLS certificates not verified (its `tls` option, which undici
@@ -325,6 +333,14 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     /** Bytes of a buffered answer so far. */
     let received = 0
     let deadline: NodeJS.Timeout | undefined
+    // The client's 504 when no answer head came within the timeout. undici's own headersTimeout
+    // ticks in half seconds (a 10 s timeout answered after 10.5 s); it still ends the exchange
+    // itself a moment later: aborting it from here kept about 7 KB per request alive in undici.
+    const silence = setTimeout(() => {
+      if (dropped) return
+      dropped = true
+      fail(reply, new UpstreamSilentError(options.timeoutMillis))
+    }, options.timeoutMillis)
     /** Set once the answer is to stream: its head and the stream go out with its first byte. */
     let resumeUpstream: (() => void) | undefined
     let parsed: Record<string, string | string[] | undefined> | undefined
@@ -339,6 +355,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       },
       onHeaders(status, rawHeaders, resume) {
         if (status < 200) return true // 1xx: informational, the final answer follows
+        clearTimeout(silence)
+        if (dropped) return true // too late: answered 504 already; read and dropped
         statusCode = status
         if (observer) waited.set(request, (performance.now() - sentAt) / 1_000)
         const answer = undiciUtil.parseHeaders(rawHeaders) as Record<string, string | string[] | undefined>
@@ -361,6 +379,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         return true
       },
       onData(chunk) {
+        if (dropped) return true
         if (chunks) {
           received += chunk.length
           if (received > BUFFERED_ANSWER_MAX_BYTES) {
@@ -390,6 +409,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         reply.send(answer)
       },
       onError(error) {
+        clearTimeout(silence)
         clearTimeout(deadline)
         if (dropped) return
         if (stream) stream.destroy(error)
