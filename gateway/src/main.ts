@@ -47,7 +47,7 @@ async function main(): Promise<void> {
     logger,
     missingIdMillis: config.keyCache.ttlMillis,
   })
-  await unbans.start()
+  unbans.start()
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
   purge.unref()
 
@@ -94,7 +94,7 @@ async function main(): Promise<void> {
     { name: 'drain connections', run: () => app.drain(drainMillis) },
     { name: 'drain requests', run: () => app.close() },
     { name: 'stop key change feed', run: () => changes.stop() },
-    { name: 'stop applying unbans', run: async () => unbans.stop() },
+    { name: 'stop applying unbans', run: () => unbans.stop() },
     { name: 'stop config watch', run: async () => stopWatching() },
     { name: 'close rate-limit store', run: () => limiter.close() },
     { name: 'close ops port', run: () => ops.close() },

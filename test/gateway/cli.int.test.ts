@@ -188,7 +188,7 @@ describe('keys CLI (npm run keys)', () => {
     expect(unknown.code).toBe(1)
   })
 
-  it('shows a key\'s ban in force in show and list, not one that has ended, and unban deletes its record', async () => {
+  it('shows a key\'s ban in force in show and list, not one that has ended, until an unban is applied', async () => {
     await schema()
     const [{ record: banned }, { record: lapsed }] = await Promise.all([
       repository.create({ name: 'hammering', plan: 'free' }),
@@ -210,17 +210,22 @@ describe('keys CLI (npm run keys)', () => {
     expect(text.stdout).toContain(`  ban      until ${endsAt.slice(0, 19).replace('T', ' ')} UTC (ladder step 2, since `)
     expect(JSON.parse(json.stdout)).toMatchObject({ id: banned.id, state: 'active', ban: { step: 2, endsAt } })
     const row = (id: string) => list.stdout.split('\n').find((line) => line.startsWith(id)) ?? ''
-    expect(row(banned.id)).toContain(`banned until ${endsAt.slice(11, 16)}`)
+    expect(row(banned.id)).toContain(`banned until ${endsAt.slice(0, 10)} ${endsAt.slice(11, 16)} UTC`)
     expect(row(lapsed.id)).toMatch(/\bactive\b/)
     const listed = (JSON.parse(listJson.stdout) as { keys: { id: string; ban: unknown }[] }).keys
     expect(listed.find((key) => key.id === banned.id)?.ban).toMatchObject({ step: 2 })
     expect(listed.find((key) => key.id === lapsed.id)?.ban).toBeNull()
     expect(JSON.parse(other.stdout)).toMatchObject({ ban: null })
 
+    // No gateway is running: the unban is pending, and the ban it has not lifted yet is still shown.
     const unbanned = await run('unban', banned.id)
     expect(unbanned.code, unbanned.stderr).toBe(0)
-    expect(unbanned.stdout).toMatch(/\n {2}ban {6}none\n/)
+    expect(unbanned.stdout).toMatch(/\n {2}ban {6}until /)
+    // A gateway applying it deletes the record with its mark.
+    const change = (await repository.changesSince(0)).filter((entry) => entry.keyId === banned.id && entry.kind === 'unban').at(-1)
+    await repository.markUnbanApplied(change?.id ?? 0)
     expect(await repository.activeBans([banned.id])).toEqual(new Map())
+    expect((await run('show', banned.id)).stdout).toMatch(/\n {2}ban {6}none\n/)
   })
 
   it('refuses to change or unban a revoked key with exit 1, and changes nothing', async () => {

@@ -93,7 +93,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     logger,
     missingIdMillis: config.keyCache.ttlMillis,
   })
-  await unbans.start()
+  unbans.start()
   metrics.observeKeyCache(cache)
   metrics.observeBans(limiter.bans)
   metrics.store.expect(limiter.storeKind)
@@ -134,7 +134,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     async close() {
       await app.close()
       await feed.stop()
-      unbans.stop()
+      await unbans.stop()
       await limiter.close()
       await pool.end()
     },

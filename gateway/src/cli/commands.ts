@@ -142,7 +142,8 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       const headline = applied
         ? `Unbanned API key ${record.id}: a gateway lifted the ban in the rate-limit store, and every running gateway stops answering banned within 2 s.`
         : `Unban of API key ${record.id} requested, not applied yet: no gateway lifted the ban within ${waitMillis / 1_000} s ` +
-          '(none is running, or its Redis is unreachable). Every gateway retries pending unbans at start and every 2 s, for a day.'
+          '(none is running, its Redis is unreachable, or only gateways of an earlier version are running, which do not say so). ' +
+          'Every gateway retries pending unbans at start and every 2 s, for a day.'
       return report(record, command.json, headline, { unban: applied ? 'applied' : 'pending' })
     }
     case 'set-plan': {

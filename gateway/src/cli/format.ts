@@ -89,7 +89,7 @@ function describeBan(ban: RecordedBan | null): string {
 /** The table's STATE: a ban shows on a key that is otherwise active. */
 function tableState(record: ApiKeyRecord, now: Date, ban: RecordedBan | null): string {
   const state = keyState(record, now)
-  return state === 'active' && ban ? `banned until ${describeTime(ban.endsAt).slice(11, 16)}` : state
+  return state === 'active' && ban ? `banned until ${describeTime(ban.endsAt).slice(0, 16)} UTC` : state
 }
 
 export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date, banOf: BanOf): string {

@@ -15,10 +15,17 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
   const { repository, limiter, logger } = options
   /** Pending unbans already reported as failing, so a long outage logs each once. */
   const reported = new Set<number>()
+  let readFailureReported = false
   let stopped = false
+  /** The unbans being applied now, so stop() can wait for them. */
+  const running = new Set<Promise<void>>()
 
-  /** `late`: a pending unban, retried after its change was first seen. */
-  async function apply(change: KeyChange, late = false): Promise<void> {
+  function track(work: Promise<void>): Promise<void> {
+    running.add(work)
+    return work.finally(() => running.delete(work))
+  }
+
+  async function lift(change: KeyChange, late: boolean): Promise<void> {
     limiter.bans.forget(change.keyId)
     try {
       await limiter.store.unban(change.keyId)
@@ -29,6 +36,8 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
       }
       return
     }
+    // A request decided while the unban was on its way may have cached the ban again.
+    limiter.bans.forget(change.keyId)
     reported.delete(change.id)
     logger.info({ keyId: change.keyId }, 'API key unbanned')
     await repository.markUnbanApplied(change.id, late).catch((error: unknown) => {
@@ -38,30 +47,42 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
   }
 
   async function applyPending(): Promise<void> {
+    let pending: KeyChange[]
     try {
-      for (const change of await repository.pendingUnbans()) await apply(change, true)
+      pending = await repository.pendingUnbans()
+      readFailureReported = false
     } catch (error) {
-      logger.warn({ err: error }, 'reading pending unbans failed; trying again shortly')
+      if (!readFailureReported) logger.warn({ err: error }, 'reading pending unbans failed; trying again every few seconds')
+      readFailureReported = true
+      return
+    }
+    const ids = new Set(pending.map((change) => change.id))
+    for (const id of reported) if (!ids.has(id)) reported.delete(id)
+    for (const change of pending) {
+      if (stopped) return
+      await lift(change, true)
     }
   }
 
   let timer: NodeJS.Timeout | undefined
-  const schedule = () => {
+  const schedule = (delayMillis: number) => {
     if (stopped) return
-    timer = setTimeout(() => void applyPending().finally(schedule), options.retryMillis ?? 2_000)
+    timer = setTimeout(() => void track(applyPending()).finally(() => schedule(options.retryMillis ?? 2_000)), delayMillis)
     timer.unref()
   }
 
   return {
-    apply,
-    /** Applies what is pending now, then keeps retrying in the background. */
-    async start(): Promise<void> {
-      await applyPending()
-      schedule()
+    /** An unban just read from the change log. */
+    apply: (change: KeyChange): Promise<void> => track(lift(change, false)),
+    /** Applies what is pending, in the background: now, then every `retryMillis`. */
+    start(): void {
+      schedule(0)
     },
-    stop(): void {
+    /** Stops retrying, and waits for the unbans being applied now. */
+    async stop(): Promise<void> {
       stopped = true
       clearTimeout(timer)
+      await Promise.allSettled([...running])
     },
   }
 }
@@ -70,7 +91,7 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
  * What a gateway does with one entry of the key change log: forget the cached key, and for an
  * operator's unban, lift the ban in the local ban cache and in the rate-limit store.
  */
-export function keyChangeHandler(keys: KeyCache, unbans: { apply(change: KeyChange, late?: boolean): Promise<void> }): (change: KeyChange) => void {
+export function keyChangeHandler(keys: KeyCache, unbans: { apply(change: KeyChange): Promise<void> }): (change: KeyChange) => void {
   return (change) => {
     keys.invalidate(change.keyHash)
     if (change.kind === 'unban') void unbans.apply(change)

@@ -144,13 +144,12 @@ export function createKeyRepository(pool: pg.Pool) {
     },
 
     /**
-     * Asks every gateway to lift the key's ban and deletes its record, in one statement; returns
-     * the change log entry that carries the request, or null when no such key exists.
+     * Asks every gateway to lift the key's ban; returns the change log entry that carries the
+     * request, or null when no such key exists. The ban's record goes when a gateway applies it.
      */
     async requestUnban(id: string): Promise<number | null> {
       const { rows } = await pool.query<{ id: number }>(
-        `WITH lifted AS (DELETE FROM gateway.api_key_bans WHERE key_id = $1),
-         change AS (
+        `WITH change AS (
            INSERT INTO gateway.api_key_changes (key_id, key_hash, kind)
            SELECT id, key_hash, 'unban' FROM gateway.api_keys WHERE id = $1 RETURNING id, key_id
          )
@@ -160,24 +159,40 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows[0]?.id ?? null
     },
 
-    /** Unbans no gateway has applied to the rate-limit store yet (a day old at most). */
+    /**
+     * Unbans no gateway has applied to the rate-limit store yet: a day old at most, and older than
+     * the few seconds running gateways take to apply a fresh one. One that a newer ban has
+     * overtaken (its key was banned again after it was asked for) is marked applied instead:
+     * lifting it late would lift that newer ban.
+     */
     async pendingUnbans(): Promise<KeyChange[]> {
+      await pool.query(
+        `UPDATE gateway.api_key_changes c SET applied_at = now()
+           FROM gateway.api_key_bans b
+          WHERE c.kind = 'unban' AND c.applied_at IS NULL AND b.key_id = c.key_id AND b.started_at > c.changed_at`,
+      )
       const { rows } = await pool.query<KeyChange>(
         `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes
-          WHERE kind = 'unban' AND applied_at IS NULL AND changed_at > now() - interval '1 day' ORDER BY id LIMIT 100`,
+          WHERE kind = 'unban' AND applied_at IS NULL AND changed_at > now() - interval '1 day'
+            AND changed_at < now() - interval '3 seconds'
+          ORDER BY id LIMIT 100`,
       )
       return rows
     },
 
     /**
-     * Marks an unban applied. `announce` (an unban applied late, from the pending ones): the first
-     * gateway to mark it also appends an applied copy to the log, so every gateway forgets a ban
-     * its cache may have learnt again from Redis meanwhile.
+     * Marks an unban applied and deletes the record of the ban it lifted. `announce` (an unban
+     * applied late, from the pending ones): the first gateway to mark it also appends an applied
+     * copy to the log, so every gateway forgets a ban its cache may have learnt again from Redis
+     * meanwhile.
      */
     async markUnbanApplied(changeId: number, announce = false): Promise<void> {
       await pool.query(
         `WITH applied AS (
-           UPDATE gateway.api_key_changes SET applied_at = now() WHERE id = $1 AND applied_at IS NULL RETURNING key_id, key_hash
+           UPDATE gateway.api_key_changes SET applied_at = now() WHERE id = $1 AND applied_at IS NULL
+           RETURNING key_id, key_hash, changed_at
+         ), lifted AS (
+           DELETE FROM gateway.api_key_bans b USING applied a WHERE b.key_id = a.key_id AND b.started_at <= a.changed_at
          ), again AS (
            INSERT INTO gateway.api_key_changes (key_id, key_hash, kind, applied_at)
            SELECT key_id, key_hash, 'unban', now() FROM applied WHERE $2 RETURNING key_id
