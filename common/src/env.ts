@@ -30,8 +30,8 @@ export const DEFAULT_DRAIN_SECONDS = 5
 
 /**
  * SHUTDOWN_DRAIN_SECONDS (0–60): how long a service keeps serving after SIGTERM, not ready and
- * answering with `Connection: close`, before it closes its listener; it ends sooner once no
- * client connection is open. A malformed value stops the process at boot.
+ * answering with `Connection: close`, before it closes its listener. A malformed value stops the
+ * process at boot.
  */
 export function drainMillisFromEnv(env: NodeJS.ProcessEnv = process.env): number {
   const raw = env.SHUTDOWN_DRAIN_SECONDS

@@ -2,7 +2,7 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { drainMillisFromEnv, internalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
-import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import { SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -99,7 +99,7 @@ async function main(): Promise<void> {
     { name: 'close rate-limit store', run: () => limiter.close() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end() },
-  ], { npmScript: 'start:gateway' })
+  ], { npmScript: 'start:gateway', deadlineMillis: drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
 }
 
 /** Redis's own words for the operator (`OOM command not allowed …`, `Redis did not answer within 50 ms`). */

@@ -2,7 +2,7 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
-import { onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import { SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -46,7 +46,7 @@ async function main(): Promise<void> {
     { name: 'drain requests', run: () => app.close() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end() },
-  ], { npmScript: 'start:pets' })
+  ], { npmScript: 'start:pets', deadlineMillis: config.drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
 }
 
 main().catch((error: unknown) => {

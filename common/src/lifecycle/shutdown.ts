@@ -6,8 +6,11 @@ export interface ShutdownStep {
   run: () => Promise<unknown>
 }
 
+/** What closing may take after the drain: in-flight requests, then the pools (the default deadline). */
+export const SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS = 15_000
+
 export interface ShutdownOptions {
-  /** The deadline after which the exit is forced (15 s). */
+  /** The deadline after which the exit is forced (15 s; a service with a drain adds its length). */
   deadlineMillis?: number
   /**
    * The npm script that runs this service directly (`start:gateway`): while it is the one running,
@@ -22,7 +25,7 @@ export interface ShutdownOptions {
  * A second signal or the deadline forces the exit so a stuck drain cannot hang a deploy.
  */
 export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options: ShutdownOptions = {}): void {
-  const deadlineMillis = options.deadlineMillis ?? 15_000
+  const deadlineMillis = options.deadlineMillis ?? SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS
   let stopping = false
   const shutdown = async (cause: { signal: NodeJS.Signals } | { launcher: string }) => {
     if (stopping) {
