@@ -18,6 +18,8 @@ declare module 'ioredis' {
 const OUTCOMES: LimitOutcome[] = ['admitted', 'limited', 'banned']
 /** The script's outcome when Redis ran it after its deadline: it counted nothing. */
 const EXPIRED = 3
+/** A Cluster key's failure domain before the client knows the slot's master. */
+const UNKNOWN_MASTER = 'cluster'
 
 export interface RedisConnection {
   /** redis://… for one server, or a list of host:port seeds for Redis Cluster. */
@@ -185,17 +187,20 @@ export function budgetedSender(client: RedisClient, budgetMillis: number | undef
  * Redis's clock is learnt from the replies, per failure domain (a Cluster master has its own):
  * each reply's TIME minus the moment (monotonic, immune to steps of this host's clock) the call
  * was made bounds the clock offset from above, and the smallest such bound is kept. The deadline
- * is that estimate of Redis's "now" at the call plus twice the budget. A reply that comes back
- * within the budget but expired says the estimate was wrong (Redis's clock stepped forward): the
- * reply's time corrects it, and the call is made once more without a deadline. Until a domain has
- * answered once, its calls carry none.
+ * is that estimate of Redis's "now" at the call plus LATE_AFTER_MILLIS (or twice the budget if
+ * longer): generous, because the call is written only at the end of the event-loop turn and a
+ * busy gateway's turns can take a while; an expiry on a healthy Redis would cost a second round
+ * trip. A reply that comes back expired within the budget says the estimate was wrong (this
+ * host's lag, or Redis's clock stepped forward): the reply's time corrects it, and the call is
+ * made once more with a fresh deadline. Until a domain has answered once, its calls carry none.
  */
 export function redisClockFor(budgetMillis: number | undefined) {
   const offsets = new Map<string, number>()
+  const lateAfterMillis = budgetMillis === undefined ? 0 : Math.max(LATE_AFTER_MILLIS, 2 * budgetMillis)
   return {
     deadline(domain: string, calledAt: number): number {
       const offset = offsets.get(domain)
-      return budgetMillis === undefined || offset === undefined ? 0 : Math.ceil(calledAt + offset + 2 * budgetMillis)
+      return budgetMillis === undefined || offset === undefined ? 0 : Math.ceil(calledAt + offset + lateAfterMillis)
     },
     learn(domain: string, calledAt: number, redisNow: number, expired: boolean): void {
       const bound = redisNow - calledAt
@@ -205,12 +210,25 @@ export function redisClockFor(budgetMillis: number | undefined) {
   }
 }
 
+/** How late (after the call) a script may start and still count; see redisClockFor. */
+export const LATE_AFTER_MILLIS = 1_000
+
+export class RedisDeadlineError extends Error {
+  constructor() {
+    super('Redis ran the rate-limit script after its deadline twice')
+    this.name = 'RedisDeadlineError'
+  }
+}
+
 export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
   const send = budgetedSender(client, options.budgetMillis)
   const clock = redisClockFor(options.budgetMillis)
   const keyPrefix = client.options.keyPrefix ?? ''
   const failureDomain = (key: string): string =>
-    client instanceof Cluster ? (client.slots[calculateSlot(keyPrefix + key)]?.[0] ?? 'cluster') : 'redis'
+    client instanceof Cluster ? (client.slots[calculateSlot(keyPrefix + key)]?.[0] ?? UNKNOWN_MASTER) : 'redis'
+  /** No deadline where the master is not known yet, nor in tests that fix the store's time. */
+  const deadlineFor = (request: LimitRequest, domain: string) =>
+    request.nowMillis === undefined && domain !== UNKNOWN_MASTER ? clock.deadline(domain, performance.now()) : 0
 
   async function call(request: LimitRequest, key: string, domain: string, deadline: number): Promise<ScriptReply> {
     const { minute, day, bans } = request
@@ -229,7 +247,11 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
       bans.ladderMillis.join(','),
       deadline,
     ))
-    if (request.nowMillis === undefined) clock.learn(domain, calledAt, reply[1], reply[0] === EXPIRED)
+    // A reply from another master than the one the call was meant for (a MOVED or ASK redirect
+    // during a reshard or failover) tells nothing about that master's clock.
+    if (request.nowMillis === undefined && domain !== UNKNOWN_MASTER && failureDomain(key) === domain) {
+      clock.learn(domain, calledAt, reply[1], reply[0] === EXPIRED)
+    }
     return reply
   }
 
@@ -239,8 +261,9 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const key = limitKey(request.keyId)
       const domain = failureDomain(key)
-      let reply = await call(request, key, domain, request.nowMillis === undefined ? clock.deadline(domain, performance.now()) : 0)
-      if (reply[0] === EXPIRED) reply = await call(request, key, domain, 0)
+      let reply = await call(request, key, domain, deadlineFor(request, domain))
+      if (reply[0] === EXPIRED) reply = await call(request, key, domain, deadlineFor(request, domain))
+      if (reply[0] === EXPIRED) throw new RedisDeadlineError()
       const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan, banLeft] = reply
       return {
         outcome: OUTCOMES[outcome] ?? 'limited',

@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net'
 import { Redis } from 'ioredis'
 import { describe, expect, it } from 'vitest'
-import { connectRedis, createRedisStore, redisClockFor, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
+import { LATE_AFTER_MILLIS, connectRedis, createRedisStore, redisClockFor, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
 import { limitKey } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
 import { describeLimitStore } from './store.suite.ts'
@@ -157,11 +157,15 @@ describe('late commands', () => {
     clock.learn('redis', 1_000, 11_003, false)
     clock.learn('redis', 2_000, 12_001, false)
     clock.learn('redis', 3_000, 13_020, false)
-    expect(clock.deadline('redis', 4_000)).toBe(4_000 + 10_001 + 100)
+    expect(clock.deadline('redis', 4_000)).toBe(4_000 + 10_001 + LATE_AFTER_MILLIS)
     // Another Cluster master has a clock of its own.
     expect(clock.deadline('10.0.0.2:6379', 4_000)).toBe(0)
     // Redis's clock stepped 5 s forward: a reply comes back expired, and the estimate follows it.
     clock.learn('redis', 5_000, 20_002, true)
-    expect(clock.deadline('redis', 6_000)).toBe(6_000 + 15_002 + 100)
+    expect(clock.deadline('redis', 6_000)).toBe(6_000 + 15_002 + LATE_AFTER_MILLIS)
+    // A budget longer than half the allowance widens it.
+    const slow = redisClockFor(800)
+    slow.learn('redis', 1_000, 11_000, false)
+    expect(slow.deadline('redis', 2_000)).toBe(2_000 + 10_000 + 1_600)
   })
 })
