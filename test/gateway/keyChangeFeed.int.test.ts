@@ -90,4 +90,34 @@ describe('API key change notifications', () => {
       await pool.end()
     }
   })
+  it('deliver a change whose transaction was still open when the gateway started', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const repository = createKeyRepository(pool)
+    const [{ record: slow }, { record: quick }] = await Promise.all([
+      repository.create({ name: 'revoked across a gateway start', plan: 'free' }),
+      repository.create({ name: 'changed before the start', plan: 'free' }),
+    ])
+    const transaction = await pool.connect()
+    let feed: Awaited<ReturnType<typeof startKeyChangeFeed>> | undefined
+    try {
+      await transaction.query('BEGIN')
+      await transaction.query('UPDATE gateway.api_keys SET revoked_at = now(), updated_at = now() WHERE id = $1', [slow.id])
+      await repository.setPlan(quick.id, 'pro')
+      const seen: KeyChange[] = []
+      feed = await startKeyChangeFeed({
+        repository,
+        connectionString: database.url,
+        onChange: (change) => seen.push(change),
+        logger: pino({ level: 'silent' }),
+      })
+      await transaction.query('COMMIT')
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(slow.id), { timeout: 3_000, interval: 50 })
+      expect(seen.map((change) => change.keyId)).not.toContain(quick.id)
+    } finally {
+      transaction.release()
+      await feed?.stop()
+      await pool.end()
+    }
+  })
 })

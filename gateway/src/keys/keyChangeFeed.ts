@@ -3,7 +3,7 @@ import type { Logger } from 'pino'
 import type { KeyChange, KeyRepository } from './keyRepository.ts'
 
 export interface KeyChangeFeedOptions {
-  repository: Pick<KeyRepository, 'latestChangeId' | 'changesSince'>
+  repository: Pick<KeyRepository, 'latestChangeId' | 'changesSince' | 'changeIdsSince'>
   /** For the LISTEN connection; when LISTEN is unavailable the periodic read still works. */
   connectionString: string
   onChange: (change: KeyChange) => void
@@ -17,8 +17,10 @@ export interface KeyChangeFeedOptions {
   missingIdMillis?: number
 }
 
-/** More ids than this between two entries is not a transaction still open: a sequence jump. */
+/** More ids than this between two entries is not transactions still open: a sequence jump, or a purged log. */
 const MAX_MISSING_PER_JUMP = 1_000
+/** At start, ids this far below the newest entry that are absent may be transactions still open. */
+const START_LOOKBACK = 100
 
 export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
 
@@ -39,11 +41,24 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   let lastId = await repository.latestChangeId()
   /** Ids below lastId not seen yet, with when they were first missed. */
   const missing = new Map<number, number>()
+  const missedBetween = (after: number, before: number) => {
+    if (before - after - 1 > MAX_MISSING_PER_JUMP) return
+    const now = Date.now()
+    for (let id = after + 1; id < before; id++) missing.set(id, now)
+  }
+  // A change whose transaction is still open as this gateway starts commits below lastId.
+  if (lastId > 0) {
+    const floor = Math.max(lastId - START_LOOKBACK, 0)
+    let previous = floor
+    for (const id of await repository.changeIdsSince(floor)) {
+      missedBetween(previous, id)
+      previous = id
+    }
+  }
 
   const take = (change: KeyChange) => {
     if (change.id > lastId) {
-      const now = Date.now()
-      for (let id = Math.max(lastId + 1, change.id - MAX_MISSING_PER_JUMP); id < change.id; id++) missing.set(id, now)
+      missedBetween(lastId, change.id)
       lastId = change.id
     } else {
       missing.delete(change.id)

@@ -114,6 +114,12 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows[0]?.id ?? 0
     },
 
+    /** The ids of the log's entries after `id`, oldest first. */
+    async changeIdsSince(id: number): Promise<number[]> {
+      const { rows } = await pool.query<{ id: number }>('SELECT id FROM gateway.api_key_changes WHERE id > $1 ORDER BY id', [id])
+      return rows.map((row) => row.id)
+    },
+
     /** Entries after `id`, and those of `missing` (ids below it not committed when last read) now there. */
     async changesSince(id: number, missing: number[] = []): Promise<KeyChange[]> {
       const { rows } = await pool.query<KeyChange>(
