@@ -14,11 +14,12 @@ export interface CommandDeps {
   plans: Plans | undefined
   output: Output
   now?: () => Date
-  /** How long `unban` waits for a running gateway to apply it before saying it is pending. */
-  unbanWaitMillis?: number
 }
 
-/** Running gateways apply an unban within 2 s (at once on NOTIFY, else at their next read of the log). */
+/**
+ * How long `unban` waits for a running gateway to apply it before saying it is pending: they do
+ * within 2 s (at once on NOTIFY, else at their next read of the log).
+ */
 const UNBAN_WAIT_MILLIS = 3_000
 
 async function appliedWithin(isApplied: () => Promise<boolean>, millis: number): Promise<boolean> {
@@ -137,11 +138,10 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       const record = live(await existing(deps, command.id))
       const changeId = await repository.requestUnban(command.id)
       if (changeId === null) present(undefined, command.id)
-      const waitMillis = deps.unbanWaitMillis ?? UNBAN_WAIT_MILLIS
-      const applied = await appliedWithin(() => repository.isUnbanApplied(changeId as number), waitMillis)
+      const applied = await appliedWithin(() => repository.isUnbanApplied(changeId as number), UNBAN_WAIT_MILLIS)
       const headline = applied
         ? `Unbanned API key ${record.id}: a gateway lifted the ban in the rate-limit store, and every running gateway stops answering banned within 2 s.`
-        : `Unban of API key ${record.id} requested, not applied yet: no gateway lifted the ban within ${waitMillis / 1_000} s ` +
+        : `Unban of API key ${record.id} requested, not applied yet: no gateway lifted the ban within ${UNBAN_WAIT_MILLIS / 1_000} s ` +
           '(none is running, its Redis is unreachable, or only gateways of an earlier version are running, which do not say so). ' +
           'Every gateway retries pending unbans at start and every 2 s, for a day.'
       return report(record, command.json, headline, { unban: applied ? 'applied' : 'pending' })
