@@ -2,12 +2,37 @@ import ipaddr from 'ipaddr.js'
 
 const PLAIN_IPV4 = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/
 
+const ipv4 = (high: number, low: number) => `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`
+
 /**
- * What the per-IP anonymous limit counts a client address under. IPv4: the address, also when it
- * is written IPv4-mapped (`::ffff:1.2.3.4`, as a dual-stack socket reports it). IPv6: its /64,
- * the smallest block a subscriber is given, so one client cannot mint a fresh count from each of
- * the 2^64 addresses of its own network, nor from other spellings of one address
- * (`2001:DB8:0:0::1` and `2001:db8::1` are one client).
+ * The IPv4 client an IPv6 address stands for, where it embeds one: IPv4-mapped
+ * (`::ffff:1.2.3.4`, as a dual-stack socket reports it) and the translators' prefixes (NAT64
+ * 64:ff9b::/96 and SIIT ::ffff:0:0:0/96 in the last 32 bits, 6to4 2002::/16 in bits 16–47,
+ * Teredo 2001::/32 in the last 32 bits inverted). Behind such a translator each IPv4 client
+ * keeps its own count instead of sharing the translator's /64.
+ */
+function embeddedIpv4(address: ipaddr.IPv6): string | undefined {
+  const parts = address.parts
+  switch (address.range()) {
+    case 'ipv4Mapped':
+    case 'rfc6052':
+    case 'rfc6145':
+      return ipv4(parts[6] ?? 0, parts[7] ?? 0)
+    case '6to4':
+      return ipv4(parts[1] ?? 0, parts[2] ?? 0)
+    case 'teredo':
+      return ipv4(~(parts[6] ?? 0) & 0xffff, ~(parts[7] ?? 0) & 0xffff)
+    default:
+      return undefined
+  }
+}
+
+/**
+ * What the per-IP anonymous limit counts a client address under. IPv4: the address, also when an
+ * IPv6 address embeds it (see embeddedIpv4). Other IPv6: its /64, the smallest block a subscriber
+ * is given, so one client cannot mint a fresh count from each of the 2^64 addresses of its own
+ * network, nor from other spellings of one address (`2001:DB8:0:0::1` and `2001:db8::1` are one
+ * client).
  */
 export function anonymousBucket(address: string): string {
   if (PLAIN_IPV4.test(address)) return address
@@ -15,9 +40,11 @@ export function anonymousBucket(address: string): string {
   const parsed = ipaddr.parse(address)
   if (parsed.kind() === 'ipv4') return parsed.toString()
   const v6 = parsed as ipaddr.IPv6
-  if (v6.isIPv4MappedAddress()) return v6.toIPv4Address().toString()
-  return `${v6.parts
-    .slice(0, 4)
-    .map((part) => part.toString(16))
-    .join(':')}::/64`
+  return (
+    embeddedIpv4(v6) ??
+    `${v6.parts
+      .slice(0, 4)
+      .map((part) => part.toString(16))
+      .join(':')}::/64`
+  )
 }

@@ -1,0 +1,24 @@
+import { describe, expect, it } from 'vitest'
+import { anonymousBucket } from '../../../gateway/src/rateLimit/clientAddress.ts'
+
+describe('the address the anonymous limit counts a client under', () => {
+  it.each([
+    ['203.0.113.9', '203.0.113.9'],
+    ['::ffff:203.0.113.9', '203.0.113.9'],
+    ['::FFFF:CB00:7109', '203.0.113.9'],
+    ['64:ff9b::203.0.113.9', '203.0.113.9'],
+    ['::ffff:0:203.0.113.9', '203.0.113.9'],
+    ['2002:cb00:7109::1', '203.0.113.9'],
+    // Teredo: the client's IPv4 address is the last 32 bits, inverted (203.0.113.9 → 34ff:8ef6).
+    ['2001:0:4136:e378:8000:63bf:34ff:8ef6', '203.0.113.9'],
+    ['2001:db8:1:2::1', '2001:db8:1:2::/64'],
+    ['2001:DB8:1:2:0:0:0:ffff', '2001:db8:1:2::/64'],
+    ['fe80::1%eth0', 'fe80:0:0:0::/64'],
+  ])('%s is counted as %s', (address, bucket) => {
+    expect(anonymousBucket(address)).toBe(bucket)
+  })
+
+  it('keeps what is not an IP address as it is', () => {
+    expect(anonymousBucket('unknown')).toBe('unknown')
+  })
+})
