@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
-import { createKeyRepository, type KeyChange } from '../../gateway/src/keys/keyRepository.ts'
+import { createKeyRepository, type KeyChange, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
@@ -56,68 +56,72 @@ describe('API key change notifications', () => {
     }
   }, 30_000)
 
-  it('deliver a change that commits after a later one (a revocation inside a longer transaction)', async () => {
+  /**
+   * Two keys on a migrated schema: `slow` is revoked in a transaction left open (its change-log id
+   * taken, the change not visible yet), `quick` changed meanwhile and committed at once.
+   */
+  async function revocationLeftOpen(names: [string, string]) {
     const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
     await migrate(pool, GATEWAY_MIGRATIONS)
     const repository = createKeyRepository(pool)
     const [{ record: slow }, { record: quick }] = await Promise.all([
-      repository.create({ name: 'revoked in a long transaction', plan: 'free' }),
-      repository.create({ name: 'changed meanwhile', plan: 'free' }),
+      repository.create({ name: names[0], plan: 'free' }),
+      repository.create({ name: names[1], plan: 'free' }),
     ])
-    const seen: KeyChange[] = []
-    const feed = await startKeyChangeFeed({
-      repository,
-      connectionString: database.url,
-      onChange: (change) => seen.push(change),
-      logger: pino({ level: 'silent' }),
-    })
     const transaction = await pool.connect()
+    return {
+      repository,
+      slow,
+      quick,
+      async revokeSlowThenChangeQuick() {
+        await transaction.query('BEGIN')
+        await transaction.query('UPDATE gateway.api_keys SET revoked_at = now(), updated_at = now() WHERE id = $1', [slow.id])
+        await repository.setPlan(quick.id, 'pro')
+      },
+      commit: () => transaction.query('COMMIT'),
+      async close() {
+        transaction.release()
+        await pool.end()
+      },
+    }
+  }
+
+  const follow = (repository: KeyRepository, seen: KeyChange[]) =>
+    startKeyChangeFeed({ repository, connectionString: database.url, onChange: (change) => seen.push(change), logger: pino({ level: 'silent' }) })
+
+  it('deliver a change that commits after a later one (a revocation inside a longer transaction)', async () => {
+    const keys = await revocationLeftOpen(['revoked in a long transaction', 'changed meanwhile'])
+    const seen: KeyChange[] = []
+    const feed = await follow(keys.repository, seen)
     try {
       // The revocation takes its change-log id first, and commits last.
-      await transaction.query('BEGIN')
-      await transaction.query('UPDATE gateway.api_keys SET revoked_at = now(), updated_at = now() WHERE id = $1', [slow.id])
-      await repository.setPlan(quick.id, 'pro')
-      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(quick.id), { timeout: 2_000, interval: 50 })
-      await transaction.query('COMMIT')
+      await keys.revokeSlowThenChangeQuick()
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(keys.quick.id), { timeout: 2_000, interval: 50 })
+      await keys.commit()
       const committed = performance.now()
-      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(slow.id), { timeout: 3_000, interval: 50 })
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(keys.slow.id), { timeout: 3_000, interval: 50 })
       expect(performance.now() - committed).toBeLessThan(2_000)
       const ids = seen.map((change) => change.id)
       expect(ids.indexOf(Math.min(...ids))).toBe(ids.length - 1)
     } finally {
-      transaction.release()
       await feed.stop()
-      await pool.end()
+      await keys.close()
     }
   })
+
   it('deliver a change whose transaction was still open when the gateway started', async () => {
-    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
-    await migrate(pool, GATEWAY_MIGRATIONS)
-    const repository = createKeyRepository(pool)
-    const [{ record: slow }, { record: quick }] = await Promise.all([
-      repository.create({ name: 'revoked across a gateway start', plan: 'free' }),
-      repository.create({ name: 'changed before the start', plan: 'free' }),
-    ])
-    const transaction = await pool.connect()
+    const keys = await revocationLeftOpen(['revoked across a gateway start', 'changed before the start'])
     let feed: Awaited<ReturnType<typeof startKeyChangeFeed>> | undefined
     try {
-      await transaction.query('BEGIN')
-      await transaction.query('UPDATE gateway.api_keys SET revoked_at = now(), updated_at = now() WHERE id = $1', [slow.id])
-      await repository.setPlan(quick.id, 'pro')
+      await keys.revokeSlowThenChangeQuick()
       const seen: KeyChange[] = []
-      feed = await startKeyChangeFeed({
-        repository,
-        connectionString: database.url,
-        onChange: (change) => seen.push(change),
-        logger: pino({ level: 'silent' }),
-      })
-      await transaction.query('COMMIT')
-      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(slow.id), { timeout: 3_000, interval: 50 })
-      expect(seen.map((change) => change.keyId)).not.toContain(quick.id)
+      feed = await follow(keys.repository, seen)
+      await keys.commit()
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(keys.slow.id), { timeout: 3_000, interval: 50 })
+      expect(seen.map((change) => change.keyId)).not.toContain(keys.quick.id)
     } finally {
-      transaction.release()
       await feed?.stop()
-      await pool.end()
+      await keys.close()
     }
   })
 })

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ApiError } from './apiError.ts'
@@ -36,7 +37,7 @@ export const gracefulClose = fp(
     })
     app.decorate('drain', async (millis: number) => {
       draining = true
-      if (millis > 0) await new Promise((resolve) => setTimeout(resolve, millis))
+      if (millis > 0) await sleep(millis)
     })
   },
   { name: 'graceful-close' },

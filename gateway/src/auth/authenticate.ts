@@ -13,8 +13,11 @@ declare module 'fastify' {
     apiKey: ApiKeyRecord | null
     /** Why authentication failed; answered by requireAuthentication after the per-IP limit. */
     authFailure: ApiError | null
-    /** What was wrong with the key, when authentication failed on it (the per-IP limit tells guesses apart). */
-    authFailureReason: AuthFailureReason | null
+    /**
+     * Why authentication failed: what was wrong with the key (the per-IP limit tells guesses
+     * apart), or `unchecked` when Postgres could not be asked about it.
+     */
+    authFailureReason: AuthFailureReason | 'unchecked' | null
   }
   interface FastifyContextConfig {
     /** Routes served without a key (the OpenAPI document, the docs page). */
@@ -100,6 +103,7 @@ export const authenticate = fp(
             headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },
             cause: error,
           })
+          request.authFailureReason = 'unchecked'
           done()
         },
       )

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { ApiKeyRecord, KeyRepository } from '../keys/keyRepository.ts'
 import type { Command } from './args.ts'
 import { CliError, UsageError } from './errors.ts'
@@ -27,7 +28,7 @@ async function appliedWithin(isApplied: () => Promise<boolean>, millis: number):
   for (;;) {
     if (await isApplied()) return true
     if (Date.now() >= until) return false
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await sleep(100)
   }
 }
 

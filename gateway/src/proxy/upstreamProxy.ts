@@ -332,11 +332,17 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     let statusCode = 0
     /** Bytes of a buffered answer so far. */
     let received = 0
-    let deadline: NodeJS.Timeout | undefined
-    // The client's 504 when no answer head came within the timeout. undici's own headersTimeout
-    // ticks in half seconds (a 10 s timeout answered after 10.5 s); it still ends the exchange
-    // itself a moment later: aborting it from here kept about 7 KB per request alive in undici.
-    const silence = setTimeout(() => {
+    /**
+     * One timer, both of the upstream's deadlines. Until its answer head: the client's 504 at the
+     * timeout (undici's own headersTimeout ticks in half seconds, so a 10 s timeout answered after
+     * 10.5 s); undici's timer still ends that exchange a moment later, because aborting it from
+     * here kept about 7 KB per request alive in undici. From the head (refreshed there): the whole
+     * body within the timeout, cut off with the exchange, since undici's bodyTimeout only bounds
+     * the gaps between chunks and an upstream trickling a byte a second would hold it forever.
+     */
+    let headersIn = false
+    const deadline = setTimeout(() => {
+      if (headersIn) return cutOff(new UpstreamDeadlineError(options.timeoutMillis))
       if (dropped) return
       dropped = true
       fail(reply, new UpstreamSilentError(options.timeoutMillis))
@@ -355,7 +361,6 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       },
       onHeaders(status, rawHeaders, resume) {
         if (status < 200) return true // 1xx: informational, the final answer follows
-        clearTimeout(silence)
         if (dropped) return true // too late: answered 504 already; read and dropped
         statusCode = status
         if (observer) waited.set(request, (performance.now() - sentAt) / 1_000)
@@ -370,9 +375,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
           raw.method !== 'HEAD' &&
           status !== 204 &&
           status !== 304
-        // undici's bodyTimeout is an idle timer: an upstream trickling a byte a second would hold
-        // the request forever. Once the headers are in, the whole body has timeoutMillis more.
-        deadline = setTimeout(() => cutOff(new UpstreamDeadlineError(options.timeoutMillis)), options.timeoutMillis)
+        headersIn = true
+        deadline.refresh()
         parsed = answer
         if (buffered) chunks = []
         else resumeUpstream = resume
@@ -409,7 +413,6 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         reply.send(answer)
       },
       onError(error) {
-        clearTimeout(silence)
         clearTimeout(deadline)
         if (dropped) return
         if (stream) stream.destroy(error)

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { GatewayConfig } from '../config/loadConfig.ts'
 import type { ApiKeyRecord } from '../keys/keyRepository.ts'
-import { gatewayErrors } from '../errors.ts'
+import { RETRY_AFTER_UNAVAILABLE, gatewayErrors } from '../errors.ts'
 import type { AnonymousDecision, AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
 import { anonymousBucket } from './clientAddress.ts'
@@ -47,6 +47,8 @@ export interface RateLimitOptions {
 }
 
 const RETRY_AFTER_STORE_DOWN_SECONDS = 1
+/** The Retry-After of the 503 for a key Postgres could not be asked about (authenticate.ts). */
+const UNCHECKED_RETRY_AFTER_MILLIS = Number(RETRY_AFTER_UNAVAILABLE) * 1_000
 
 type WindowNow = { remaining: number; resetMillis: number }
 
@@ -78,16 +80,18 @@ export const rateLimit = fp(
     let storeClockOffset = 0
     const storeNow = () => Date.now() + storeClockOffset
 
+    function anonymousHeaders(request: FastifyRequest, state: Omit<AnonymousDecision, 'admitted'>) {
+      const now = storeNow()
+      const { limit, remaining, resetInMillis, windowSeconds } = state
+      request.rateLimitHeaders = rateLimitHeaders([{ name: 'anonymous', limit, remaining, resetMillis: now + resetInMillis, windowSeconds }], now)
+    }
+
     /**
      * The per-IP limit for a request without a valid key: its headers, its metrics, and the 429
      * once the address has spent its window (undefined while it has not).
      */
     function anonymousOutcome(request: FastifyRequest, result: AnonymousDecision) {
-      const now = storeNow()
-      request.rateLimitHeaders = rateLimitHeaders(
-        [{ name: 'anonymous', limit: result.limit, remaining: result.remaining, resetMillis: now + result.resetInMillis, windowSeconds: result.windowSeconds }],
-        now,
-      )
+      anonymousHeaders(request, result)
       options.observer?.decision({
         plan: 'anonymous',
         outcome: result.admitted ? 'admitted' : 'limited',
@@ -98,16 +102,6 @@ export const rateLimit = fp(
       return gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(result.resetInMillis) } })
     }
 
-    /**
-     * A request whose key could not be checked: the per-IP policy's headers, saying what its 503
-     * says (nothing before Retry-After), with nothing counted.
-     */
-    function uncheckedKeyHeaders(request: FastifyRequest, retryAfterSeconds = '1') {
-      const now = storeNow()
-      const { limit, windowSeconds } = options.anonymous().policy
-      const resetMillis = now + Number(retryAfterSeconds) * 1_000
-      request.rateLimitHeaders = rateLimitHeaders([{ name: 'anonymous', limit, remaining: 0, resetMillis, windowSeconds }], now)
-    }
 
     /** The refusal for a key the ban cache holds, or undefined: no store call, no promise. */
     function knownBanRefusal(request: FastifyRequest, key: ApiKeyRecord) {
@@ -185,13 +179,14 @@ export const rateLimit = fp(
       if (!key) {
         // A key that could not be checked (Postgres unreachable) may well be a paying customer's:
         // it is answered 503 and charged to nobody, neither its IP's anonymous limit nor a key.
-        if (request.authFailure && request.authFailureReason === null) {
-          uncheckedKeyHeaders(request, request.authFailure.headers['retry-after'])
+        // Its headers are the per-IP policy's, saying what the 503 says: nothing before Retry-After.
+        const reason = request.authFailureReason
+        if (reason === 'unchecked') {
+          anonymousHeaders(request, { ...options.anonymous().policy, remaining: 0, resetInMillis: UNCHECKED_RETRY_AFTER_MILLIS })
           return done()
         }
         // Only a guess (a well-formed key looked up in vain) is counted across gateways, in Redis;
         // a missing or malformed key, or a public route, is counted in this process, with no I/O.
-        const reason = request.authFailureReason
         const client = anonymousBucket(request.ip)
         if (reason !== 'unknown' && reason !== 'revoked_or_expired') return done(anonymousOutcome(request, options.anonymous().consumeHere(client)))
         return void options.anonymous().consumeGuess(client).then((result) => done(anonymousOutcome(request, result)), done)

@@ -226,13 +226,12 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
   const keyPrefix = client.options.keyPrefix ?? ''
   const failureDomain = (key: string): string =>
     client instanceof Cluster ? (client.slots[calculateSlot(keyPrefix + key)]?.[0] ?? UNKNOWN_MASTER) : 'redis'
-  /** No deadline where the master is not known yet, nor in tests that fix the store's time. */
-  const deadlineFor = (request: LimitRequest, domain: string) =>
-    request.nowMillis === undefined && domain !== UNKNOWN_MASTER ? clock.deadline(domain, performance.now()) : 0
-
-  async function call(request: LimitRequest, key: string, domain: string, deadline: number): Promise<ScriptReply> {
+  async function call(request: LimitRequest, key: string, domain: string): Promise<ScriptReply> {
     const { minute, day, bans } = request
+    // No deadline where the master is not known yet, nor in tests that fix the store's time.
+    const timed = request.nowMillis === undefined && domain !== UNKNOWN_MASTER
     const calledAt = performance.now()
+    const deadline = timed ? clock.deadline(domain, calledAt) : 0
     const reply = await send(() => client.slidingWindow(
       key,
       request.nowMillis ?? 0,
@@ -249,7 +248,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     ))
     // A reply from another master than the one the call was meant for (a MOVED or ASK redirect
     // during a reshard or failover) tells nothing about that master's clock.
-    if (request.nowMillis === undefined && domain !== UNKNOWN_MASTER && failureDomain(key) === domain) {
+    if (timed && failureDomain(key) === domain) {
       clock.learn(domain, calledAt, reply[1], reply[0] === EXPIRED)
     }
     return reply
@@ -261,8 +260,8 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const key = limitKey(request.keyId)
       const domain = failureDomain(key)
-      let reply = await call(request, key, domain, deadlineFor(request, domain))
-      if (reply[0] === EXPIRED) reply = await call(request, key, domain, deadlineFor(request, domain))
+      let reply = await call(request, key, domain)
+      if (reply[0] === EXPIRED) reply = await call(request, key, domain)
       if (reply[0] === EXPIRED) throw new RedisDeadlineError()
       const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan, banLeft] = reply
       return {

@@ -6,6 +6,21 @@ import { limitKey } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
 import { describeLimitStore } from './store.suite.ts'
 
+/** A client on the shared Redis under a key prefix of its own, an admin connection, and the prefix's keys deleted after. */
+async function withPrefixedRedis(run: (redis: { client: ReturnType<typeof connectRedis>; admin: Redis; keyPrefix: string }) => Promise<void>) {
+  const keyPrefix = testKeyPrefix()
+  const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
+  const admin = new Redis(TEST_REDIS_URL)
+  try {
+    if (!(await redisReady(client))) throw new Error('Redis did not become ready')
+    await run({ client, admin, keyPrefix })
+  } finally {
+    client.disconnect()
+    admin.disconnect()
+    await deleteKeysWithPrefix(keyPrefix)
+  }
+}
+
 describeLimitStore('single Redis', async () => {
   const keyPrefix = testKeyPrefix()
   const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
@@ -27,10 +42,7 @@ describeLimitStore('single Redis', async () => {
 
 describe('Redis writes', () => {
   it('sends the decisions of requests that arrive in one event-loop turn in one socket write, each answered on its own', async () => {
-    const keyPrefix = testKeyPrefix()
-    const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
-    try {
-      if (!(await redisReady(client))) throw new Error('Redis did not become ready')
+    await withPrefixedRedis(async ({ client }) => {
       const store = createRedisStore(client)
       const socket = (client as Redis).stream as Socket & { _write: Socket['_write']; _writev: NonNullable<Socket['_writev']> }
       let writes = 0
@@ -50,10 +62,7 @@ describe('Redis writes', () => {
       expect(decisions.map((decision) => decision.minute.remaining).sort((a, b) => b - a).slice(0, 30)).toEqual(
         Array.from({ length: 30 }, (_, i) => 29 - i),
       )
-    } finally {
-      client.disconnect()
-      await deleteKeysWithPrefix(keyPrefix)
-    }
+    })
   })
 })
 
@@ -85,11 +94,7 @@ function storedState(state: { minute: number[]; minuteHead: number; day: number[
 
 describe('stored state', () => {
   it('honours counts, strikes and bans in the layout gateways wrote before bucket lengths were kept', async () => {
-    const keyPrefix = testKeyPrefix()
-    const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
-    const admin = new Redis(TEST_REDIS_URL)
-    try {
-      if (!(await redisReady(client))) throw new Error('Redis did not become ready')
+    await withPrefixedRedis(async ({ client, admin, keyPrefix }) => {
       const store = createRedisStore(client)
       const now = 1_800_000_000_000
       const minute = { limit: 60, windowMillis: 60_000, bucketMillis: 5_000 }
@@ -116,21 +121,13 @@ describe('stored state', () => {
       const limited = storedState({ minute: minuteRing.map((n) => (n ? 60 : 0)), minuteHead, day: dayRing, dayHead, strikes: 9, strikeStart: now - 1_000, banUntil: 0, level: 1, levelUntil: now + 3_600_000 })
       await admin.set(keyPrefix + limitKey('striking'), limited, 'PX', 60_000)
       expect(await store.consume({ keyId: 'striking', nowMillis: now, minute, day, bans })).toMatchObject({ outcome: 'banned', banStep: 1, newBan: true, banMillisLeft: 300_000, retryAfterMillis: 300_000 })
-    } finally {
-      client.disconnect()
-      admin.disconnect()
-      await deleteKeysWithPrefix(keyPrefix)
-    }
+    })
   })
 })
 
 describe('late commands', () => {
   it('a script Redis runs after its deadline changes nothing and answers "expired" with Redis\'s time', async () => {
-    const keyPrefix = testKeyPrefix()
-    const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
-    const admin = new Redis(TEST_REDIS_URL)
-    try {
-      if (!(await redisReady(client))) throw new Error('Redis did not become ready')
+    await withPrefixedRedis(async ({ client, admin, keyPrefix }) => {
       const key = limitKey('key_lateCommand')
       const args = [0, 5, 60_000, 5_000, 100, 86_400_000, 3_600_000, 10, 86_400_000, '60000'] as const
       const [redisSeconds] = await admin.time()
@@ -143,11 +140,7 @@ describe('late commands', () => {
       const onTime = await client.slidingWindow(key, ...args, late[1] + 60_000)
       expect(onTime.slice(0, 1)).toEqual([0])
       expect(onTime[2]).toBe(4)
-    } finally {
-      client.disconnect()
-      admin.disconnect()
-      await deleteKeysWithPrefix(keyPrefix)
-    }
+    })
   })
 
   it('the deadline comes from the smallest clock offset seen, and an expired reply within the budget corrects it', () => {
