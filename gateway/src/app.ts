@@ -8,6 +8,7 @@ import {
   type ClientTimeouts,
 } from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
+import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
 import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
@@ -52,7 +53,8 @@ export interface GatewayDependencies {
  *       or whose framing the gateway will not pass on (no Host, two Host or Authorization fields);
  *   4.  the proxy to the upstream that owns the path, with header hygiene (a client that sent
  *       `Expect: 100-continue` is told to send its body only now, once stages 1–3 let it through);
- *   5.  one Error body shape for everything that fails on the way.
+ *   5.  one Error body shape for everything that fails on the way;
+ *   6.  the answers of one event-loop turn written together, at its end.
  * The API's description (/v1/openapi.json, /docs) is served without a key, limited per IP.
  * Before routing (rewriteUrl), an absolute-form target is reduced to its path and query, and a
  * path that does not percent-decode is routed to a 400 route, so even that answer passes stages
@@ -122,5 +124,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(storeOrdersRoute, { upstream: boot.upstreams.orders, internalToken: deps.internalToken })
   // The OpenAPI document and the docs page (public routes: stage 3 limits them per IP)
   await app.register(apiDocs, { config: deps.config })
+  // 6 (after every other onSend hook)
+  await app.register(coalescedWrites)
   return app
 }

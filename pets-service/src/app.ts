@@ -2,6 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Registry } from 'prom-client'
 import { CLIENT_TIMEOUTS, clientErrorHandler, connectionsCheckingIntervalMillis } from '../../common/src/http/clientErrors.ts'
+import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
@@ -68,6 +69,8 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   await app.register(createPetRoute, { pets: deps.pets })
   await app.register(getPetRoute, { pets: deps.pets })
   await app.register(authCheckRoute)
+  // After every other onSend hook: the answers of one event-loop turn are written together.
+  await app.register(coalescedWrites)
   return app
 }
 
