@@ -474,9 +474,10 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       const queryAt = url.indexOf('?')
       return queryAt < 0 ? url : url.slice(0, queryAt)
     },
+    // Returns nothing: a returned reply is a thenable to Fastify, which then watches the
+    // response with end-of-stream's five listeners per request to learn when it is done.
     handler: (request, reply, destination) => {
       forward(request, reply, destination)
-      return reply
     },
   })
 }
