@@ -40,6 +40,13 @@ export class ApiError extends Error {
   toBody(): ErrorBody {
     return { code: this.code, message: this.message, status: this.status }
   }
+
+  #json: string | undefined
+
+  /** The body as sent; an answer given many times (a shared refusal) is serialised once. */
+  toJson(): string {
+    return (this.#json ??= JSON.stringify(this.toBody()))
+  }
 }
 
 export type ErrorCatalogue<Code extends string> = Readonly<Record<Code, ErrorCodeDefinition>> & {

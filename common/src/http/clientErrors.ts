@@ -116,7 +116,7 @@ function refuse(codes: ClientErrorCodes, error: NodeJS.ErrnoException, socket: S
 
 function answer(apiError: ApiError, socket: Socket, log: Pick<FastifyBaseLogger, 'info'> | undefined, reason: string | undefined, message: string): void {
   log?.info({ status: apiError.status, code: apiError.code, reason, remoteAddress: socket.remoteAddress }, message)
-  const body = JSON.stringify(apiError.toBody())
+  const body = apiError.toJson()
   socket.end(
     [
       `HTTP/1.1 ${apiError.status} ${REASONS[apiError.status] ?? 'Bad Request'}`,

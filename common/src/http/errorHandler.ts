@@ -2,6 +2,11 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPM
 import fp from 'fastify-plugin'
 import { ApiError } from './apiError.ts'
 
+/** Answers with the Error body, its status and headers (the body as Fastify would serialise it). */
+export function sendApiError(reply: FastifyReply, apiError: ApiError): void {
+  void reply.code(apiError.status).headers(apiError.headers).type('application/json; charset=utf-8').send(apiError.toJson())
+}
+
 /** The codes every service answers with for framework-level failures. */
 export interface FrameworkErrorCodes {
   validation: (message: string) => ApiError
@@ -59,8 +64,7 @@ export function toApiError(error: unknown, codes: FrameworkErrorCodes): ApiError
  */
 export function frameworkErrorHandler(codes: FrameworkErrorCodes) {
   return (error: FastifyError, _request: FastifyRequest, reply: FastifyReply) => {
-    const apiError = toApiError(error, codes)
-    void reply.code(apiError.status).send(apiError.toBody())
+    sendApiError(reply, toApiError(error, codes))
   }
 }
 
@@ -94,11 +98,10 @@ export const errorBodies = fp(
       if (apiError.status >= 500 && apiError.cause !== undefined) {
         request.log.error({ err: error, code: apiError.code }, 'request failed')
       }
-      void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
+      sendApiError(reply, apiError)
     })
     app.setNotFoundHandler((request, reply) => {
-      const apiError = notFoundAnswer(app, request, codes)
-      void reply.code(apiError.status).headers(apiError.headers).send(apiError.toBody())
+      sendApiError(reply, notFoundAnswer(app, request, codes))
     })
   },
   { name: 'error-bodies' },

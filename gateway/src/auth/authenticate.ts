@@ -27,11 +27,11 @@ declare module 'fastify' {
 
 // RFC 6750 §3: the challenge names the scheme; error="invalid_token" when a key was sent.
 const REALM = 'Bearer realm="animal-adoption-store"'
-const missing = () => gatewayErrors.create('missing_api_key', undefined, { headers: { 'www-authenticate': REALM } })
-const invalid = () =>
-  gatewayErrors.create('invalid_api_key', undefined, {
-    headers: { 'www-authenticate': `${REALM}, error="invalid_token"` },
-  })
+// The same two answers every time: one of each, serialised once, instead of an error per refusal.
+const MISSING = gatewayErrors.create('missing_api_key', undefined, { headers: { 'www-authenticate': REALM } })
+const INVALID = gatewayErrors.create('invalid_api_key', undefined, {
+  headers: { 'www-authenticate': `${REALM}, error="invalid_token"` },
+})
 
 const BEARER = /^Bearer(?:[ ]+([^ ]*))?[ ]*$/i
 
@@ -57,7 +57,7 @@ export const authenticate = fp(
 
     function refuse(request: FastifyRequest, reason: AuthFailureReason): void {
       options.onFailure?.(reason)
-      request.authFailure = reason === 'missing' ? missing() : invalid()
+      request.authFailure = reason === 'missing' ? MISSING : INVALID
       request.authFailureReason = reason
     }
 

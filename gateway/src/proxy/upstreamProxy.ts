@@ -3,6 +3,7 @@ import { Readable } from 'node:stream'
 import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
+import { sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { gatewayErrors } from '../errors.ts'
 
 export interface UpstreamOptions {
@@ -258,7 +259,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     observer?.failure(name, failureKind(error))
     const failure = upstreamFailure(error)
     reply.log.warn({ err: error, code: failure.code }, 'upstream request failed')
-    void reply.code(failure.status).headers(failure.headers).send(failure.toBody())
+    sendApiError(reply, failure)
   }
 
   /** The answer's status and headers onto the reply, as reply-from copied them; false when there is nobody to answer. */
