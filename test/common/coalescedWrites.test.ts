@@ -1,7 +1,11 @@
 import Fastify, { type FastifyInstance } from 'fastify'
 import { Readable } from 'node:stream'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { afterEach, describe, expect, it } from 'vitest'
+import { ApiError } from '../../common/src/http/apiError.ts'
 import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
+import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
+import { openRaw } from '../helpers/rawClient.ts'
 
 let app: FastifyInstance | undefined
 
@@ -67,5 +71,31 @@ describe('answers written at the end of their event-loop turn', () => {
     )
     const response = await fetch(url, { signal: AbortSignal.timeout(5_000) })
     expect(response.status).toBe(500)
+  })
+})
+
+describe('closing the server while answers are held', () => {
+  it('sends the held answer, closes its connection and finishes closing at once', async () => {
+    let started = 0
+    let closedAfter: number | undefined
+    app = Fastify()
+    await app.register(gracefulClose, { unavailable: () => new ApiError('service_unavailable', 503, 'Shutting down.') })
+    app.get('/', (_request, reply) => {
+      reply.send({ ok: true })
+      // What SIGTERM does when it is read in the same turn as this request.
+      void app!.drain(0).then(() => app!.close()).then(() => (closedAfter = performance.now() - started))
+      return reply
+    })
+    await app.register(coalescedWrites)
+    const url = await app.listen({ port: 0, host: '127.0.0.1' })
+    started = performance.now()
+    const connection = await openRaw(url)
+    connection.socket.write('GET / HTTP/1.1\r\nHost: test\r\n\r\n')
+    const closedByServerAfter = await Promise.race([connection.closed, sleep(3_000).then(() => undefined)])
+    connection.socket.destroy()
+    expect(connection.answer()).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\n\{"ok":true\}$/)
+    expect(closedByServerAfter).toBeDefined()
+    expect(closedAfter).toBeLessThan(1_000)
+    app = undefined
   })
 })

@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises'
+import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ApiError } from './apiError.ts'
@@ -27,6 +27,11 @@ export const gracefulClose = fp(
     let draining = false
     app.addHook('preClose', async () => {
       closing = true
+      // Answers already made but held until the end of this turn (coalescedWrites) leave first:
+      // their connections are then idle when the server closes, and closed with it. Written after
+      // it, such an answer would keep its connection open (it said keep-alive) until the client
+      // left, and close() would wait for that.
+      await setImmediatePromise()
     })
     app.addHook('onRequest', (_request, _reply, done) => {
       done(closing ? options.unavailable() : undefined)
