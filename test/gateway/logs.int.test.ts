@@ -1,4 +1,5 @@
 import net from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { refusingUpstream, silentUpstream } from '../helpers/fakeUpstreams.ts'
@@ -6,6 +7,7 @@ import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { captureLog } from '../helpers/logCapture.ts'
+import { openRaw } from '../helpers/rawClient.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 
 describe('gateway logs', () => {
@@ -57,6 +59,25 @@ describe('gateway logs', () => {
     const levels = (requestId: string) => lines.filter((line) => line.requestId === requestId).map((line) => [line.level, line.status ?? line.msg])
     expect(levels('log-501')).toEqual([[30, 501]])
     expect(levels('log-502')).toEqual([[40, 'upstream request failed'], [30, 502]])
+  })
+
+  it('write a line (status 499) and count the request when the client leaves before its answer', async () => {
+    const upstream = await silentUpstream()
+    const slow = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, logStream: gatewayLog.stream })
+    gateways.push(slow)
+    const { key, id } = await slow.createKey()
+    const client = await openRaw(slow.url)
+    client.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: log-aborted\r\n\r\n`)
+    await sleep(300)
+    client.socket.destroy()
+    await sleep(300)
+    await upstream.close()
+
+    const lines = gatewayLog.entries().filter((line) => line.requestId === 'log-aborted')
+    expect(lines).toEqual([
+      expect.objectContaining({ msg: 'request aborted by the client', route: '/v1/pets', status: 499, keyId: id, durationMs: expect.any(Number) }),
+    ])
+    expect(await slow.registry.metrics()).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="4xx"\} 1\n/)
   })
 
   it('write a line for a request the HTTP parser refused before it became one (431)', async () => {

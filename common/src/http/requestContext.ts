@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { LogController, type FastifyInstance, type FastifyRequest } from 'fastify'
+import { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -25,28 +25,47 @@ export function singleLineRequestLogging(): LogController {
   return new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' })
 }
 
+/** The status logged and counted (nginx's) for a request whose client left before its answer was sent. */
+export const CLIENT_CLOSED_REQUEST = 499
+
+/**
+ * Calls `onLeft` if the client closes the connection before the answer was sent whole: Fastify
+ * runs no onResponse hook for such a request (a client that gave up on a slow upstream, or reset
+ * the connection right after sending), so without this it would have no log line and no count.
+ */
+export function whenClientLeaves(reply: FastifyReply, onLeft: () => void): void {
+  const response = reply.raw
+  response.once('close', () => {
+    if (!response.writableFinished) onLeft()
+  })
+}
+
 /**
  * One JSON log line per request (Fastify's default is two) and the request id echoed back.
  * Extra fields (the gateway adds key id and plan) come from `logFields`.
  */
 export const requestContext = fp(
   async (app: FastifyInstance, options: { logFields?: (request: FastifyRequest) => Record<string, unknown> }) => {
-    // Callback-style hooks: on the hot path they cost less than async ones (no promise per call).
-    app.addHook('onRequest', (request, reply, done) => {
-      reply.header('x-request-id', request.id)
-      done()
-    })
-    app.addHook('onResponse', (request, reply, done) => {
+    function log(request: FastifyRequest, reply: FastifyReply, status: number, message: string): void {
       request.log.info(
         {
           method: request.method,
           route: request.routeOptions.url ?? 'unmatched',
-          status: reply.statusCode,
+          status,
           durationMs: Math.round(reply.elapsedTime * 100) / 100,
           ...options.logFields?.(request),
         },
-        'request completed',
+        message,
       )
+    }
+    // Callback-style hooks: on the hot path they cost less than async ones (no promise per call).
+    app.addHook('onRequest', (request, reply, done) => {
+      reply.header('x-request-id', request.id)
+      whenClientLeaves(reply, () => log(request, reply, CLIENT_CLOSED_REQUEST, 'request aborted by the client'))
+      done()
+    })
+    app.addHook('onResponse', (request, reply, done) => {
+      log(request, reply, reply.statusCode, 'request completed')
       done()
     })
   },

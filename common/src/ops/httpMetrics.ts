@@ -1,4 +1,5 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { CLIENT_CLOSED_REQUEST, whenClientLeaves } from '../http/requestContext.ts'
 import fp from 'fastify-plugin'
 import type { Registry } from 'prom-client'
 import { HotPathCounter, HotPathHistogram } from './hotPathMetrics.ts'
@@ -29,12 +30,19 @@ export const httpMetrics = fp(
       registers: [options.registry],
     })
     // The label sets are bounded: route templates × methods × status classes.
-    app.addHook('onResponse', (request, reply, done) => {
+    function count(request: FastifyRequest, reply: FastifyReply, status: number): void {
       const method = request.method
       const route = request.routeOptions.url ?? 'unmatched'
-      const status = statusClass(reply.statusCode)
-      requests.labels(method, route, status).inc()
-      duration.labels(method, route, status).observe(reply.elapsedTime / 1000)
+      const statusLabel = statusClass(status)
+      requests.labels(method, route, statusLabel).inc()
+      duration.labels(method, route, statusLabel).observe(reply.elapsedTime / 1000)
+    }
+    app.addHook('onRequest', (request, reply, done) => {
+      whenClientLeaves(reply, () => count(request, reply, CLIENT_CLOSED_REQUEST))
+      done()
+    })
+    app.addHook('onResponse', (request, reply, done) => {
+      count(request, reply, reply.statusCode)
       done()
     })
   },
