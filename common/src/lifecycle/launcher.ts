@@ -4,10 +4,12 @@ import { existsSync, readFileSync } from 'node:fs'
  * Notices that the process which launched `npm start` (or `npm run start:gateway`, `start:pets`)
  * is gone, so what it started never outlives it.
  *
- * `npm start` is a chain: npm runs `sh -c "tsx scripts/start.ts"`, sh runs tsx's CLI, and that
- * runs this script in a second node. A signal sent to npm alone does not travel down it: npm
- * forwards SIGTERM to sh only (sh dies, tsx is left running) and does not forward SIGHUP at all
- * (npm dies, sh and tsx are left running). Either way a link of the chain breaks: some process's
+ * `npm start` is a chain: npm runs `sh -c "node --import tsx scripts/start.ts"`, and sh runs
+ * node (tsx's CLI is not used: it relays a signal to its child and SIGKILLs it unless the child
+ * acknowledges within 60 ms, which a service busy under load, or the embedded Postgres in the
+ * middle of a statement, does not). A signal sent to npm alone does not travel down the chain:
+ * npm forwards SIGTERM to sh only (sh dies, node is left running) and does not forward SIGHUP at
+ * all (npm dies, sh and node are left running). Either way a link of the chain breaks: some process's
  * parent is no longer the one it had. Every `intervalMillis` this checks each link, from this
  * process up to npm, and calls `onGone` once the first one breaks.
  *
