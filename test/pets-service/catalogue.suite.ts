@@ -113,6 +113,16 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       })
 
       it.each([
+        ['a client-chosen id', '/pets', jsonPost('{"id":5,"name":"Rex","categoryId":1}'), "body must NOT have the property 'id'"],
+        ['an unknown field', '/pets', jsonPost('{"name":"Rex","categoryId":1,"colour":"brown"}'), "body must NOT have the property 'colour'"],
+        ['an unknown query parameter', '/pets?colour=brown', {}, "querystring must NOT have the property 'colour'"],
+      ])('names the field in the message when refusing %s', async (_case, path, init, message) => {
+        const response = await service.request(path, init)
+        expect(response.status).toBe(400)
+        expect(await response.json()).toEqual({ code: 'validation_failed', message, status: 400 })
+      })
+
+      it.each([
         ['malformed JSON', '{"name": "Rex",'],
         ['an empty body', ''],
         ['a __proto__ key (prototype poisoning)', '{"name":"Rex","categoryId":1,"__proto__":{"admin":true}}'],
