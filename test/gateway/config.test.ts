@@ -229,6 +229,12 @@ describe('gateway config reload', () => {
     writeFileSync(file, text.replace('free:       { perMinute: 30,', 'free:       { perMinute: 20,'))
     expect(source.reload()).toBe(true)
     expect(logs.map((entry) => entry.msg)).toEqual(['gateway config reloaded'])
+
+    // Nor does one that puts them back to what is running.
+    logs.length = 0
+    writeFileSync(file, SHIPPED)
+    expect(source.reload()).toBe(true)
+    expect(logs.map((entry) => entry.msg)).toEqual(['gateway config reloaded'])
   })
 
   it('a reload with an unusable trusted proxy, or without a plan keys can have, keeps the running config and names the line', () => {

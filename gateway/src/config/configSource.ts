@@ -60,6 +60,8 @@ export function createConfigSource(
   // The file's modification time when it was last read, valid or not.
   let readAt = modifiedAt()
   let current = loadGatewayConfig(path, env)
+  // What the restart-only settings are in this process, whatever the file says later.
+  const started = current
 
   const reload = (): boolean => {
     readAt = modifiedAt()
@@ -67,7 +69,9 @@ export function createConfigSource(
       const previous = current
       current = loadGatewayConfig(path, env)
       logger.info({ path }, 'gateway config reloaded')
-      const settings = restartOnlyChanges(previous, current)
+      // Changed by this reload and not what runs: an edit put back to the running value is no news.
+      const differFromRunning = new Set(restartOnlyChanges(started, current))
+      const settings = restartOnlyChanges(previous, current).filter((setting) => differFromRunning.has(setting))
       if (settings.length > 0) {
         logger.warn(
           { path, settings },
