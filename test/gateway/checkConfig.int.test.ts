@@ -29,6 +29,22 @@ describe('npm run check-config', () => {
     ])
   })
 
+  it('checks every file it is given and exits 1 when any of them is invalid', () => {
+    const run = checkConfig('config/gateway.yaml', 'test/fixtures/config/bad-window.yaml')
+    expect(run.status).toBe(1)
+    expect(run.stdout).toMatch(/^config\/gateway\.yaml: valid/)
+    expect(run.stderr).toContain('test/fixtures/config/bad-window.yaml:11: windows.minute.bucket must divide the window length')
+  })
+
+  it('answers --help with its usage, and an unknown option with its usage and exit 2', () => {
+    const help = checkConfig('--help')
+    expect(help.status).toBe(0)
+    expect(help.stdout).toMatch(/^usage: npm run check-config/)
+    const unknown = checkConfig('--strict', 'config/gateway.yaml')
+    expect(unknown.status).toBe(2)
+    expect(unknown.stderr).toMatch(/^unknown option --strict\nusage:/)
+  })
+
   it('says plainly when the file does not exist', () => {
     const run = checkConfig('config/missing.yaml')
     expect(run.status).toBe(1)
