@@ -98,7 +98,8 @@ export async function claimDataDirectory(
   record: EmbeddedDatabaseRecord,
   options: { onStale?: (previous: EmbeddedDatabaseRecord | undefined) => void; startingGraceMillis?: number } = {},
 ): Promise<void> {
-  await mkdir(dataDir, { recursive: true })
+  // Private to this user when created here: the database files and the discovery file are keys.
+  await mkdir(dataDir, { recursive: true, mode: 0o700 })
   const file = discoveryFilePath(dataDir)
   for (let attempt = 0; attempt < 3; attempt += 1) {
     try {

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs'
+import { existsSync, statSync } from 'node:fs'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
@@ -36,8 +36,10 @@ interface Stack {
 const dataDirs: string[] = []
 
 async function newStack(): Promise<Stack> {
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-start-'))
-  dataDirs.push(dataDir)
+  const parent = await mkdtemp(path.join(os.tmpdir(), 'aas-start-'))
+  dataDirs.push(parent)
+  // A folder npm start creates itself, as ./data on a first start.
+  const dataDir = path.join(parent, 'data')
   // Every port chosen here, the gateway's too: a developer's own `npm start` on the defaults
   // must not fail the suite.
   return {
@@ -95,6 +97,8 @@ describe('npm start on the embedded default', () => {
       // Other commands find the running embedded database through this file.
       const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
       expect(record).toEqual({ url: expect.stringContaining(`:${stack.postgresPort}/`), pid: first.pid })
+      // The database and that file are for this user's eyes only.
+      expect(statSync(stack.dataDir).mode & 0o777).toBe(0o700)
 
       const pets = petsClient(stack.petsPort)
       const created = await pets.create({ name: 'Rex', categoryId: 1 })
