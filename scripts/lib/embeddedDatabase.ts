@@ -127,6 +127,8 @@ export async function claimDataDirectory(
     }
     options.onStale?.(previous)
     await rm(file, { force: true })
+    // The stale run's half-done rewrite of the file (updateDiscoveryFile), if it was killed mid-way.
+    if (previous) await rm(`${file}.${previous.pid}.tmp`, { force: true })
   }
   throw new DataDirectoryInUseError(`could not take ownership of ${dataDir}: ${file} keeps coming back`)
 }
