@@ -113,9 +113,15 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       })
 
       it.each([
-        ['a client-chosen id', '/pets', jsonPost('{"id":5,"name":"Rex","categoryId":1}'), "body must NOT have the property 'id'"],
-        ['an unknown field', '/pets', jsonPost('{"name":"Rex","categoryId":1,"colour":"brown"}'), "body must NOT have the property 'colour'"],
-        ['an unknown query parameter', '/pets?colour=brown', {}, "querystring must NOT have the property 'colour'"],
+        ['a client-chosen id', '/pets', jsonPost('{"id":5,"name":"Rex","categoryId":1}'), 'body must NOT have the property "id"'],
+        ['an unknown field', '/pets', jsonPost('{"name":"Rex","categoryId":1,"colour":"brown"}'), 'body must NOT have the property "colour"'],
+        ['an unknown query parameter', '/pets?colour=brown', {}, 'querystring must NOT have the property "colour"'],
+        [
+          'an unknown field with a long name',
+          '/pets',
+          jsonPost(`{"name":"Rex","categoryId":1,"${'x'.repeat(500)}":1}`),
+          `body must NOT have the property "${'x'.repeat(40)}…"`,
+        ],
       ])('names the field in the message when refusing %s', async (_case, path, init, message) => {
         const response = await service.request(path, init)
         expect(response.status).toBe(400)

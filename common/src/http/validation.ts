@@ -1,6 +1,9 @@
 import { Ajv, type ErrorObject } from 'ajv'
 import type { FastifyInstance } from 'fastify'
 
+/** The longest field name a message repeats whole: the name is the client's, of any length. */
+const MAX_ECHOED_NAME = 40
+
 /**
  * Fastify's message for a schema failure, except that a field the schema does not allow is named
  * (Ajv says only "must NOT have additional properties", which leaves the client guessing).
@@ -10,7 +13,10 @@ export function schemaErrorMessage(errors: Partial<ErrorObject>[], dataVar: stri
     .map((error) => {
       const where = `${dataVar}${error.instancePath ?? ''}`
       const extra = error.keyword === 'additionalProperties' ? (error.params as { additionalProperty?: string } | undefined)?.additionalProperty : undefined
-      return extra === undefined ? `${where} ${error.message ?? 'is invalid'}` : `${where} must NOT have the property '${extra}'`
+      if (extra === undefined) return `${where} ${error.message ?? 'is invalid'}`
+      // Quoted as JSON, so a name with quotes or control characters reads unambiguously.
+      const name = extra.length > MAX_ECHOED_NAME ? `${extra.slice(0, MAX_ECHOED_NAME)}…` : extra
+      return `${where} must NOT have the property ${JSON.stringify(name)}`
     })
     .join(', ')
 }
