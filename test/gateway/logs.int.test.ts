@@ -2,7 +2,7 @@ import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
-import { refusingUpstream, silentUpstream } from '../helpers/fakeUpstreams.ts'
+import { refusingUpstream, scriptedUpstream, silentUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
@@ -78,6 +78,39 @@ describe('gateway logs', () => {
       expect.objectContaining({ msg: 'request aborted by the client', route: '/v1/pets', status: 499, keyId: id, durationMs: expect.any(Number) }),
     ])
     expect(await slow.registry.metrics()).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="4xx"\} 1\n/)
+  })
+
+  it('write a warning and an answer-cut-short line (not a client abort) when the upstream breaks off an answer under way', async () => {
+    const upstream = await scriptedUpstream((_request, response) => {
+      response.writeHead(200, { 'transfer-encoding': 'chunked' })
+      response.write('first part')
+      setTimeout(() => response.socket?.destroy(), 100)
+    })
+    const breaking = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, logStream: gatewayLog.stream })
+    gateways.push(breaking)
+    const { key } = await breaking.createKey()
+    const response = await breaking.request('/v1/pets', { key, headers: { 'x-request-id': 'log-broken-off' }, contract: false })
+    expect(response.status).toBe(200)
+    await expect(response.text()).rejects.toThrow()
+    await sleep(200)
+    await upstream.close()
+
+    const lines = gatewayLog.entries().filter((line) => line.requestId === 'log-broken-off')
+    expect(lines.map((line) => [line.level, line.msg, line.status])).toEqual([
+      [40, 'upstream answer broken off after its head was sent', undefined],
+      [30, 'answer cut short', 200],
+    ])
+  })
+
+  it('write only the parser refusal line for a request whose body never came whole', async () => {
+    const gateway = gateways[0]!
+    const before = gatewayLog.lines.length
+    const client = await openRaw(gateway.url)
+    client.socket.write('POST /v1/pets HTTP/1.1\r\nHost: test\r\nX-Request-Id: log-broken-chunk\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\n')
+    await client.closed
+    await sleep(200)
+    const lines = gatewayLog.entries().slice(before)
+    expect(lines.map((line) => [line.msg, line.status])).toEqual([['request refused by the HTTP parser', 400]])
   })
 
   it('write a line for a request the HTTP parser refused before it became one (431)', async () => {

@@ -25,18 +25,36 @@ export function singleLineRequestLogging(): LogController {
   return new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' })
 }
 
-/** The status logged and counted (nginx's) for a request whose client left before its answer was sent. */
+/** The status logged and counted (nginx's) for a request whose client left before any answer. */
 export const CLIENT_CLOSED_REQUEST = 499
 
+const ACCOUNTED = Symbol('answer accounted for')
+type Accountable = { [ACCOUNTED]?: true }
+
 /**
- * Calls `onLeft` if the client closes the connection before the answer was sent whole: Fastify
- * runs no onResponse hook for such a request (a client that gave up on a slow upstream, or reset
- * the connection right after sending), so without this it would have no log line and no count.
+ * Marks an answer that has its log line and count already: Fastify ran onResponse for it (the
+ * answer finished), or the HTTP parser refused the request mid-body and that refusal is its line.
+ * A property, not `writableFinished`: an injected request (light-my-request) never reads as
+ * finished, and would be counted twice.
  */
-export function whenClientLeaves(reply: FastifyReply, onLeft: () => void): void {
+export function markAccounted(response: object): void {
+  ;(response as Accountable)[ACCOUNTED] = true
+}
+
+/**
+ * Calls `record` with a status and a message when an answer ends without being sent whole, which
+ * Fastify's onResponse never sees, so the request would have no log line and no count: the client
+ * left before any answer (499: it gave up on a slow upstream, or reset the connection right after
+ * sending), or an answer already under way was cut short (the upstream broke off, or the client
+ * left mid-body), logged with the status it had started with. The plugin calling it marks its
+ * answers accounted for in onResponse.
+ */
+export function whenAnswerCutShort(reply: FastifyReply, record: (status: number, message: string) => void): void {
   const response = reply.raw
   response.once('close', () => {
-    if (!response.writableFinished) onLeft()
+    if ((response as Accountable)[ACCOUNTED] || response.writableFinished) return
+    if (response.headersSent) record(reply.statusCode, 'answer cut short')
+    else record(CLIENT_CLOSED_REQUEST, 'request aborted by the client')
   })
 }
 
@@ -61,10 +79,11 @@ export const requestContext = fp(
     // Callback-style hooks: on the hot path they cost less than async ones (no promise per call).
     app.addHook('onRequest', (request, reply, done) => {
       reply.header('x-request-id', request.id)
-      whenClientLeaves(reply, () => log(request, reply, CLIENT_CLOSED_REQUEST, 'request aborted by the client'))
+      whenAnswerCutShort(reply, (status, message) => log(request, reply, status, message))
       done()
     })
     app.addHook('onResponse', (request, reply, done) => {
+      markAccounted(reply.raw)
       log(request, reply, reply.statusCode, 'request completed')
       done()
     })

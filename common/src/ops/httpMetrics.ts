@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { CLIENT_CLOSED_REQUEST, whenClientLeaves } from '../http/requestContext.ts'
+import { markAccounted, whenAnswerCutShort } from '../http/requestContext.ts'
 import fp from 'fastify-plugin'
 import type { Registry } from 'prom-client'
 import { HotPathCounter, HotPathHistogram } from './hotPathMetrics.ts'
@@ -38,10 +38,11 @@ export const httpMetrics = fp(
       duration.labels(method, route, statusLabel).observe(reply.elapsedTime / 1000)
     }
     app.addHook('onRequest', (request, reply, done) => {
-      whenClientLeaves(reply, () => count(request, reply, CLIENT_CLOSED_REQUEST))
+      whenAnswerCutShort(reply, (status) => count(request, reply, status))
       done()
     })
     app.addHook('onResponse', (request, reply, done) => {
+      markAccounted(reply.raw)
       count(request, reply, reply.statusCode)
       done()
     })

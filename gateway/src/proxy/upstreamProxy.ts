@@ -416,7 +416,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       onError(error) {
         clearTimeout(deadline)
         if (dropped) return
-        if (stream) stream.destroy(error)
+        if (stream) breakOff(error)
         else fail(reply, error)
       },
     }
@@ -437,20 +437,28 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       stream = body
       // A client gone mid-stream: the upstream request goes too, instead of running to its end.
       reply.raw.once('close', () => {
-        if (!body.readableEnded) cutOff(new Error('the client went away'))
+        if (!body.readableEnded) cutOff(new Error('the client went away'), true)
       })
       reply.send(body)
       return true
     }
 
     /** Stops the exchange: 504/502 while nothing has been answered, else the stream cut short. */
-    function cutOff(error: Error): void {
+    function cutOff(error: Error, byClient = false): void {
       clearTimeout(deadline)
       if (dropped) return
       dropped = true
       abort?.(error)
-      if (stream) stream.destroy(error)
+      if (stream && byClient) stream.destroy(error)
+      else if (stream) breakOff(error)
       else fail(reply, error)
+    }
+
+    /** The upstream's answer, already under way to the client, broken off: the client gets it cut short. */
+    function breakOff(error: Error): void {
+      observer?.failure(name, failureKind(error))
+      reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
+      stream?.destroy(error)
     }
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
