@@ -30,7 +30,19 @@ export const LOG_FLUSH_MILLIS = 250
  * stdout fails, lines are dropped: logging must never stop or crash the service.
  */
 export function createLogger(service: string, level = process.env.LOG_LEVEL ?? 'info'): Logger {
-  const destination = new SonicBoomStream({ fd: 1, minLength: 4_096, sync: false, periodicFlush: LOG_FLUSH_MILLIS })
+  const destination = new SonicBoomStream({
+    fd: 1,
+    minLength: 4_096,
+    sync: false,
+    periodicFlush: LOG_FLUSH_MILLIS,
+    contentMode: 'buffer',
+  })
+  // pino writes strings. In its string mode sonic-boom measures the whole pending batch on every
+  // line (Buffer.byteLength of a growing concatenation, flattened each time): 1.3–1.7 µs a line at
+  // 4 KiB batches, against 0.3–0.4 µs for turning the line into a Buffer and queueing that.
+  // (Its types declare the string mode's write only.)
+  const queue = destination.write.bind(destination) as unknown as (line: Buffer) => boolean
+  destination.write = (line: string) => queue(Buffer.from(line))
   let broken = false
   destination.on('error', () => {
     broken = true

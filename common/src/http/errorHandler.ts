@@ -7,6 +7,18 @@ export function sendApiError(reply: FastifyReply, apiError: ApiError): void {
   void reply.code(apiError.status).headers(apiError.headers).type('application/json; charset=utf-8').send(apiError.toJson())
 }
 
+/**
+ * How a hook refuses a request. A deliberate answer (an ApiError with nothing behind it: a 401, a
+ * 429) is sent from the hook: Fastify's error path (its onError hooks, the handler lookup, the
+ * mapping in toApiError) has nothing to add to it, and a refusal is answered many times a second
+ * by design. An error with a cause (a 503 because a dependency failed) takes that path, to the
+ * error handler's log line.
+ */
+export function refuseFromHook(reply: FastifyReply, done: (error?: Error) => void, apiError: ApiError): void {
+  if (apiError.cause === undefined) sendApiError(reply, apiError)
+  else done(apiError)
+}
+
 /** The codes every service answers with for framework-level failures. */
 export interface FrameworkErrorCodes {
   validation: (message: string) => ApiError

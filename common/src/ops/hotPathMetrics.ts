@@ -32,7 +32,10 @@ abstract class Family<Series, Child> {
   readonly help: string
   abstract readonly type: 'counter' | 'histogram'
   private readonly labelNames: readonly string[]
-  private series = new Map<string, { labels: LabelValues; series: Series; child: Child }>()
+  /** Every series, in the order first used. */
+  private series: { labels: LabelValues; series: Series; child: Child }[] = []
+  /** Label values → child, one Map level per label: a lookup builds no string. */
+  private children = new Map<string, unknown>()
 
   constructor(options: FamilyOptions) {
     this.name = options.name
@@ -48,29 +51,40 @@ abstract class Family<Series, Child> {
 
   /** What counts for these label values (in labelNames order): made on first use, then kept. */
   labels(...values: string[]): Child {
-    const id = values.length === 1 ? (values[0] as string) : values.join('\u0000')
-    let entry = this.series.get(id)
-    if (entry === undefined) {
-      if (values.length !== this.labelNames.length) {
-        throw new Error(`${this.name} takes the labels ${this.labelNames.join(', ')}; got ${values.length} values`)
-      }
-      const labels: LabelValues = {}
-      this.labelNames.forEach((name, index) => (labels[name] = values[index] as string))
-      const series = this.newSeries()
-      entry = { labels, series, child: this.childOf(series) }
-      this.series.set(id, entry)
+    if (values.length !== this.labelNames.length) {
+      throw new Error(`${this.name} takes the labels ${this.labelNames.join(', ')}; got ${values.length} values`)
     }
-    return entry.child
+    let level = this.children
+    const last = values.length - 1
+    for (let index = 0; index < last; index++) {
+      const value = values[index] as string
+      let next = level.get(value) as Map<string, unknown> | undefined
+      if (next === undefined) level.set(value, (next = new Map()))
+      level = next
+    }
+    const child = level.get(values[last] as string) as Child | undefined
+    return child ?? this.newChild(level, values)
+  }
+
+  private newChild(level: Map<string, unknown>, values: string[]): Child {
+    const labels: LabelValues = {}
+    this.labelNames.forEach((name, index) => (labels[name] = values[index] as string))
+    const series = this.newSeries()
+    const child = this.childOf(series)
+    this.series.push({ labels, series, child })
+    level.set(values[values.length - 1] as string, child)
+    return child
   }
 
   async get() {
     const values: Sample[] = []
-    for (const { labels, series } of this.series.values()) values.push(...this.samples(labels, series))
+    for (const { labels, series } of this.series) values.push(...this.samples(labels, series))
     return { name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator }
   }
 
   reset(): void {
-    this.series = new Map()
+    this.series = []
+    this.children = new Map()
   }
 }
 

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
+import { refuseFromHook } from '../../../common/src/http/errorHandler.ts'
 import { RETRY_AFTER_UNAVAILABLE, gatewayErrors } from '../errors.ts'
 import { hasApiKeyShape, hasValidChecksum, hashApiKeyHex } from '../keys/apiKeyFormat.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
@@ -115,8 +116,8 @@ export const authenticate = fp(
 /** Stage 2b: refuses the request whose authentication failed, once it has been rate limited. */
 export const requireAuthentication = fp(
   async (app: FastifyInstance) => {
-    app.addHook('onRequest', (request, _reply, done) => {
-      if (request.authFailure) done(request.authFailure)
+    app.addHook('onRequest', (request, reply, done) => {
+      if (request.authFailure) refuseFromHook(reply, done, request.authFailure)
       else done()
     })
   },

@@ -18,7 +18,7 @@ export const NEAR_LIMIT_RATIO = 0.8
 export function createGatewayMetrics(registry: Registry) {
   const registers = [registry]
 
-  const authFailures = new Counter({
+  const authFailures = new HotPathCounter({
     name: 'gateway_auth_failures_total',
     help: 'Requests whose API key was refused, by reason (missing, malformed, unknown, revoked_or_expired).',
     labelNames: ['reason'],
@@ -111,7 +111,7 @@ export function createGatewayMetrics(registry: Registry) {
   }
 
   // Known label sets start at zero, so dashboards and alerts see the series before the first event.
-  for (const reason of ['missing', 'malformed', 'unknown', 'revoked_or_expired']) authFailures.inc({ reason }, 0)
+  for (const reason of ['missing', 'malformed', 'unknown', 'revoked_or_expired']) authFailures.labels(reason).inc(0)
   for (const kind of ['timeout', 'connect', 'protocol']) upstreamErrors.inc({ upstream: 'pets', kind }, 0)
   for (const outcome of ['success', 'failure']) configReloads.inc({ outcome }, 0)
 
@@ -121,7 +121,7 @@ export function createGatewayMetrics(registry: Registry) {
   }
 
   return {
-    authFailure: (reason: AuthFailureReason) => authFailures.inc({ reason }),
+    authFailure: (reason: AuthFailureReason) => authFailures.labels(reason).inc(),
     upstream,
     rateLimit,
     store,
