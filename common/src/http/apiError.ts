@@ -14,27 +14,30 @@ export interface ErrorCodeDefinition {
   message: string
 }
 
+export interface ApiErrorOptions {
+  headers?: Record<string, string>
+  cause?: unknown
+}
+
 export class ApiError extends Error {
   readonly code: string
   readonly status: number
   readonly headers: Readonly<Record<string, string>>
 
-  constructor(
-    code: string,
-    status: number,
-    message: string,
-    options: { headers?: Record<string, string>; cause?: unknown } = {},
-  ) {
+  constructor(code: string, status: number, message: string, options: ApiErrorOptions = {}, json?: string) {
     // An ApiError is an answer, not a defect: capturing a stack trace for each 401 or 429 cost
-    // more than the rest of the request (measured with --cpu-prof under load).
+    // more than the rest of the request (measured with --cpu-prof under load). Nor is a `cause`
+    // option given when there is none: an own `cause` property made each one dearer to build.
     const stackTraceLimit = Error.stackTraceLimit
     Error.stackTraceLimit = 0
-    super(message, { cause: options.cause })
+    if (options.cause === undefined) super(message)
+    else super(message, { cause: options.cause })
     Error.stackTraceLimit = stackTraceLimit
     this.name = 'ApiError'
     this.code = code
     this.status = status
     this.headers = options.headers ?? {}
+    this.#json = json
   }
 
   toBody(): ErrorBody {
@@ -43,7 +46,7 @@ export class ApiError extends Error {
 
   #json: string | undefined
 
-  /** The body as sent; an answer given many times (a shared refusal) is serialised once. */
+  /** The body as sent; serialised once per error, and once per code for a code's own message. */
   toJson(): string {
     return (this.#json ??= JSON.stringify(this.toBody()))
   }
@@ -51,7 +54,7 @@ export class ApiError extends Error {
 
 export type ErrorCatalogue<Code extends string> = Readonly<Record<Code, ErrorCodeDefinition>> & {
   /** Builds the error for `code`, with a more specific message when one helps the client. */
-  create(code: Code, message?: string, options?: { headers?: Record<string, string>; cause?: unknown }): ApiError
+  create(code: Code, message?: string, options?: ApiErrorOptions): ApiError
   codes(): Code[]
 }
 
@@ -60,11 +63,19 @@ export function defineErrorCodes<Code extends string>(
 ): ErrorCatalogue<Code> {
   const frozen = Object.freeze({ ...definitions })
   const codes = Object.keys(frozen) as Code[]
+  // A refusal with its code's own message (a 429, a ban) is answered many times a second: its body
+  // is the same each time, serialised here once.
+  const defaultBodies = new Map<string, string>()
+  for (const code of codes) {
+    const { status, message } = frozen[code]
+    defaultBodies.set(code, JSON.stringify({ code, message, status } satisfies ErrorBody))
+  }
   return Object.freeze({
     ...frozen,
-    create(code: Code, message?: string, options?: { headers?: Record<string, string>; cause?: unknown }) {
+    create(code: Code, message?: string, options?: ApiErrorOptions) {
       const definition = frozen[code]
-      return new ApiError(code, definition.status, message ?? definition.message, options)
+      if (message === undefined) return new ApiError(code, definition.status, definition.message, options, defaultBodies.get(code))
+      return new ApiError(code, definition.status, message, options)
     },
     codes: () => [...codes],
   })
