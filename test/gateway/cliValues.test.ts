@@ -5,16 +5,21 @@ const now = new Date('2026-11-25T12:00:00Z')
 
 describe('keys --expires', () => {
   it.each([
-    ['45s', '2026-11-25T12:00:45.000Z'],
-    ['1m', '2026-11-25T12:01:00.000Z'],
-    ['90m', '2026-11-25T13:30:00.000Z'],
-    ['12h', '2026-11-26T00:00:00.000Z'],
-    ['30d', '2026-12-25T12:00:00.000Z'],
-    ['2w', '2026-12-09T12:00:00.000Z'],
+    ['45s', 45_000],
+    ['1m', 60_000],
+    ['90m', 90 * 60_000],
+    ['12h', 12 * 3_600_000],
+    ['30d', 30 * 86_400_000],
+    ['2w', 14 * 86_400_000],
+  ])("takes %s, the same units as the config file and weeks, as a duration from the key's creation", (raw, afterMillis) => {
+    expect(parseExpires(raw, now)).toEqual({ afterMillis })
+  })
+
+  it.each([
     ['2026-12-31', '2026-12-31T00:00:00.000Z'],
     ['2026-12-31T18:00:00Z', '2026-12-31T18:00:00.000Z'],
-  ])('takes %s, the same units as the config file and weeks, or an ISO date', (raw, expected) => {
-    expect(parseExpires(raw, now).toISOString()).toBe(expected)
+  ])('takes the ISO date %s as a moment', (raw, expected) => {
+    expect(parseExpires(raw, now)).toEqual({ at: new Date(expected) })
   })
 
   it.each(['1y', '1.5h', 'soon', '2026-02-30'])('refuses %s, naming the forms it takes', (raw) => {

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import { KEY_PREFIX } from '../keys/apiKeyFormat.ts'
 import { UsageError } from './errors.ts'
-import { parseExpires, parseLimits, parseName, type Limits } from './values.ts'
+import { parseExpires, parseLimits, parseName, type KeyExpiry, type Limits } from './values.ts'
 
 export const USAGE = `Usage: npm run keys -- <command> [options]
 
@@ -37,7 +37,7 @@ Exit status: 0 done, 1 failed (unknown key id, revoked key, no database, ...), 2
 
 export type Command =
   | { name: 'help' }
-  | { name: 'create'; plan: string; keyName: string; limits?: Limits; expiresAt: Date | null; json: boolean }
+  | { name: 'create'; plan: string; keyName: string; limits?: Limits; expires: KeyExpiry | null; json: boolean }
   | { name: 'list'; json: boolean }
   | { name: 'show' | 'revoke' | 'unban'; id: string; json: boolean }
   | { name: 'set-plan'; id: string; plan: string; limits?: Limits; json: boolean }
@@ -102,7 +102,7 @@ export function parseCommand(argv: string[], now = new Date()): Command {
         plan,
         keyName: parseName(keyName),
         ...(limits ? { limits } : {}),
-        expiresAt: expires === undefined ? null : parseExpires(expires, now),
+        expires: expires === undefined ? null : parseExpires(expires, now),
         json,
       }
     }

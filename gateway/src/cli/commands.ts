@@ -103,7 +103,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
         plan: command.plan,
         perMinute: command.limits?.perMinute ?? null,
         perDay: command.limits?.perDay ?? null,
-        expiresAt: command.expiresAt,
+        ...(command.expires === null ? {} : 'at' in command.expires ? { expiresAt: command.expires.at } : { expiresInMillis: command.expires.afterMillis }),
       })
       if (command.json) {
         const { id, ...rest } = keyJson(record, plans, now, null)

@@ -47,22 +47,29 @@ const UNIT_MILLIS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_8
 const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/
 
 /** `--expires`: a duration from now (90m, 12h, 30d, 8w) or an ISO date or date-time in the future. */
-export function parseExpires(raw: string, now: Date): Date {
+/**
+ * When a key stops working: a moment, or a duration counted from the key's creation (by the
+ * database's clock, as `created_at` is, so `--expires 90s` is 90 s after `createdAt`, not after
+ * the CLI started).
+ */
+export type KeyExpiry = { at: Date } | { afterMillis: number }
+
+export function parseExpires(raw: string, now: Date): KeyExpiry {
+  const usage = () =>
+    new UsageError(`--expires must be a duration (90s, 30m, 12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`)
+  const notFuture = () => new UsageError(`--expires ${raw} is not in the future`)
   const duration = DURATION.exec(raw)
-  let date: Date
   if (duration) {
-    date = new Date(now.getTime() + Number(duration[1]) * UNIT_MILLIS[duration[2] as keyof typeof UNIT_MILLIS])
-  } else {
-    const iso = ISO.exec(raw)
-    date = iso && validDay(Number(iso[1]), Number(iso[2]), Number(iso[3])) ? new Date(raw) : new Date(Number.NaN)
+    const afterMillis = Number(duration[1]) * UNIT_MILLIS[duration[2] as keyof typeof UNIT_MILLIS]
+    if (new Date(now.getTime() + afterMillis).getUTCFullYear() > 9999) throw usage()
+    if (afterMillis <= 0) throw notFuture()
+    return { afterMillis }
   }
-  if (Number.isNaN(date.getTime()) || date.getUTCFullYear() > 9999) {
-    throw new UsageError(
-      `--expires must be a duration (90s, 30m, 12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`,
-    )
-  }
-  if (date <= now) throw new UsageError(`--expires ${raw} is not in the future`)
-  return date
+  const iso = ISO.exec(raw)
+  const date = iso && validDay(Number(iso[1]), Number(iso[2]), Number(iso[3])) ? new Date(raw) : new Date(Number.NaN)
+  if (Number.isNaN(date.getTime()) || date.getUTCFullYear() > 9999) throw usage()
+  if (date <= now) throw notFuture()
+  return { at: date }
 }
 
 function validDay(year: number, month: number, day: number): boolean {

@@ -35,6 +35,8 @@ export interface NewApiKey {
   perMinute?: number | null
   perDay?: number | null
   expiresAt?: Date | null
+  /** Instead of expiresAt: the key expires this long after its creation, by the database's clock. */
+  expiresInMillis?: number
 }
 
 const COLUMNS = `id, display_prefix AS "displayPrefix", name, plan, per_minute AS "perMinute",
@@ -57,7 +59,7 @@ export function createKeyRepository(pool: pg.Pool) {
       const key = generateApiKey()
       const { rows } = await pool.query<ApiKeyRecord>(
         `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan, per_minute, per_day, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${COLUMNS}`,
+         VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now() + $9 * interval '1 millisecond')) RETURNING ${COLUMNS}`,
         [
           generateKeyId(),
           hashApiKey(key),
@@ -67,6 +69,7 @@ export function createKeyRepository(pool: pg.Pool) {
           input.perMinute ?? null,
           input.perDay ?? null,
           input.expiresAt ?? null,
+          input.expiresInMillis ?? null,
         ],
       )
       return { record: rows[0] as ApiKeyRecord, key }
