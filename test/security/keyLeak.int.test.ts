@@ -347,7 +347,7 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
     recordScenario({
       area: 'Security',
       scenario: 'X-Forwarded-For from an untrusted peer, a new address (or a key) on every request, to mint fresh per-IP buckets',
-      answered: `401 for the first ${anonymousRefused} requests of the session without a valid key (limit 60 a minute per client IP; ${anonymousAdmitted} of them with a new X-Forwarded-For each), then 429 rate_limited, still 429 for 5 more new addresses`,
+      answered: `401 for the first ${anonymousRefused} requests of the session without a valid key (this test sets the per-IP limit to 60 a minute, twice the default; ${anonymousAdmitted} of them with a new X-Forwarded-For each), then 429 rate_limited, still 429 for 5 more new addresses`,
       lost: 'nothing: one bucket for the peer whatever it claimed; no key charged',
       test: TEST_FILE,
     })
