@@ -42,8 +42,8 @@ export interface NewApiKey {
 const COLUMNS = `id, display_prefix AS "displayPrefix", name, plan, per_minute AS "perMinute",
   per_day AS "perDay", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt"`
 
-export function isUsable(record: ApiKeyRecord, now = new Date()): boolean {
-  return record.revokedAt === null && (record.expiresAt === null || record.expiresAt > now)
+export function isUsable(record: ApiKeyRecord, nowMillis = Date.now()): boolean {
+  return record.revokedAt === null && (record.expiresAt === null || record.expiresAt.getTime() > nowMillis)
 }
 
 /** SQL for the gateway schema's API keys; everything else works with ApiKeyRecord. */

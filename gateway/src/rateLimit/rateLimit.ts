@@ -62,6 +62,28 @@ function keyWindows(limits: KeyLimits, minute: WindowNow, day: WindowNow): Named
   ]
 }
 
+type Refusal = 'rate_limited' | 'api_key_banned'
+/** Distinct Retry-After values kept per code; a ban ladder's top step is a few hours of seconds. */
+const REFUSALS_KEPT = 1_024
+const refusals: Record<Refusal, Map<string, ApiError>> = { rate_limited: new Map(), api_key_banned: new Map() }
+
+/**
+ * The 429 for a refusal, with Retry-After in whole seconds. Refusals differ only by that header,
+ * and a client refused once usually sends more within the same second: one error per value, built
+ * and serialised once, instead of one per request.
+ */
+function refusal(code: Refusal, retryAfterMillis: number): ApiError {
+  const seconds = retryAfterSeconds(retryAfterMillis)
+  const kept = refusals[code]
+  let error = kept.get(seconds)
+  if (error === undefined) {
+    if (kept.size >= REFUSALS_KEPT) kept.clear()
+    error = gatewayErrors.create(code, undefined, { headers: { 'retry-after': seconds } })
+    kept.set(seconds, error)
+  }
+  return error
+}
+
 /** Ends the stage: on to the next one, a refusal answered (an ApiError), or a failure for Fastify's error path. */
 function settle(reply: FastifyReply, done: (error?: Error) => void, refusal: unknown): void {
   if (refusal === undefined) done()
@@ -108,7 +130,7 @@ export const rateLimit = fp(
         windows: [{ name: 'minute', limit: result.limit, remaining: result.remaining }],
       })
       if (result.admitted) return undefined
-      return gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(result.resetInMillis) } })
+      return refusal('rate_limited', result.resetInMillis)
     }
 
 
@@ -119,7 +141,7 @@ export const rateLimit = fp(
       const limits = cachedLimitsFor(key, options.config())
       request.rateLimitHeaders = bannedHeaders(limits, storeNow(), knownBan.retryAfterMillis)
       options.observer?.decision({ plan: key.plan, outcome: 'banned', source: 'ban_cache' })
-      return gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(knownBan.retryAfterMillis) } })
+      return refusal('api_key_banned', knownBan.retryAfterMillis)
     }
 
     async function limitKeyed(request: FastifyRequest, key: ApiKeyRecord) {
@@ -172,10 +194,10 @@ export const rateLimit = fp(
       }
       if (decision.outcome === 'banned') {
         options.bans.remember(key.id, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
-        throw gatewayErrors.create('api_key_banned', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })
+        throw refusal('api_key_banned', decision.retryAfterMillis)
       }
       if (decision.outcome === 'limited') {
-        throw gatewayErrors.create('rate_limited', undefined, { headers: { 'retry-after': retryAfterSeconds(decision.retryAfterMillis) } })
+        throw refusal('rate_limited', decision.retryAfterMillis)
       }
     }
 
