@@ -63,7 +63,7 @@ function keyWindows(limits: KeyLimits, minute: WindowNow, day: WindowNow): Named
 }
 
 type Refusal = 'rate_limited' | 'api_key_banned'
-/** Distinct Retry-After values kept per code; a ban ladder's top step is a few hours of seconds. */
+/** Distinct Retry-After values kept per code: enough for the seconds a busy gateway refuses in, bounded whatever the ladder. */
 const REFUSALS_KEPT = 1_024
 const refusals: Record<Refusal, Map<string, ApiError>> = { rate_limited: new Map(), api_key_banned: new Map() }
 
@@ -85,10 +85,10 @@ function refusal(code: Refusal, retryAfterMillis: number): ApiError {
 }
 
 /** Ends the stage: on to the next one, a refusal answered (an ApiError), or a failure for Fastify's error path. */
-function settle(reply: FastifyReply, done: (error?: Error) => void, refusal: unknown): void {
-  if (refusal === undefined) done()
-  else if (refusal instanceof ApiError) refuseFromHook(reply, done, refusal)
-  else done(refusal as Error)
+function settle(reply: FastifyReply, done: (error?: Error) => void, outcome: unknown): void {
+  if (outcome === undefined) done()
+  else if (outcome instanceof ApiError) refuseFromHook(reply, done, outcome)
+  else done(outcome as Error)
 }
 
 /** A banned key has nothing left in either window until it would be admitted, wherever the answer comes from. */
