@@ -26,6 +26,10 @@ describe('keys --expires', () => {
     expect(() => parseExpires(raw, now)).toThrow(`--expires must be a duration (90s, 30m, 12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`)
   })
 
+  it('refuses a duration that ends past the year 9999, saying so', () => {
+    expect(() => parseExpires('999999w', now)).toThrow('--expires 999999w is past 9999-12-31')
+  })
+
   it('refuses a moment that is not in the future', () => {
     expect(() => parseExpires('0m', now)).toThrow('--expires 0m is not in the future')
     expect(() => parseExpires('2026-11-24', now)).toThrow('--expires 2026-11-24 is not in the future')

@@ -102,8 +102,14 @@ describe('gateway logs', () => {
     ])
   })
 
-  it('write only the parser refusal line for a request whose body never came whole', async () => {
+  it('write only the parser refusal line, and count the request once with its 400, when its body never came whole', async () => {
     const gateway = gateways[0]!
+    const counted = async () => {
+      const metric = await gateway.registry.getSingleMetric('http_requests_total')!.get()
+      const series = metric.values.find((value) => value.labels.method === 'POST' && value.labels.route === '/v1/pets' && value.labels.status_class === '4xx')
+      return series?.value ?? 0
+    }
+    const countedBefore = await counted()
     const before = gatewayLog.lines.length
     const client = await openRaw(gateway.url)
     client.socket.write('POST /v1/pets HTTP/1.1\r\nHost: test\r\nX-Request-Id: log-broken-chunk\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\n')
@@ -111,6 +117,7 @@ describe('gateway logs', () => {
     await sleep(200)
     const lines = gatewayLog.entries().slice(before)
     expect(lines.map((line) => [line.msg, line.status])).toEqual([['request refused by the HTTP parser', 400]])
+    expect(await counted()).toBe(countedBefore + 1)
   })
 
   it('write a line for a request the HTTP parser refused before it became one (431)', async () => {

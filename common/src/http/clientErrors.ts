@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyBaseLogger } from 'fastify'
 import type { ApiError } from './apiError.ts'
-import { markAccounted } from './requestContext.ts'
+import { markRefusedByParser } from './requestContext.ts'
 
 export interface ClientErrorCodes {
   badRequest: () => ApiError
@@ -112,10 +112,11 @@ function refusedRequestLine({ rawPacket, bytesParsed }: ParseError): string {
 }
 
 function refuse(codes: ClientErrorCodes, error: NodeJS.ErrnoException, socket: Socket, log?: Pick<FastifyBaseLogger, 'info'>): void {
-  // A request whose body never came whole: this refusal is its answer, and its line.
+  const refusal = refusalFor(codes, error, socket)
+  // A request whose body never came whole: this refusal is its answer and its line.
   const cutShort = (socket as WithAnswerInFlight)._httpMessage
-  if (cutShort && !cutShort.writableFinished) markAccounted(cutShort)
-  answer(refusalFor(codes, error, socket), socket, log, error.code, 'request refused by the HTTP parser')
+  if (cutShort && !cutShort.writableFinished) markRefusedByParser(cutShort, refusal.status)
+  answer(refusal, socket, log, error.code, 'request refused by the HTTP parser')
 }
 
 function answer(apiError: ApiError, socket: Socket, log: Pick<FastifyBaseLogger, 'info'> | undefined, reason: string | undefined, message: string): void {

@@ -28,32 +28,50 @@ export function singleLineRequestLogging(): LogController {
 /** The status logged and counted (nginx's) for a request whose client left before any answer. */
 export const CLIENT_CLOSED_REQUEST = 499
 
-const ACCOUNTED = Symbol('answer accounted for')
-type Accountable = { [ACCOUNTED]?: true }
+const LOGGED = Symbol('access line written')
+const COUNTED = Symbol('request counted')
+const REFUSED_WITH = Symbol('status the HTTP parser refused the request with')
+type Accountable = { [LOGGED]?: true; [COUNTED]?: true; [REFUSED_WITH]?: number }
+
+/** What an answer is accounted for by: its access line (requestContext) or its count (httpMetrics). */
+export type Accounting = typeof LOGGED | typeof COUNTED
+export const ACCESS_LINE: Accounting = LOGGED
+export const REQUEST_COUNT: Accounting = COUNTED
 
 /**
- * Marks an answer that has its log line and count already: Fastify ran onResponse for it (the
- * answer finished), or the HTTP parser refused the request mid-body and that refusal is its line.
+ * Marks an answer whose access line or count has been recorded: Fastify ran onResponse for it.
  * A property, not `writableFinished`: an injected request (light-my-request) never reads as
- * finished, and would be counted twice.
+ * finished, and would be recorded twice.
  */
-export function markAccounted(response: object): void {
-  ;(response as Accountable)[ACCOUNTED] = true
+export function markAccounted(response: object, accounting: Accounting): void {
+  ;(response as Accountable)[accounting] = true
 }
 
 /**
- * Calls `record` with a status and a message when an answer ends without being sent whole, which
- * Fastify's onResponse never sees, so the request would have no log line and no count: the client
- * left before any answer (499: it gave up on a slow upstream, or reset the connection right after
- * sending), or an answer already under way was cut short (the upstream broke off, or the client
- * left mid-body), logged with the status it had started with. The plugin calling it marks its
- * answers accounted for in onResponse.
+ * Marks the answer of a request the HTTP parser refused mid-body (a broken chunk, a body that
+ * never came whole): the refusal has its own line, and the request is counted with its status.
  */
-export function whenAnswerCutShort(reply: FastifyReply, record: (status: number, message: string) => void): void {
+export function markRefusedByParser(response: object, status: number): void {
+  ;(response as Accountable)[LOGGED] = true
+  ;(response as Accountable)[REFUSED_WITH] = status
+}
+
+/**
+ * Calls `record` with a status and a message when an answer ends without Fastify's onResponse,
+ * so the request would have no log line or no count: the client left before any answer (499: it
+ * gave up on a slow upstream, or reset the connection right after sending), an answer already
+ * under way was cut short (the upstream broke off, or the client left mid-body: the status it had
+ * started with), or the HTTP parser refused the request mid-body (its refusal's status). The
+ * plugin calling it marks its answers in onResponse (markAccounted) with the same `accounting`.
+ */
+export function whenAnswerCutShort(reply: FastifyReply, accounting: Accounting, record: (status: number, message: string) => void): void {
   const response = reply.raw
   response.once('close', () => {
-    if ((response as Accountable)[ACCOUNTED] || response.writableFinished) return
-    if (response.headersSent) record(reply.statusCode, 'answer cut short')
+    const state = response as Accountable
+    if (state[accounting] || response.writableFinished) return
+    const refused = state[REFUSED_WITH]
+    if (refused !== undefined) record(refused, 'request refused by the HTTP parser')
+    else if (response.headersSent) record(reply.statusCode, 'answer cut short')
     else record(CLIENT_CLOSED_REQUEST, 'request aborted by the client')
   })
 }
@@ -79,11 +97,11 @@ export const requestContext = fp(
     // Callback-style hooks: on the hot path they cost less than async ones (no promise per call).
     app.addHook('onRequest', (request, reply, done) => {
       reply.header('x-request-id', request.id)
-      whenAnswerCutShort(reply, (status, message) => log(request, reply, status, message))
+      whenAnswerCutShort(reply, ACCESS_LINE, (status, message) => log(request, reply, status, message))
       done()
     })
     app.addHook('onResponse', (request, reply, done) => {
-      markAccounted(reply.raw)
+      markAccounted(reply.raw, ACCESS_LINE)
       log(request, reply, reply.statusCode, 'request completed')
       done()
     })

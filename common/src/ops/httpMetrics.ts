@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { markAccounted, whenAnswerCutShort } from '../http/requestContext.ts'
+import { REQUEST_COUNT, markAccounted, whenAnswerCutShort } from '../http/requestContext.ts'
 import fp from 'fastify-plugin'
 import type { Registry } from 'prom-client'
 import { HotPathCounter, HotPathHistogram } from './hotPathMetrics.ts'
@@ -38,11 +38,11 @@ export const httpMetrics = fp(
       duration.labels(method, route, statusLabel).observe(reply.elapsedTime / 1000)
     }
     app.addHook('onRequest', (request, reply, done) => {
-      whenAnswerCutShort(reply, (status) => count(request, reply, status))
+      whenAnswerCutShort(reply, REQUEST_COUNT, (status) => count(request, reply, status))
       done()
     })
     app.addHook('onResponse', (request, reply, done) => {
-      markAccounted(reply.raw)
+      markAccounted(reply.raw, REQUEST_COUNT)
       count(request, reply, reply.statusCode)
       done()
     })

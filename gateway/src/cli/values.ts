@@ -61,7 +61,7 @@ export function parseExpires(raw: string, now: Date): KeyExpiry {
   const duration = DURATION.exec(raw)
   if (duration) {
     const afterMillis = Number(duration[1]) * UNIT_MILLIS[duration[2] as keyof typeof UNIT_MILLIS]
-    if (new Date(now.getTime() + afterMillis).getUTCFullYear() > 9999) throw usage()
+    if (new Date(now.getTime() + afterMillis).getUTCFullYear() > 9999) throw new UsageError(`--expires ${raw} is past 9999-12-31`)
     if (afterMillis <= 0) throw notFuture()
     return { afterMillis }
   }
