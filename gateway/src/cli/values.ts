@@ -46,7 +46,6 @@ const DURATION = /^(\d{1,6})([smhdw])$/
 const UNIT_MILLIS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const
 const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/
 
-/** `--expires`: a duration from now (90m, 12h, 30d, 8w) or an ISO date or date-time in the future. */
 /**
  * When a key stops working: a moment, or a duration counted from the key's creation (by the
  * database's clock, as `created_at` is, so `--expires 90s` is 90 s after `createdAt`, not after
@@ -54,6 +53,7 @@ const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?(?:
  */
 export type KeyExpiry = { at: Date } | { afterMillis: number }
 
+/** `--expires`: a duration (90s, 30m, 12h, 30d, 8w) or an ISO date or date-time in the future. */
 export function parseExpires(raw: string, now: Date): KeyExpiry {
   const usage = () =>
     new UsageError(`--expires must be a duration (90s, 30m, 12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`)
