@@ -97,6 +97,14 @@ async function npmStart(dataDir: string, ports: Ports): Promise<NodeProcess> {
   return proc
 }
 
+/** A fresh data folder (removed after the file) and free ports, and `npm start` on them. */
+async function startStack(): Promise<{ dataDir: string; ports: Ports; npm: NodeProcess }> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-npm-start-'))
+  dataDirs.push(dataDir)
+  const ports = await freePorts()
+  return { dataDir, ports, npm: await npmStart(dataDir, ports) }
+}
+
 interface ProcessInfo {
   pid: number
   parent: number
@@ -153,14 +161,18 @@ function stoppedAt(output: string, service: string): number {
   return output.search(new RegExp(`"service":"${service}"[^\\n]*"msg":"stopped"`))
 }
 
+/** The order Ctrl-C stops the stack in (gateway, pets-service, then the database) and its claim gone. */
+function expectStoppedInOrder(output: string, dataDir: string): void {
+  expect(stoppedAt(output, 'pets-service')).toBeGreaterThan(stoppedAt(output, 'gateway'))
+  expect(output.indexOf('[start] stopped')).toBeGreaterThan(stoppedAt(output, 'pets-service'))
+  expect(existsSync(path.join(dataDir, 'embedded-postgres.json'))).toBe(false)
+}
+
 describe.skipIf(process.platform !== 'linux')('npm start, signalled through the npm process only', () => {
   it.each(['SIGTERM', 'SIGHUP'] as const)(
     '%s to npm stops the whole stack in order: every port released, no process left',
     async (signal) => {
-      const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-npm-start-'))
-      dataDirs.push(dataDir)
-      const ports = await freePorts()
-      const npm = await npmStart(dataDir, ports)
+      const { dataDir, ports, npm } = await startStack()
 
       const tree = descendants(npm.pid)
       const commands = tree.map((info) => info.command)
@@ -183,9 +195,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
       const output = npm.output()
       expect(output).toMatch(/\[start\] npm \(pid \d+\) exited: stopping/)
       expect(stoppedAt(output, 'gateway')).toBeGreaterThan(0)
-      expect(stoppedAt(output, 'pets-service')).toBeGreaterThan(stoppedAt(output, 'gateway'))
-      expect(output.indexOf('[start] stopped')).toBeGreaterThan(stoppedAt(output, 'pets-service'))
-      expect(existsSync(path.join(dataDir, 'embedded-postgres.json'))).toBe(false)
+      expectStoppedInOrder(output, dataDir)
     },
     2 * READY_MILLIS,
   )
@@ -195,10 +205,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
   it(
     'Ctrl-C while the embedded Postgres runs a long statement stops the stack in order',
     async () => {
-      const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-npm-start-'))
-      dataDirs.push(dataDir)
-      const ports = await freePorts()
-      const npm = await npmStart(dataDir, ports)
+      const { dataDir, ports, npm } = await startStack()
       const tree = descendants(npm.pid)
 
       const client = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${ports.postgres}/postgres` })
@@ -218,9 +225,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
 
       const output = npm.output()
       expect(output).toContain('[start] SIGINT: stopping')
-      expect(stoppedAt(output, 'pets-service')).toBeGreaterThan(stoppedAt(output, 'gateway'))
-      expect(output.indexOf('[start] stopped')).toBeGreaterThan(stoppedAt(output, 'pets-service'))
-      expect(existsSync(path.join(dataDir, 'embedded-postgres.json'))).toBe(false)
+      expectStoppedInOrder(output, dataDir)
     },
     2 * READY_MILLIS,
   )
@@ -228,10 +233,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
   it(
     'SIGHUP to the gateway pid that npm start prints reloads the config and leaves the stack running',
     async () => {
-      const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-npm-start-'))
-      dataDirs.push(dataDir)
-      const ports = await freePorts()
-      const npm = await npmStart(dataDir, ports)
+      const { ports, npm } = await startStack()
       const gatewayPid = Number(/kill -HUP (\d+)/.exec(npm.output())?.[1])
 
       process.kill(gatewayPid, 'SIGHUP')

@@ -106,12 +106,10 @@ function errorCodes(error: unknown): string[] {
 }
 
 /** Upstream failures as clients see them: 504 when it stayed silent, 502 for everything else. */
-function upstreamFailureCode(error: unknown): 'upstream_timeout' | 'bad_gateway' {
-  return failureKind(error) === 'timeout' ? 'upstream_timeout' : 'bad_gateway'
-}
-
 export function upstreamFailure(error: unknown) {
-  return gatewayErrors.create(upstreamFailureCode(error), undefined, { cause: error })
+  return failureKind(error) === 'timeout'
+    ? gatewayErrors.create('upstream_timeout', undefined, { cause: error })
+    : gatewayErrors.create('bad_gateway', undefined, { cause: error })
 }
 
 /** The answer's body was not complete within the upstream timeout of its headers. */
@@ -457,23 +455,15 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     }
 
     /**
-     * The upstream's streamed answer broken off. Once its head has gone out the client gets it cut
-     * short. Before that (the head waits for the end of the turn, coalescedWrites) the client can
-     * still have the 502 or 504: the stream fails with that answer, already logged here, so
-     * Fastify's error path sends it without a line of its own. Socket errors reach this handler
-     * only after the socket's close, a later phase of the loop than the head's write, so that
-     * case needs an error raised in the very turn the first chunk came in.
+     * The upstream's streamed answer broken off: the client gets it cut short. Its head has gone
+     * out by then: the stream starts with the first chunk, its head leaves at the end of that turn
+     * (coalescedWrites), and an upstream's failure reaches this handler only in a later phase of
+     * the loop (a socket's error after its close; the deadline's timer).
      */
     function breakOff(error: Error): void {
       observer?.failure(name, failureKind(error))
-      if (reply.raw.headersSent) {
-        reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
-        stream?.destroy(error)
-        return
-      }
-      const code = upstreamFailureCode(error)
-      reply.log.warn({ err: error, code }, 'upstream request failed')
-      stream?.destroy(gatewayErrors.create(code))
+      reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
+      stream?.destroy(error)
     }
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },

@@ -178,6 +178,9 @@ export function budgetedSender(client: RedisClient, budgetMillis: number | undef
   }
 }
 
+/** How late (after the call) a script may start and still count; see redisClockFor. */
+export const LATE_AFTER_MILLIS = 1_000
+
 /**
  * A deadline, in Redis's clock, for each script call: a call Redis runs later than that (it was
  * stalled, busy or paused while the command waited in its socket) counts nothing, because the
@@ -209,9 +212,6 @@ export function redisClockFor(budgetMillis: number | undefined) {
     },
   }
 }
-
-/** How late (after the call) a script may start and still count; see redisClockFor. */
-export const LATE_AFTER_MILLIS = 1_000
 
 export class RedisDeadlineError extends Error {
   constructor() {
