@@ -8,6 +8,7 @@
  * Env: UPSTREAM_URL, PORT, HOST (default 127.0.0.1).
  */
 import Fastify from 'fastify'
+import { DEFAULT_MAX_IN_FLIGHT } from '../../gateway/src/config/loadConfig.ts'
 import { upstreamProxy } from '../../gateway/src/proxy/upstreamProxy.ts'
 
 const upstream = process.env.UPSTREAM_URL
@@ -18,6 +19,7 @@ app.decorateRequest('apiKey', null)
 await app.register(upstreamProxy, {
   url: upstream,
   timeoutMillis: 10_000,
+  maxInFlight: DEFAULT_MAX_IN_FLIGHT,
   internalToken: 'bench-internal-token',
   publicPath: '/v1/pets',
   upstreamPath: '/pets',

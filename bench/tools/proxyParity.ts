@@ -13,6 +13,7 @@ import { parseArgs } from 'node:util'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { errorBodies } from '../../common/src/http/errorHandler.ts'
 import { gatewayFrameworkErrors } from '../../gateway/src/errors.ts'
+import { DEFAULT_MAX_IN_FLIGHT } from '../../gateway/src/config/loadConfig.ts'
 import { upstreamProxy as tuned, type UpstreamOptions } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { upstreamProxy as original } from '../experiments/upstreamProxyReplyFrom.ts'
 
@@ -94,6 +95,7 @@ async function run(variant: ProxyPlugin): Promise<Array<{ name: string; upstream
   await app.register(variant, {
     url: `http://127.0.0.1:${upstreamPort}`,
     timeoutMillis: 500,
+    maxInFlight: DEFAULT_MAX_IN_FLIGHT,
     internalToken: 'internal-secret',
     publicPath: '/v1/pets',
     upstreamPath: '/pets',

@@ -16,6 +16,13 @@ import { keyLimit, limitsFor } from '../../gateway/src/rateLimit/planLimits.ts'
 const SHIPPED = readFileSync('config/gateway.yaml', 'utf8')
 const FREE_LINE = /^ {2}free: .*\n/m
 
+/** The line of the shipped config that starts (after its indent) with `start`, counted from 1. */
+function shippedLine(start: string): number {
+  const index = SHIPPED.split('\n').findIndex((line) => line.trimStart().startsWith(start))
+  expect(index, `a line of config/gateway.yaml starting ${start}`).toBeGreaterThanOrEqual(0)
+  return index + 1
+}
+
 /** The shipped config with one edit; fails the test if the edit matched nothing. */
 function shippedWith(from: string | RegExp, to: string | ((match: string) => string)): string {
   const text = typeof to === 'string' ? SHIPPED.replace(from, to) : SHIPPED.replace(from, to)
@@ -44,7 +51,7 @@ describe('gateway config', () => {
       enterprise: { perMinute: 'custom', perDay: 'custom' },
     })
     expect(config.bans.ladderSeconds).toEqual([60, 300, 900, 3600, 86400])
-    expect(config.upstreams.pets).toEqual({ url: 'http://127.0.0.1:3001', timeoutMillis: 10_000 })
+    expect(config.upstreams.pets).toEqual({ url: 'http://127.0.0.1:3001', timeoutMillis: 10_000, maxInFlight: 1_024 })
     expect(config.windows).toEqual({
       minute: { lengthMillis: 60_000, bucketMillis: 5_000 },
       day: { lengthMillis: 86_400_000, bucketMillis: 3_600_000 },
@@ -139,15 +146,15 @@ describe('gateway config: plans', () => {
       'test/fixtures/config/bad-plans.yaml:11: plans.Platinum unknown key',
     ])
     // The two edits that once gave free keys pro's 300/min.
-    expect(() => parseGatewayConfig(shippedWith(FREE_LINE, ''), 'x.yaml')).toThrow(/^.*\n {2}x\.yaml:23: plans\.free is required$/)
+    expect(() => parseGatewayConfig(shippedWith(FREE_LINE, ''), 'x.yaml')).toThrow(new RegExp(`^.*\\n {2}x\\.yaml:${shippedLine('plans:')}: plans\\.free is required$`))
     expect(() => parseGatewayConfig(shippedWith(FREE_LINE, '  free: { perMinute: custom, perDay: 1000 }\n'), 'x.yaml')).toThrow(
-      `x.yaml:24: plans.free.perMinute ${NUMBERS}`,
+      `x.yaml:${shippedLine('free:')}: plans.free.perMinute ${NUMBERS}`,
     )
   })
 
   it('refuses an enterprise plan with one limit "custom" and the other a number', () => {
     const text = shippedWith('enterprise: { perMinute: custom, perDay: custom }', 'enterprise: { perMinute: custom, perDay: 100000 }')
-    expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow('x.yaml:27: plans.enterprise must have both limits "custom" or neither')
+    expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow(`x.yaml:${shippedLine('enterprise:')}: plans.enterprise must have both limits "custom" or neither`)
   })
 
   it("a key on a plan the config lacks, or on enterprise without limits of its own, gets the strictest limits, never a larger plan's", () => {
@@ -178,7 +185,7 @@ describe('gateway config: YAML syntax errors', () => {
       'test/fixtures/config/unclosed-flow-map.yaml:2: Flow map in block collection must be sufficiently indented and end with a }',
     ])
     const text = shippedWith('free:       { perMinute: 60,   perDay: 1000 }', 'free:       { perMinute: 60,   perDay: 1000')
-    expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow(/x\.yaml:24: Flow map/)
+    expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow(`x.yaml:${shippedLine('free:')}: Flow map`)
   })
 })
 
@@ -247,10 +254,10 @@ describe('gateway config reload', () => {
     expect(source.get()).toBe(running)
     expect(logs.filter((entry) => entry.level === ERROR).map((entry) => entry.problems)).toEqual([
       [
-        expect.stringMatching(new RegExp(`^${escape(file)}:9: server\\.trustedProxies\\.0 must be .*999\\.1\\.1\\.1`)),
-        expect.stringMatching(new RegExp(`^${escape(file)}:9: server\\.trustedProxies\\.1 must be .*10\\.0\\.0\\.0/33`)),
+        expect.stringMatching(new RegExp(`^${escape(file)}:${shippedLine('trustedProxies:')}: server\\.trustedProxies\\.0 must be .*999\\.1\\.1\\.1`)),
+        expect.stringMatching(new RegExp(`^${escape(file)}:${shippedLine('trustedProxies:')}: server\\.trustedProxies\\.1 must be .*10\\.0\\.0\\.0/33`)),
       ],
-      [`${file}:23: plans.free is required`],
+      [`${file}:${shippedLine('plans:')}: plans.free is required`],
     ])
   })
 })

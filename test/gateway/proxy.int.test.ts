@@ -9,6 +9,7 @@ import {
   silentUpstream,
   type TestUpstream,
 } from '../helpers/fakeUpstreams.ts'
+import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { openRaw } from '../helpers/rawClient.ts'
@@ -256,16 +257,27 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     await database?.drop()
   })
 
-  async function gatewayTo(target: TestUpstream, timeoutSeconds = 10) {
+  async function gatewayTo(target: TestUpstream, timeoutSeconds = 10, maxInFlight?: number) {
     upstream = target
     gateway = await startGateway({
       databaseUrl: database.url,
       petsUrl: target.url,
       configure: (file) => {
         file.upstreams.pets.timeoutSeconds = timeoutSeconds
+        if (maxInFlight !== undefined) file.upstreams.pets.maxInFlight = maxInFlight
       },
     })
-    return { gateway, ...(await gateway.createKey()) }
+    // Limits no test here reaches: some send more than a Free key's minute.
+    return { gateway, ...(await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })) }
+  }
+
+  /** Resolves once `count` requests have reached the upstream. */
+  async function arrived(requests: readonly unknown[], count: number): Promise<void> {
+    const deadline = Date.now() + 5_000
+    while (requests.length < count) {
+      if (Date.now() > deadline) throw new Error(`${requests.length} of ${count} requests reached the upstream`)
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
   }
 
   it('adds the internal credential, request id and caller id, and strips client copies and the API key', async () => {
@@ -380,6 +392,62 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       lost: 'nothing: the request was not left hanging',
       test: 'test/gateway/proxy.int.test.ts',
     })
+  })
+
+  it('refuses at once with 503 service_unavailable, instead of queueing, while maxInFlight requests are with a silent upstream', async () => {
+    const silent = await scriptedUpstream(() => undefined)
+    const { gateway, key } = await gatewayTo(silent, 1, 3)
+    const outstanding = Array.from({ length: 3 }, () => gateway.request('/v1/pets', { key }))
+    await arrived(silent.requests, 3)
+
+    const started = Date.now()
+    const refused = await gateway.request('/v1/pets', { key })
+    const refusedMillis = Date.now() - started
+    await expectErrorResponse(refused, 503, 'service_unavailable')
+    expect(refused.headers.get('retry-after')).toBe('1')
+    expect(refused.headers.get('x-ratelimit-limit'), 'rate-limit headers on the 503').not.toBeNull()
+    expect(refusedMillis, 'answered without waiting for the upstream').toBeLessThan(500)
+    expect(silent.requests, 'the refused request never reached the upstream').toHaveLength(3)
+
+    for (const response of await Promise.all(outstanding)) await expectErrorResponse(response, 504, 'upstream_timeout')
+    // Those three ended, so the next request goes to the upstream again.
+    await expectErrorResponse(await gateway.request('/v1/pets', { key }), 504, 'upstream_timeout')
+    expect(silent.requests).toHaveLength(4)
+    recordScenario({
+      area: 'pets-service',
+      scenario: 'upstream accepting connections and never answering, with upstreams.pets.maxInFlight (3) requests already waiting on it',
+      answered: `503 service_unavailable with Retry-After: 1 in ${refusedMillis} ms, never sent; the three waiting got 504 at the timeout, and the next request was sent again`,
+      lost: 'nothing: a hung upstream holds at most maxInFlight requests in the gateway, not one per client request',
+      test: 'test/gateway/proxy.int.test.ts',
+    })
+  })
+
+  it('never sends a request whose deadline passed while it waited for a free connection', async () => {
+    // The first requests take every connection of the gateway's pool and hold it past the
+    // deadline of a request that comes after them: their heads arrive late but in time, then
+    // their bodies stall, which gives each the timeout again.
+    const slow = await scriptedUpstream((_request, response) => {
+      setTimeout(() => {
+        if (response.destroyed) return
+        response.writeHead(200, { 'content-type': 'application/json', 'content-length': '1000' })
+        response.write('[')
+      }, 600)
+    })
+    const { gateway, key } = await gatewayTo(slow, 1)
+    const busy = Array.from({ length: UPSTREAM_CONNECTIONS }, () => gateway.request('/v1/pets', { key, contract: false }))
+    await arrived(slow.requests, UPSTREAM_CONNECTIONS)
+
+    const late = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Late","categoryId":1}' })
+    const lateAnsweredAt = Date.now()
+    await expectErrorResponse(late, 504, 'upstream_timeout')
+    const answers = await Promise.all(busy)
+    const busyAnsweredAt = Date.now()
+    for (const response of answers) await expectErrorResponse(response, 504, 'upstream_timeout')
+    expect(lateAnsweredAt, 'the queued request got its 504 at its own deadline, before the busy ones ended').toBeLessThan(busyAnsweredAt)
+    // Its connection comes free once the busy ones are cut off; give it time to have been used.
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(slow.requests.filter((request) => request.headers['content-length'] !== undefined), 'the create answered 504 never reached the upstream').toEqual([])
+    expect(slow.requests).toHaveLength(UPSTREAM_CONNECTIONS)
   })
 
   it('answers 502 for an upstream reply with broken headers, and keeps serving', async () => {

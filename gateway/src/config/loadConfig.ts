@@ -9,11 +9,18 @@ export const DEFAULT_CONFIG_PATH = 'config/gateway.yaml'
 
 export type PlanLimit = number | 'custom'
 
+export interface UpstreamConfig {
+  url: string
+  timeoutMillis: number
+  /** Requests handed to the upstream and not yet ended beyond which another is refused with 503. */
+  maxInFlight: number
+}
+
 export interface GatewayConfig {
   server: { host: string; port: number; opsHost: string; opsPort: number; trustedProxies: string[] }
   upstreams: {
-    pets: { url: string; timeoutMillis: number }
-    orders?: { url: string; timeoutMillis: number }
+    pets: UpstreamConfig
+    orders?: UpstreamConfig
   }
   keyCache: { maxEntries: number; ttlMillis: number; negativeTtlMillis: number }
   plans: Readonly<Record<string, { perMinute: PlanLimit; perDay: PlanLimit }>>
@@ -50,6 +57,8 @@ export class ConfigError extends Error {
 
 const validate = new Ajv({ allErrors: true, strict: false, verbose: true }).compile(GatewayConfigSchema)
 const DEFAULT_TIMEOUT_SECONDS = 10
+/** Envoy's default for its circuit breakers' pending and active requests: about 7 MB of held requests at most. */
+export const DEFAULT_MAX_IN_FLIGHT = 1_024
 const UNIT_SECONDS = { s: 1, m: 60, h: 3_600, d: 86_400 } as const
 
 export function durationSeconds(text: string): number {
@@ -207,9 +216,10 @@ function trustedProxyProblem(entry: string): string | undefined {
 
 /** Applies the environment overrides documented in the README; env wins over the file. */
 export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
-  const upstream = (entry: { url: string; timeoutSeconds?: number }, urlOverride?: string) => ({
+  const upstream = (entry: { url: string; timeoutSeconds?: number; maxInFlight?: number }, urlOverride?: string): UpstreamConfig => ({
     url: urlOverride || entry.url,
     timeoutMillis: Math.round((entry.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1_000),
+    maxInFlight: entry.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT,
   })
   const config: GatewayConfig = {
     server: {

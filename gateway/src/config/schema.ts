@@ -11,6 +11,7 @@ const Upstream = Type.Object(
   {
     url: HttpUrl,
     timeoutSeconds: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 300 })),
+    maxInFlight: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000, description: 'a whole number of requests, 1 to 100000' })),
   },
   { additionalProperties: false },
 )

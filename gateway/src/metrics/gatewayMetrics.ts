@@ -34,7 +34,7 @@ export function createGatewayMetrics(registry: Registry) {
   })
   const upstreamErrors = new Counter({
     name: 'gateway_upstream_errors_total',
-    help: 'Upstream requests that failed without an answer, by upstream and kind (timeout, connect, protocol).',
+    help: 'Upstream requests that failed without an answer, by upstream and kind (timeout, connect, protocol, saturated: refused unsent).',
     labelNames: ['upstream', 'kind'],
     registers,
   })

@@ -10,6 +10,8 @@ export interface UpstreamOptions {
   /** e.g. http://127.0.0.1:3001 */
   url: string
   timeoutMillis: number
+  /** Requests handed to the upstream and not yet ended (answered, failed or given up) beyond which another is refused at once. */
+  maxInFlight: number
   internalToken: string
   /** Public path served, e.g. /v1/pets, and the upstream path it maps to, e.g. /pets. */
   publicPath: string
@@ -17,7 +19,7 @@ export interface UpstreamOptions {
   observer?: UpstreamObserver
 }
 
-export type UpstreamFailureKind = 'timeout' | 'connect' | 'protocol'
+export type UpstreamFailureKind = 'timeout' | 'connect' | 'protocol' | 'saturated'
 
 /** Upstream latency (request sent → response headers) and failures, for the metrics. */
 export interface UpstreamObserver {
@@ -135,6 +137,9 @@ class UpstreamSilentError extends Error {
  */
 const UNDICI_DEFAULTS = { connections: 128, pipelining: 1, connect: { rejectUnauthorized: false } }
 
+/** Connections the gateway opens to one upstream at most. */
+export const UPSTREAM_CONNECTIONS = UNDICI_DEFAULTS.connections
+
 /** Answers up to this size are read whole and sent as one Buffer; larger or unsized ones stream. */
 export const BUFFERED_ANSWER_MAX_BYTES = 1_048_576
 
@@ -238,7 +243,23 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     keepAliveTimeout: 60_000,
     headersTimeout: options.timeoutMillis,
     bodyTimeout: options.timeoutMillis,
+    // undici's default is 10 s whatever the upstream timeout. An upstream whose accept queue is
+    // full (frozen, or too slow to accept) leaves connects unanswered, and requests wait for a
+    // connection behind them: each connect gets no longer than a whole request.
+    connectTimeout: options.timeoutMillis,
   })
+  /**
+   * Requests dispatched to the pool whose exchange undici has not ended yet. A request answered
+   * 504 at its deadline stays among them until undici lets go of it, and with a hung upstream
+   * that is a connect timeout later for each of the pool's connections in turn: without a bound,
+   * every client request would add its request, reply and handler (about 7 KB) to undici's queue
+   * for as long as the upstream stays hung. Past the bound the gateway answers 503 at once.
+   */
+  let inFlight = 0
+  const saturated = () =>
+    gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
+      headers: { 'retry-after': '1' },
+    })
   app.addHook('onClose', async () => {
     await pool.close()
   })
@@ -297,6 +318,12 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
   }
 
   function forward(request: FastifyRequest, reply: FastifyReply, destination: string): void {
+    if (inFlight >= options.maxInFlight) {
+      observer?.failure(name, 'saturated')
+      reply.log.warn({ inFlight }, 'upstream saturated: request refused without being sent')
+      sendApiError(reply, saturated())
+      return
+    }
     const raw = request.raw
     // A fragment is not part of a request target (RFC 9112 §3.2), but Node's parser lets one through.
     const target = raw.url ?? ''
@@ -336,17 +363,16 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     /**
      * One timer, both of the upstream's deadlines. Until its answer head: the client's 504 at the
      * timeout (undici's own headersTimeout ticks in half seconds, so a 10 s timeout answered after
-     * 10.5 s); undici's timer still ends that exchange a moment later, because aborting it from
-     * here kept about 7 KB per request alive in undici. From the head (refreshed there): the whole
-     * body within the timeout, cut off with the exchange, since undici's bodyTimeout only bounds
-     * the gaps between chunks and an upstream trickling a byte a second would hold it forever.
+     * 10.5 s), and the exchange aborted; one still waiting for a connection is aborted when it
+     * gets one, before a byte is sent (a create the client was told timed out must not reach the
+     * upstream later). From the head (refreshed there): the whole body within the timeout, cut
+     * off with the exchange, since undici's bodyTimeout only bounds the gaps between chunks and an
+     * upstream trickling a byte a second would hold it forever.
      */
     let headersIn = false
     const deadline = setTimeout(() => {
       if (headersIn) return cutOff(new UpstreamDeadlineError(options.timeoutMillis))
-      if (dropped) return
-      dropped = true
-      fail(reply, new UpstreamSilentError(options.timeoutMillis))
+      cutOff(new UpstreamSilentError(options.timeoutMillis))
     }, options.timeoutMillis)
     /** Set once the answer is to stream: its head and the stream go out with its first byte. */
     let resumeUpstream: (() => void) | undefined
@@ -358,7 +384,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
 
     const handler: Dispatcher.DispatchHandler = {
       onConnect(abortRequest) {
-        abort = abortRequest
+        if (dropped) abortRequest(new UpstreamSilentError(options.timeoutMillis))
+        else abort = abortRequest
       },
       onHeaders(status, rawHeaders, resume) {
         if (status < 200) return true // 1xx: informational, the final answer follows
@@ -398,6 +425,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         return stream ? stream.push(chunk) : true
       },
       onComplete() {
+        inFlight--
         clearTimeout(deadline)
         if (dropped) return
         if (resumeUpstream) {
@@ -414,6 +442,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         reply.send(answer)
       },
       onError(error) {
+        inFlight--
         clearTimeout(deadline)
         if (dropped) return
         if (stream) breakOff(error)
@@ -465,6 +494,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
       stream?.destroy(error)
     }
+    inFlight++
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
       handler,

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify'
+import type { UpstreamConfig } from '../config/loadConfig.ts'
 import { gatewayErrors } from '../errors.ts'
 import { upstreamProxy } from '../proxy/upstreamProxy.ts'
 
@@ -8,7 +9,7 @@ import { upstreamProxy } from '../proxy/upstreamProxy.ts'
  */
 export async function storeOrdersRoute(
   app: FastifyInstance,
-  options: { upstream?: { url: string; timeoutMillis: number }; internalToken: string },
+  options: { upstream?: UpstreamConfig; internalToken: string },
 ): Promise<void> {
   if (options.upstream) {
     await app.register(upstreamProxy, {

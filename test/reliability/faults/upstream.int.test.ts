@@ -160,12 +160,12 @@ describe('pets-service down, hung, slow and restarted, through the gateway', () 
     // concurrency: the heap grows by about a megabyte over the first few hundred failures (code
     // compiled, connection pools and keep-alive sockets filled, caches sized) and is flat after.
     // Then the live heap after full collections is taken around the measured run.
-    // A 504 is answered at the gateway's own timer; undici's own timeout ends that exchange a
-    // moment later, and until then its state is alive. Measured right after a burst, the heap
-    // held however many of those were still open at that instant (up to the last 100): the
-    // measurement waits them out instead.
+    // A 504 is answered at the gateway's own timer, which aborts the exchange; a request still
+    // waiting for a connection is let go of only when its connect ends (refused, or timed out a
+    // timeout later: the frozen upstream's accept queue fills up). Measured right after a burst,
+    // the heap held however many were still waiting at that instant: the measurement waits them out.
     const exchangesEnded = () => sleep(2 * TIMEOUT_SECONDS * 1_000 + 500)
-    const timeouts = 300
+    const timeouts = 600
     signal('SIGSTOP')
     await burst(timeouts, 100, 504)
     await exchangesEnded()
@@ -181,11 +181,18 @@ describe('pets-service down, hung, slow and restarted, through the gateway', () 
     const afterRefusals = await liveHeapBytes()
 
     // A request's worth of leaked state (a socket, a timer, a request or reply object) is
-    // kilobytes; the measured growth must stay under 1 KB per failed request. Measured on this
-    // machine once warm: 100 to 250 bytes per request, the same over one run as over several.
+    // kilobytes; the measured growth must stay under 1 KB per failed request, for each kind on
+    // its own: the 502s' phase frees what the hung upstream held (killing it ends every
+    // exchange), so a sum would hide a leak in the 504s'. One did hide there: requests answered
+    // 504 stayed queued in undici behind connects the frozen upstream never accepted, about 2.7 KB
+    // each. Measured on this machine since: 290 to 720 bytes per 504 and 190 to 420 per 502, all
+    // of it compiled code (a heap snapshot diff over 1,800 more 504s holds no request, reply,
+    // socket or handler of theirs).
     const failed = timeouts + refusals
     const growth = afterTimeouts - beforeTimeouts + (afterRefusals - beforeRefusals)
-    expect(growth, `heap grew ${afterTimeouts - beforeTimeouts} bytes over ${timeouts} 504s, ${afterRefusals - beforeRefusals} over ${refusals} 502s`).toBeLessThan(failed * 1_024)
+    const grew = `heap grew ${afterTimeouts - beforeTimeouts} bytes over ${timeouts} 504s, ${afterRefusals - beforeRefusals} over ${refusals} 502s`
+    expect(afterTimeouts - beforeTimeouts, grew).toBeLessThan(timeouts * 1_024)
+    expect(afterRefusals - beforeRefusals, grew).toBeLessThan(refusals * 1_024)
 
     const kb = (bytes: number) => `${Math.round(bytes / 1_024)} KB`
     recordScenario({
@@ -194,7 +201,7 @@ describe('pets-service down, hung, slow and restarted, through the gateway', () 
       answered: `every one 504 upstream_timeout or 502 bad_gateway`,
       lost:
         `nothing, and no memory: live heap after full GC grew ${kb(afterTimeouts - beforeTimeouts)} over the 504s and ` +
-        `${kb(afterRefusals - beforeRefusals)} over the 502s (${Math.round(growth / failed)} bytes per failed request; bound 1 KB)`,
+        `${kb(afterRefusals - beforeRefusals)} over the 502s (${Math.round(growth / failed)} bytes per failed request; bound 1 KB for each kind)`,
       test: 'test/reliability/faults/upstream.int.test.ts',
     })
   }, 90_000)
