@@ -116,6 +116,7 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a client-chosen id', '/pets', jsonPost('{"id":5,"name":"Rex","categoryId":1}'), 'body must NOT have the property "id"'],
         ['an unknown field', '/pets', jsonPost('{"name":"Rex","categoryId":1,"colour":"brown"}'), 'body must NOT have the property "colour"'],
         ['an unknown query parameter', '/pets?colour=brown', {}, 'querystring must NOT have the property "colour"'],
+        ['a query parameter on a create', '/pets?limit=5', jsonPost('{"name":"Rex","categoryId":1}'), 'querystring must NOT have the property "limit"'],
         [
           'an unknown field with a long name',
           '/pets',
@@ -341,6 +342,14 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
 
       it('answers 404 for a well-formed int64 id above 2^53 - 1', async () => {
         await expectErrorResponse(await service.request('/pets/9007199254740993'), 404, 'pet_not_found')
+      })
+
+      it('answers 400 for a query parameter this operation does not have, as the list does', async () => {
+        const pet = await createPet({ name: 'Rex', categoryId: 2 })
+        const response = await service.request(`/pets/${pet.id}?status=sold`)
+        expect(response.headers.get('sunset')).toBe('Thu, 05 Dec 2030 00:00:00 GMT')
+        expect(response.status).toBe(400)
+        expect(await response.json()).toEqual({ code: 'validation_failed', message: 'querystring must NOT have the property "status"', status: 400 })
       })
 
       it.each(['abc', '0', '-1', '1.5', '007', '1e3', '9223372036854775808', '99999999999999999999'])(

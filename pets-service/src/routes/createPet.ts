@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { petsErrors } from '../errors.ts'
 import { consumerId, publicPrefix } from '../http/forwarded.ts'
 import type { NewPetRow, PetRepository } from '../repository/petRepository.ts'
-import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, Pet } from '../schemas/pet.ts'
+import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, NoQuery, Pet } from '../schemas/pet.ts'
 
 // Unicode's control characters (category Cc): C0, DEL and C1.
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
@@ -31,7 +31,7 @@ function fingerprint(pet: NewPetRow): string {
 export const createPetRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = async (app, { pets }) => {
   app.post(
     '/pets',
-    { schema: { body: NewPet, headers: IdempotencyHeaders, response: { 201: Pet } } },
+    { schema: { body: NewPet, querystring: NoQuery, headers: IdempotencyHeaders, response: { 201: Pet } } },
     async (request, reply) => {
       const pet = normaliseNewPet(request.body)
       const key = request.headers['idempotency-key']

@@ -3,7 +3,7 @@ import type { onRequestHookHandler } from 'fastify'
 import { petsErrors } from '../errors.ts'
 import { publicPrefix } from '../http/forwarded.ts'
 import type { PetRepository } from '../repository/petRepository.ts'
-import { MAX_SAFE_ID, Pet, PetIdParams } from '../schemas/pet.ts'
+import { MAX_SAFE_ID, NoQuery, Pet, PetIdParams } from '../schemas/pet.ts'
 
 /** RFC 9745 §2: Deprecation is a structured-field date (Unix seconds): 2026-01-01T00:00:00Z. */
 export const DEPRECATED_SINCE = '@1767225600'
@@ -14,7 +14,7 @@ const INT64_MAX = 9_223_372_036_854_775_807n
 
 /** GET /pets/{petId} (getPet, deprecated): the replacement is GET /pets with the status filter. */
 export const getPetRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = async (app, { pets }) => {
-  const schema = { params: PetIdParams, response: { 200: Pet } }
+  const schema = { params: PetIdParams, querystring: NoQuery, response: { 200: Pet } }
   // Deprecation headers go on every answer of this operation, errors included: set before the
   // path is validated, so a malformed id's 400 carries them too.
   const announceDeprecation: onRequestHookHandler = (request, reply, done) => {

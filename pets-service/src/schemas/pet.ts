@@ -45,6 +45,9 @@ export const ListPetsQuery = Type.Object(
   { additionalProperties: false },
 )
 
+/** For the operations the spec gives no query parameters: one sent is refused, as the list refuses one it does not know. */
+export const NoQuery = Type.Object({}, { additionalProperties: false })
+
 // petId stays a string until parsed: a number schema would accept "1e3" and round
 // 9007199254740993 before we could refuse it.
 export const PetIdParams = Type.Object({
