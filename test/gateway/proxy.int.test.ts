@@ -12,6 +12,7 @@ import {
 import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { captureLog } from '../helpers/logCapture.ts'
 import { openRaw } from '../helpers/rawClient.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
@@ -257,11 +258,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     await database?.drop()
   })
 
-  async function gatewayTo(target: TestUpstream, timeoutSeconds = 10, maxInFlight?: number) {
+  async function gatewayTo(target: TestUpstream, timeoutSeconds = 10, maxInFlight?: number, logStream?: NodeJS.WritableStream) {
     upstream = target
     gateway = await startGateway({
       databaseUrl: database.url,
       petsUrl: target.url,
+      logStream,
       configure: (file) => {
         file.upstreams.pets.timeoutSeconds = timeoutSeconds
         if (maxInFlight !== undefined) file.upstreams.pets.maxInFlight = maxInFlight
@@ -396,7 +398,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
   it('refuses at once with 503 service_unavailable, instead of queueing, while maxInFlight requests are with a silent upstream', async () => {
     const silent = await scriptedUpstream(() => undefined)
-    const { gateway, key } = await gatewayTo(silent, 1, 3)
+    const log = captureLog()
+    const { gateway, key } = await gatewayTo(silent, 1, 3, log.stream)
     const outstanding = Array.from({ length: 3 }, () => gateway.request('/v1/pets', { key }))
     await arrived(silent.requests, 3)
 
@@ -407,16 +410,23 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(refused.headers.get('retry-after')).toBe('1')
     expect(refused.headers.get('x-ratelimit-limit'), 'rate-limit headers on the 503').not.toBeNull()
     expect(refusedMillis, 'answered without waiting for the upstream').toBeLessThan(500)
-    expect(silent.requests, 'the refused request never reached the upstream').toHaveLength(3)
+    for (let i = 0; i < 2; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
+    expect(silent.requests, 'the refused requests never reached the upstream').toHaveLength(3)
 
     for (const response of await Promise.all(outstanding)) await expectErrorResponse(response, 504, 'upstream_timeout')
     // Those three ended, so the next request goes to the upstream again.
     await expectErrorResponse(await gateway.request('/v1/pets', { key }), 504, 'upstream_timeout')
     expect(silent.requests).toHaveLength(4)
+    // One warning when the refusals start and one when they end, not a line per refused request.
+    const warnings = log.entries().filter((entry) => typeof entry.msg === 'string' && entry.msg.includes('saturated'))
+    expect(warnings).toEqual([
+      expect.objectContaining({ level: 40, upstream: 'pets', maxInFlight: 3 }),
+      expect.objectContaining({ level: 40, upstream: 'pets', refused: 3, msg: 'upstream no longer saturated' }),
+    ])
     recordScenario({
       area: 'pets-service',
       scenario: 'upstream accepting connections and never answering, with upstreams.pets.maxInFlight (3) requests already waiting on it',
-      answered: `503 service_unavailable with Retry-After: 1 in ${refusedMillis} ms, never sent; the three waiting got 504 at the timeout, and the next request was sent again`,
+      answered: `503 service_unavailable with Retry-After: 1 in ${refusedMillis} ms, 3 of 3 never sent, one warning for them; the three waiting got 504 at the timeout, and the next request was sent again`,
       lost: 'nothing: a hung upstream holds at most maxInFlight requests in the gateway, not one per client request',
       test: 'test/gateway/proxy.int.test.ts',
     })

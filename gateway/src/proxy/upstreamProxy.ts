@@ -256,10 +256,19 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
    * for as long as the upstream stays hung. Past the bound the gateway answers 503 at once.
    */
   let inFlight = 0
-  const saturated = () =>
-    gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
-      headers: { 'retry-after': '1' },
-    })
+  const SATURATED = gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
+    headers: { 'retry-after': '1' },
+  })
+  /** Requests refused since the upstream became saturated: one warning when it starts, one when it ends, not one per request. */
+  let refusedWhileSaturated = 0
+
+  function refuseSaturated(reply: FastifyReply): void {
+    observer?.failure(name, 'saturated')
+    if (refusedWhileSaturated++ === 0) {
+      reply.log.warn({ upstream: name, maxInFlight: options.maxInFlight }, 'upstream saturated: requests refused with 503, unsent, until fewer are outstanding')
+    }
+    sendApiError(reply, SATURATED)
+  }
   app.addHook('onClose', async () => {
     await pool.close()
   })
@@ -318,11 +327,10 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
   }
 
   function forward(request: FastifyRequest, reply: FastifyReply, destination: string): void {
-    if (inFlight >= options.maxInFlight) {
-      observer?.failure(name, 'saturated')
-      reply.log.warn({ inFlight }, 'upstream saturated: request refused without being sent')
-      sendApiError(reply, saturated())
-      return
+    if (inFlight >= options.maxInFlight) return refuseSaturated(reply)
+    if (refusedWhileSaturated > 0) {
+      reply.log.warn({ upstream: name, refused: refusedWhileSaturated }, 'upstream no longer saturated')
+      refusedWhileSaturated = 0
     }
     const raw = request.raw
     // A fragment is not part of a request target (RFC 9112 §3.2), but Node's parser lets one through.
