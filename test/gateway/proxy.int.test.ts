@@ -436,14 +436,16 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     // The first requests take every connection of the gateway's pool and hold it past the
     // deadline of a request that comes after them: their heads arrive late but in time, then
     // their bodies stall, which gives each the timeout again.
+    // Heads come 1.5 s after each request arrived, within the 2 s timeout: the late request must
+    // be sent within those 1.5 s for its deadline to pass before the busy ones end.
     const slow = await scriptedUpstream((_request, response) => {
       setTimeout(() => {
         if (response.destroyed) return
         response.writeHead(200, { 'content-type': 'application/json', 'content-length': '1000' })
         response.write('[')
-      }, 600)
+      }, 1_500)
     })
-    const { gateway, key } = await gatewayTo(slow, 1)
+    const { gateway, key } = await gatewayTo(slow, 2)
     const busy = Array.from({ length: UPSTREAM_CONNECTIONS }, () => gateway.request('/v1/pets', { key, contract: false }))
     await arrived(slow.requests, UPSTREAM_CONNECTIONS)
 

@@ -161,7 +161,24 @@ describe('Redis Cluster: the master holding a key is killed while requests flow'
         if (performance.now() > warm) throw new Error(`only ${admitted()} admitted before the kill`)
         await sleep(20)
       }
+      // Redis replicates asynchronously: a replica starved of CPU (a loaded CI machine) can fall
+      // behind by many scripts, and a failover then loses all of them, which is Redis's bound, not
+      // the gateway's. The kill waits until the replica has applied the stream up to a moment
+      // just before it, so what this test measures is what the gateway can lose: the requests in
+      // flight.
+      const offset = async (node: string, field: 'master_repl_offset' | 'slave_repl_offset') => {
+        const info = await ask(node, (client) => client.info('replication'))
+        const found = new RegExp(`(?:^|\\n)${field}:(\\d+)`).exec(info)
+        if (!found) throw new Error(`${node} reports no ${field}:\n${info}`)
+        return Number(found[1])
+      }
       const index = cluster.nodes.indexOf(master)
+      const masterOffset = await offset(master, 'master_repl_offset')
+      const caughtUp = performance.now() + 10_000
+      while ((await offset(replica!, 'slave_repl_offset')) < masterOffset) {
+        if (performance.now() > caughtUp) throw new Error(`the replica did not reach the master's replication offset ${masterOffset} within 10 s`)
+        await sleep(5)
+      }
       killedAt = performance.now() - t0
       cluster.processes[index]!.kill('SIGKILL')
 
@@ -230,19 +247,26 @@ describe('Redis Cluster: the master holding a key is killed while requests flow'
     // this key. Everything the closed gateway admitted over the whole run therefore fits in
     // LIMIT + CONCURRENCY (the test runs well inside one minute, so nothing leaves the window).
     const admittedTotal = closedAnswers.filter((answer) => answer.status === 200).length
-    expect(closedAnswers.some((answer) => answer.startedAt > promotedAt && answer.code === 'rate_limited'), 'the limit met again after the failover').toBe(true)
-    expect(admittedTotal, 'admitted over the whole run').toBeLessThanOrEqual(LIMIT + CONCURRENCY)
     // What the new master counted at the first decision after the failover, against what the old one had admitted.
     const admittedBeforeKill = before.length
     const countedAfter = closedBack.status === 200 ? LIMIT - closedBack.remaining - 1 : undefined
     const netLost = countedAfter === undefined ? undefined : Math.max(0, admittedBeforeKill - countedAfter)
-    if (netLost !== undefined) expect(netLost, 'increments the promoted replica missed').toBeLessThanOrEqual(CONCURRENCY)
+    // Everything needed to tell a lost replication stream from a counting fault, should this fail.
+    const refusedAfter = closedAnswers.filter((answer) => answer.startedAt > promotedAt && answer.status === 429).map((answer) => answer.code)
+    const timeline =
+      `${admittedBeforeKill} admitted before the kill at ${Math.round(killedAt)} ms, promoted at ${Math.round(promotedAt)} ms, ` +
+      `first decision on the new master at ${Math.round(closedBack.startedAt)} ms: ${closedBack.status} with remaining ${closedBack.remaining}; ` +
+      `429s after it: ${JSON.stringify([...new Set(refusedAfter)])} × ${refusedAfter.length}; ` +
+      `admitted at (ms, remaining): ${JSON.stringify(closedAnswers.filter((answer) => answer.status === 200).map((answer) => [Math.round(answer.startedAt), answer.remaining]))}`
+    expect(refusedAfter, `the limit met again after the failover; ${timeline}`).toContain('rate_limited')
+    expect(admittedTotal, `admitted over the whole run; ${timeline}`).toBeLessThanOrEqual(LIMIT + CONCURRENCY)
+    if (netLost !== undefined) expect(netLost, `increments the promoted replica missed; ${timeline}`).toBeLessThanOrEqual(CONCURRENCY)
 
     const during = closedAnswers.filter((answer) => answer.startedAt >= killedAt && answer.startedAt < closedBack.startedAt)
     const ms = (millis: number) => `${Math.round(millis)} ms`
     recordScenario({
       area: 'Redis',
-      scenario: `Redis Cluster (3 masters, 1 replica each): the master holding the keys SIGKILLed with ${CONCURRENCY} requests in flight`,
+      scenario: `Redis Cluster (3 masters, 1 replica each): the master holding the keys SIGKILLed with ${CONCURRENCY} requests in flight, once its replica had caught up`,
       answered:
         `replica promoted ${ms(promotedAt - killedAt)} after the kill; closed gateway: ${during.filter((answer) => answer.status === 503).length} × 503 ` +
         `service_unavailable meanwhile, back on Redis ${ms(closedBack.startedAt - promotedAt)} after the promotion; open gateway: ` +
