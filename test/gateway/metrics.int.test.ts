@@ -23,6 +23,8 @@ const FAMILIES: Record<string, string[]> = {
   gateway_key_cache_entries: [],
   gateway_upstream_duration_seconds_bucket: ['upstream', 'status_class', 'le'],
   gateway_upstream_errors_total: ['upstream', 'kind'],
+  gateway_upstream_in_flight: ['upstream'],
+  gateway_upstream_max_in_flight: ['upstream'],
   gateway_rate_limit_store_errors_total: ['store', 'kind'],
   gateway_config_reloads_total: ['outcome'],
   pg_pool_connections: ['state'],
@@ -95,6 +97,9 @@ describe('gateway metrics', () => {
       expect(text).toMatch(/gateway_rate_limit_near_limit_total\{plan="enterprise",window="minute"\} 2/)
       expect(text).toMatch(/gateway_rate_limit_store_duration_seconds_count\{store="redis"\} 7/)
       expect(text).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="2xx"\} 5/)
+      // Every request has ended by the scrape; the bound is the shipped default.
+      expect(text).toMatch(/gateway_upstream_in_flight\{upstream="pets"\} 0\n/)
+      expect(text).toMatch(/gateway_upstream_max_in_flight\{upstream="pets"\} 1024\n/)
       expect(text).not.toContain(key)
       expect(text).not.toContain(id)
       expect(text).not.toContain(unknown)

@@ -412,6 +412,11 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(refusedMillis, 'answered without waiting for the upstream').toBeLessThan(500)
     for (let i = 0; i < 2; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
     expect(silent.requests, 'the refused requests never reached the upstream').toHaveLength(3)
+    // What an operator sees meanwhile: the upstream at its bound, and the refusals counted.
+    const metrics = await gateway.registry.metrics()
+    expect(metrics).toContain('gateway_upstream_in_flight{upstream="pets"} 3\n')
+    expect(metrics).toContain('gateway_upstream_max_in_flight{upstream="pets"} 3\n')
+    expect(metrics).toContain('gateway_upstream_errors_total{upstream="pets",kind="saturated"} 3\n')
 
     for (const response of await Promise.all(outstanding)) await expectErrorResponse(response, 504, 'upstream_timeout')
     // Those three ended, so the next request goes to the upstream again.

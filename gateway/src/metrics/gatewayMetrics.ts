@@ -112,12 +112,35 @@ export function createGatewayMetrics(registry: Registry) {
 
   // Known label sets start at zero, so dashboards and alerts see the series before the first event.
   for (const reason of ['missing', 'malformed', 'unknown', 'revoked_or_expired']) authFailures.labels(reason).inc(0)
-  for (const kind of ['timeout', 'connect', 'protocol']) upstreamErrors.inc({ upstream: 'pets', kind }, 0)
+  for (const kind of ['timeout', 'connect', 'protocol', 'saturated']) upstreamErrors.inc({ upstream: 'pets', kind }, 0)
+
+  // Each upstream's outstanding requests, read when scraped, beside the bound past which the
+  // gateway refuses with 503: their ratio is how close a slow or hung upstream is to that.
+  const outstanding = new Map<string, { count: () => number; limit: number }>()
+  new Gauge({
+    name: 'gateway_upstream_in_flight',
+    help: 'Requests handed to the upstream and not yet ended (answered, failed or given up), by upstream.',
+    labelNames: ['upstream'],
+    registers,
+    collect() {
+      for (const [name, tracked] of outstanding) this.set({ upstream: name }, tracked.count())
+    },
+  })
+  new Gauge({
+    name: 'gateway_upstream_max_in_flight',
+    help: 'upstreams.<name>.maxInFlight: outstanding requests past which the gateway answers 503 without sending, by upstream.',
+    labelNames: ['upstream'],
+    registers,
+    collect() {
+      for (const [name, tracked] of outstanding) this.set({ upstream: name }, tracked.limit)
+    },
+  })
   for (const outcome of ['success', 'failure']) configReloads.inc({ outcome }, 0)
 
   const upstream: UpstreamObserver = {
     response: (name, status, seconds) => upstreamDuration.labels(name, statusClass(status)).observe(seconds),
     failure: (name, kind: UpstreamFailureKind) => upstreamErrors.inc({ upstream: name, kind }),
+    inFlight: (name, count, limit) => outstanding.set(name, { count, limit }),
   }
 
   return {

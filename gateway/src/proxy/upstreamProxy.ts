@@ -25,6 +25,8 @@ export type UpstreamFailureKind = 'timeout' | 'connect' | 'protocol' | 'saturate
 export interface UpstreamObserver {
   response(upstream: string, status: number, seconds: number): void
   failure(upstream: string, kind: UpstreamFailureKind): void
+  /** The upstream's requests outstanding (read at scrape time) and their bound, maxInFlight. */
+  inFlight?(upstream: string, outstanding: () => number, limit: number): void
 }
 
 const CONNECT_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'ENOTFOUND', 'EHOSTUNREACH'])
@@ -256,6 +258,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
    * for as long as the upstream stays hung. Past the bound the gateway answers 503 at once.
    */
   let inFlight = 0
+  options.observer?.inFlight?.(name, () => inFlight, options.maxInFlight)
   const SATURATED = gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
     headers: { 'retry-after': '1' },
   })
