@@ -1,5 +1,6 @@
 import http from 'node:http'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
 import {
   garbageUpstream,
@@ -9,7 +10,6 @@ import {
   silentUpstream,
   type TestUpstream,
 } from '../helpers/fakeUpstreams.ts'
-import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
@@ -439,10 +439,9 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
   it('never sends a request whose deadline passed while it waited for a free connection', async () => {
     // The first requests take every connection of the gateway's pool and hold it past the
-    // deadline of a request that comes after them: their heads arrive late but in time, then
-    // their bodies stall, which gives each the timeout again.
-    // Heads come 1.5 s after each request arrived, within the 2 s timeout: the late request must
-    // be sent within those 1.5 s for its deadline to pass before the busy ones end.
+    // deadline of a request that comes after them: their heads come 1.5 s after they arrived,
+    // within the 2 s timeout, then their bodies stall, which gives each the timeout again. The
+    // late request must leave within those 1.5 s for its deadline to pass before they end.
     const slow = await scriptedUpstream((_request, response) => {
       setTimeout(() => {
         if (response.destroyed) return
@@ -460,7 +459,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     const answers = await Promise.all(busy)
     const busyAnsweredAt = Date.now()
     for (const response of answers) await expectErrorResponse(response, 504, 'upstream_timeout')
-    expect(lateAnsweredAt, 'the queued request got its 504 at its own deadline, before the busy ones ended').toBeLessThan(busyAnsweredAt)
+    expect(lateAnsweredAt, "the scenario: the queued request's deadline passed while the busy ones held every connection").toBeLessThan(busyAnsweredAt)
     // Its connection comes free once the busy ones are cut off; give it time to have been used.
     await new Promise((resolve) => setTimeout(resolve, 300))
     expect(slow.requests.filter((request) => request.headers['content-length'] !== undefined), 'the create answered 504 never reached the upstream').toEqual([])
