@@ -7,6 +7,7 @@ import { ALERTS_FILE, ALERT_TESTS_FILE, PROMETHEUS_DIR, PROMTOOL_MISSING, alertR
 const REQUIRED_ALERTS = {
   HighServerErrorRatio: '5xx ratio',
   UpstreamErrors: 'upstream down: failed upstream calls',
+  UpstreamSaturated: 'upstream hung or slow: requests outstanding near maxInFlight',
   ServiceDown: 'upstream (pets-service) or gateway down: scrape fails',
   RateLimitStoreErrors: 'Redis errors',
   RateLimitStoreUnavailable: 'Redis down with onStoreFailure closed',
