@@ -13,6 +13,7 @@ import {
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
+import { eventually } from './rateLimit/httpLimits.ts'
 import { openRaw } from '../helpers/rawClient.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
@@ -274,13 +275,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   }
 
   /** Resolves once `count` requests have reached the upstream. */
-  async function arrived(requests: readonly unknown[], count: number): Promise<void> {
-    const deadline = Date.now() + 5_000
-    while (requests.length < count) {
-      if (Date.now() > deadline) throw new Error(`${requests.length} of ${count} requests reached the upstream`)
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    }
-  }
+  const arrived = (requests: readonly unknown[], count: number) => eventually(async () => requests.length >= count, 5_000, 10)
 
   it('adds the internal credential, request id and caller id, and strips client copies and the API key', async () => {
     const recorder = await recordingUpstream()

@@ -250,28 +250,6 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // connection behind them: each connect gets no longer than a whole request.
     connectTimeout: options.timeoutMillis,
   })
-  /**
-   * Requests dispatched to the pool whose exchange undici has not ended yet. A request answered
-   * 504 at its deadline stays among them until undici lets go of it, and with a hung upstream
-   * that is a connect timeout later for each of the pool's connections in turn: without a bound,
-   * every client request would add its request, reply and handler (about 7 KB) to undici's queue
-   * for as long as the upstream stays hung. Past the bound the gateway answers 503 at once.
-   */
-  let inFlight = 0
-  options.observer?.inFlight?.(name, () => inFlight, options.maxInFlight)
-  const SATURATED = gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
-    headers: { 'retry-after': '1' },
-  })
-  /** Requests refused since the upstream became saturated: one warning when it starts, one when it ends, not one per request. */
-  let refusedWhileSaturated = 0
-
-  function refuseSaturated(reply: FastifyReply): void {
-    observer?.failure(name, 'saturated')
-    if (refusedWhileSaturated++ === 0) {
-      reply.log.warn({ upstream: name, maxInFlight: options.maxInFlight }, 'upstream saturated: requests refused with 503, unsent, until fewer are outstanding')
-    }
-    sendApiError(reply, SATURATED)
-  }
   app.addHook('onClose', async () => {
     await pool.close()
   })
@@ -285,6 +263,38 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       if (seconds !== undefined) observer.response(name, reply.statusCode, seconds)
       done()
     })
+  }
+
+  /**
+   * Requests dispatched to the pool whose exchange undici has not ended yet. A request answered
+   * 504 at its deadline stays among them until undici lets go of it, and with a hung upstream
+   * that is a connect timeout later for each of the pool's connections in turn: without a bound,
+   * every client request would add its request, reply and handler (about 7 KB) to undici's queue
+   * for as long as the upstream stays hung. Past the bound the gateway answers 503 at once.
+   */
+  let inFlight = 0
+  observer?.inFlight?.(name, () => inFlight, options.maxInFlight)
+  const SATURATED = gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
+    headers: { 'retry-after': '1' },
+  })
+  /** Requests refused since the upstream became saturated: one warning when it starts, one when it ends, not one per request. */
+  let refusedWhileSaturated = 0
+
+  /** True when the upstream can take one more request; otherwise answers 503 without sending the request on. */
+  function roomFor(reply: FastifyReply): boolean {
+    if (inFlight >= options.maxInFlight) {
+      observer?.failure(name, 'saturated')
+      if (refusedWhileSaturated++ === 0) {
+        reply.log.warn({ upstream: name, maxInFlight: options.maxInFlight }, 'upstream saturated: requests refused with 503, unsent, until fewer are outstanding')
+      }
+      sendApiError(reply, SATURATED)
+      return false
+    }
+    if (refusedWhileSaturated > 0) {
+      reply.log.warn({ upstream: name, refused: refusedWhileSaturated }, 'upstream no longer saturated')
+      refusedWhileSaturated = 0
+    }
+    return true
   }
 
   function fail(reply: FastifyReply, error: unknown): void {
@@ -330,11 +340,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
   }
 
   function forward(request: FastifyRequest, reply: FastifyReply, destination: string): void {
-    if (inFlight >= options.maxInFlight) return refuseSaturated(reply)
-    if (refusedWhileSaturated > 0) {
-      reply.log.warn({ upstream: name, refused: refusedWhileSaturated }, 'upstream no longer saturated')
-      refusedWhileSaturated = 0
-    }
+    if (!roomFor(reply)) return
     const raw = request.raw
     // A fragment is not part of a request target (RFC 9112 §3.2), but Node's parser lets one through.
     const target = raw.url ?? ''

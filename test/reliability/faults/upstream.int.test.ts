@@ -1,6 +1,7 @@
 import v8 from 'node:v8'
 import vm from 'node:vm'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { eventually } from '../../gateway/rateLimit/httpLimits.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN } from '../../helpers/petsService.ts'
@@ -167,14 +168,13 @@ describe('pets-service down, hung, slow and restarted, through the gateway', () 
     // waiting at that instant (7 KB each): the measurement waits until the gateway counts none
     // outstanding, then a moment for the sockets' close events.
     async function exchangesEnded(): Promise<void> {
-      const deadline = Date.now() + 20_000
-      for (;;) {
+      const outstanding = async () => {
         const gauge = await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()
-        const outstanding = gauge.values.find((value) => value.labels.upstream === 'pets')?.value
-        if (outstanding === 0) break
-        if (Date.now() > deadline) throw new Error(`${outstanding} requests still outstanding with the upstream 20 s after the burst`)
-        await sleep(50)
+        return gauge.values.find((value) => value.labels.upstream === 'pets')?.value
       }
+      await eventually(async () => (await outstanding()) === 0, 20_000, 50).catch(async () => {
+        throw new Error(`${await outstanding()} requests still outstanding with the upstream 20 s after the burst`)
+      })
       await sleep(200)
     }
     /**
