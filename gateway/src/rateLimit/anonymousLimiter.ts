@@ -99,12 +99,15 @@ export function createAnonymousLimiter(options: {
     policy: { limit, windowSeconds },
     /** Any request without a valid key that made no lookup: counted in this process only, no I/O. */
     consumeHere,
-    /** A guess: counted here and, unless this process already refuses the address, in Redis. */
+    /** A guess: counted here and, unless this process or a spent shared window already refuses the address, in Redis. */
     async consumeGuess(clientIp: string): Promise<AnonymousDecision> {
       const local = consumeHere(clientIp)
-      if (!shared || !local.admitted) return local
+      if (!shared) return local
+      // Refused here or not, a window Redis said is spent keeps the address waiting until it resets:
+      // a Retry-After from this process's count alone could send the client back too early.
       const refused = spentWindow(clientIp)
       if (refused) return tighter(local, refused)
+      if (!local.admitted) return local
       try {
         return tighter(local, await consumeShared(shared, clientIp))
       } catch {

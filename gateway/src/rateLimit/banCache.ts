@@ -1,32 +1,48 @@
 import { LRUCache } from 'lru-cache'
+import { sameKeyLimits, type KeyLimits } from './planLimits.ts'
+
+/** Taken before a store call: a ban that call reports is kept only if the key was not forgotten since. */
+export type BanTicket = number
 
 /**
  * Bans this gateway has seen, answered without a Redis call while they last. Expiry is kept
  * on the local clock as "now + time left by the store's clock", so a gateway whose clock is
  * skewed still holds a ban exactly as long as Redis does. Each ban also keeps the moment a
- * request would be admitted again, which can be later than its end (a window still full).
+ * request would be admitted again, which can be later than its end (a window still full), and
+ * the limits that moment was computed under: once the key's limits change (a reload, a new plan
+ * or custom limits), the next request asks the store again rather than trust a stale moment.
  */
 export function createBanCache(options: { maxEntries?: number; clock?: () => number } = {}) {
   const clock = options.clock ?? (() => performance.now())
-  const bans = new LRUCache<string, { until: number; admittedAt: number; step: number }>({ max: options.maxEntries ?? 100_000 })
+  const bans = new LRUCache<string, { until: number; admittedAt: number; step: number; limits: KeyLimits }>({ max: options.maxEntries ?? 100_000 })
+  // An unban forgets the key while requests may be on their way to the store, and the store can
+  // answer them "banned" after the unban is done (they reached Redis before it): without this,
+  // such an answer would cache the lifted ban again, for as long as the ban had left (up to a day).
+  let forgets = 0
+  const forgottenAt = new LRUCache<string, number>({ max: 10_000 })
   return {
-    remember(keyId: string, millisLeft: number, retryAfterMillis: number, step: number): void {
+    ticket: (): BanTicket => forgets,
+    remember(keyId: string, ticket: BanTicket, limits: KeyLimits, millisLeft: number, retryAfterMillis: number, step: number): void {
+      if ((forgottenAt.get(keyId) ?? -1) > ticket) return
       const now = clock()
-      bans.set(keyId, { until: now + millisLeft, admittedAt: now + Math.max(retryAfterMillis, millisLeft), step })
+      bans.set(keyId, { until: now + millisLeft, admittedAt: now + Math.max(retryAfterMillis, millisLeft), step, limits })
     },
-    /** Milliseconds left of a known ban and until a request would be admitted, or undefined. */
-    lookup(keyId: string): { millisLeft: number; retryAfterMillis: number; step: number } | undefined {
+    /** Milliseconds left of a known ban and until a request would be admitted under `limits`, or undefined. */
+    lookup(keyId: string, limits: KeyLimits): { millisLeft: number; retryAfterMillis: number; step: number } | undefined {
       const ban = bans.get(keyId)
       if (!ban) return undefined
       const now = clock()
       const millisLeft = ban.until - now
-      if (millisLeft <= 0) {
+      if (millisLeft <= 0 || !sameKeyLimits(ban.limits, limits)) {
         bans.delete(keyId)
         return undefined
       }
       return { millisLeft, retryAfterMillis: ban.admittedAt - now, step: ban.step }
     },
+    /** Drops the key's ban, and any ban a store call started before now reports for it. */
     forget(keyId: string): void {
+      forgets++
+      forgottenAt.set(keyId, forgets)
       bans.delete(keyId)
     },
     get size(): number {

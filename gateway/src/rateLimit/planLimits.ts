@@ -66,6 +66,13 @@ export function limitsFor(key: Pick<ApiKeyRecord, 'plan' | 'perMinute' | 'perDay
   }
 }
 
+/** Whether two keys' limits are the same numbers (identity first: the common case, from cachedLimitsFor). */
+export function sameKeyLimits(a: KeyLimits, b: KeyLimits): boolean {
+  return a === b || (sameWindow(a.minute, b.minute) && sameWindow(a.day, b.day))
+}
+
+const sameWindow = (a: WindowSpec, b: WindowSpec) => a.limit === b.limit && a.windowMillis === b.windowMillis && a.bucketMillis === b.bucketMillis
+
 export const BAN_MEMORY_MILLIS = 86_400_000
 
 const policies = new WeakMap<GatewayConfig, BanPolicy>()

@@ -135,19 +135,17 @@ export const rateLimit = fp(
 
 
     /** The refusal for a key the ban cache holds, or undefined: no store call, no promise. */
-    function knownBanRefusal(request: FastifyRequest, key: ApiKeyRecord) {
-      const knownBan = options.bans.lookup(key.id)
+    function knownBanRefusal(request: FastifyRequest, key: ApiKeyRecord, limits: KeyLimits) {
+      const knownBan = options.bans.lookup(key.id, limits)
       if (!knownBan) return undefined
-      const limits = cachedLimitsFor(key, options.config())
       request.rateLimitHeaders = bannedHeaders(limits, storeNow(), knownBan.retryAfterMillis)
       options.observer?.decision({ plan: key.plan, outcome: 'banned', source: 'ban_cache' })
       return refusal('api_key_banned', knownBan.retryAfterMillis)
     }
 
-    async function limitKeyed(request: FastifyRequest, key: ApiKeyRecord) {
-      const config = options.config()
-      const limits = cachedLimitsFor(key, config)
+    async function limitKeyed(request: FastifyRequest, key: ApiKeyRecord, config: GatewayConfig, limits: KeyLimits) {
 
+      const banTicket = options.bans.ticket()
       let decision
       try {
         decision = await options.store.consume({ keyId: key.id, ...limits, bans: banPolicy(config) })
@@ -193,7 +191,7 @@ export const rateLimit = fp(
         })
       }
       if (decision.outcome === 'banned') {
-        options.bans.remember(key.id, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
+        options.bans.remember(key.id, banTicket, limits, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
         throw refusal('api_key_banned', decision.retryAfterMillis)
       }
       if (decision.outcome === 'limited') {
@@ -222,9 +220,11 @@ export const rateLimit = fp(
         if (reason !== 'unknown' && reason !== 'revoked_or_expired') return settle(reply, done, anonymousOutcome(request, options.anonymous().consumeHere(client)))
         return void options.anonymous().consumeGuess(client).then((result) => settle(reply, done, anonymousOutcome(request, result)), done)
       }
-      const banned = knownBanRefusal(request, key)
+      const config = options.config()
+      const limits = cachedLimitsFor(key, config)
+      const banned = knownBanRefusal(request, key, limits)
       if (banned) return settle(reply, done, banned)
-      limitKeyed(request, key).then(() => done(), (error: unknown) => settle(reply, done, error))
+      limitKeyed(request, key, config, limits).then(() => done(), (error: unknown) => settle(reply, done, error))
     })
 
     // Callback style: every answer passes here, and an async hook costs a promise each time.

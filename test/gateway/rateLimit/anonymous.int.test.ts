@@ -127,6 +127,28 @@ describe('requests without a valid key are limited per client IP', () => {
     }
   })
 
+  // The mirror case: refused by its own count without asking Redis, a gateway that knows Redis's
+  // window is spent for longer must name that reset, not its own earlier one.
+  it('refuses a guess from its own count with a wait that outlasts a shared window it knows is spent for longer', async () => {
+    const redis = new Redis(TEST_REDIS_URL, { keyPrefix: `${prefix}spent:` })
+    try {
+      const [one, two] = [1, 2].map(() => createAnonymousLimiter({ perMinute: 3, windowSeconds: 2, redis }))
+      // This gateway's own window starts now (0–2 s) …
+      one!.consumeHere('192.0.2.10')
+      one!.consumeHere('192.0.2.10')
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      // … Redis's a second later (1–3 s), and its third guess here spends both.
+      for (let i = 0; i < 2; i++) expect((await two!.consumeGuess('192.0.2.10')).admitted).toBe(true)
+      expect((await one!.consumeGuess('192.0.2.10')).remaining).toBe(0)
+      const refused = await one!.consumeGuess('192.0.2.10')
+      expect(refused).toMatchObject({ admitted: false, remaining: 0 })
+      // Its own count frees in about 1 s, Redis's in about 2 s.
+      expect(refused.resetInMillis).toBeGreaterThan(1_500)
+    } finally {
+      redis.disconnect()
+    }
+  })
+
   it('never charges a key: a valid key from the same, exhausted IP has its whole quota', async () => {
     const g = await gateway()
     const { key } = await g.createKey({ plan: 'free' })

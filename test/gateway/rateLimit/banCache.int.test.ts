@@ -1,0 +1,127 @@
+import Fastify from 'fastify'
+import fp from 'fastify-plugin'
+import { pino } from 'pino'
+import { describe, expect, it } from 'vitest'
+import '../../../gateway/src/auth/authenticate.ts'
+import { loadGatewayConfig, type GatewayConfig } from '../../../gateway/src/config/loadConfig.ts'
+import { createUnbanApplier } from '../../../gateway/src/keys/applyKeyChange.ts'
+import type { ApiKeyRecord } from '../../../gateway/src/keys/keyRepository.ts'
+import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymousLimiter.ts'
+import { createBanCache } from '../../../gateway/src/rateLimit/banCache.ts'
+import type { Limiter } from '../../../gateway/src/rateLimit/limiter.ts'
+import { createMemoryStore } from '../../../gateway/src/rateLimit/memoryStore.ts'
+import { cachedLimitsFor } from '../../../gateway/src/rateLimit/planLimits.ts'
+import { rateLimit } from '../../../gateway/src/rateLimit/rateLimit.ts'
+import { connectRedis, createRedisStore, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
+import { createResilientStore } from '../../../gateway/src/rateLimit/resilientStore.ts'
+import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+
+const silent = pino({ level: 'silent' })
+const shipped = loadGatewayConfig('config/gateway.yaml', {})
+const key = (id: string): ApiKeyRecord => ({
+  id,
+  displayPrefix: 'aas_test',
+  name: id,
+  plan: 'free',
+  perMinute: null,
+  perDay: null,
+  createdAt: new Date(),
+  expiresAt: null,
+  revokedAt: null,
+})
+
+describe('the ban cache and an unban racing a decision on its way to Redis', () => {
+  // A request that reached Redis just before the unban is answered "banned", and that answer can
+  // arrive after the unban is done: cached, it would keep the lifted ban on this gateway for as
+  // long as the ban had left, here a day.
+  for (const unbanAfter of ['in the same turn', 'a turn later'] as const) {
+    it(`keeps no ban an earlier request reports once the unban is applied (unban ${unbanAfter})`, async () => {
+      const keyPrefix = testKeyPrefix()
+      const redis = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 200 })
+      try {
+        expect(await redisReady(redis, 2_000)).toBe(true)
+        const store = createResilientStore({ primary: createRedisStore(redis, { budgetMillis: 200 }), fallback: undefined, logger: silent })
+        const bans = createBanCache()
+        const limiter = { store, bans } as unknown as Limiter
+        const unbans = createUnbanApplier({ repository: { pendingUnbans: async () => [], markUnbanApplied: async () => {} }, limiter, logger: silent })
+        const limits = cachedLimitsFor(key('key_race'), { ...shipped, plans: { ...shipped.plans, free: { perMinute: 1, perDay: 1_000 } } } as GatewayConfig)
+        const request = { keyId: 'key_race', ...limits, bans: { strikes: 1, ladderMillis: [86_400_000], memoryMillis: 86_400_000 } }
+        expect((await store.consume(request)).outcome).toBe('admitted')
+        expect((await store.consume(request)).outcome).toBe('banned')
+
+        // What the rate-limit stage does for a key it does not know to be banned.
+        const decided = (async () => {
+          const ticket = bans.ticket()
+          const decision = await store.consume(request)
+          if (decision.outcome === 'banned') bans.remember('key_race', ticket, limits, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
+          return decision.outcome
+        })()
+        if (unbanAfter === 'a turn later') await new Promise((resolve) => setImmediate(resolve))
+        await unbans.apply({ id: 1, keyId: 'key_race', keyHash: Buffer.alloc(0), kind: 'unban' })
+        expect(await decided).toBe('banned')
+
+        expect(bans.lookup('key_race', limits)).toBeUndefined()
+        expect((await store.consume({ ...request, minute: { ...request.minute, limit: 100 } })).outcome).toBe('admitted')
+      } finally {
+        redis.disconnect()
+        await deleteKeysWithPrefix(keyPrefix)
+      }
+    })
+  }
+})
+
+describe('a cached ban after the key\'s limits change', () => {
+  it('answers with a Retry-After a request is really admitted at, computed under the new limits', async () => {
+    const T0 = 1_800_000_000_000
+    let now = T0
+    const withFree = (perMinute: number): GatewayConfig =>
+      ({ ...shipped, plans: { ...shipped.plans, free: { perMinute, perDay: 1_000 } }, bans: { strikes: 1, ladderSeconds: [10] } }) as GatewayConfig
+    let config = withFree(5)
+    const app = Fastify()
+    try {
+      await app.register(
+        fp(
+          async (instance) => {
+            instance.decorateRequest('apiKey', null)
+            instance.decorateRequest('authFailureReason', null)
+            instance.addHook('onRequest', (request, _reply, done) => {
+              request.apiKey = key('key_lowered')
+              done()
+            })
+          },
+          { name: 'authenticate' },
+        ),
+      )
+      await app.register(rateLimit, {
+        config: () => config,
+        store: createResilientStore({ primary: createMemoryStore({ clock: () => now }), fallback: undefined, logger: silent }),
+        bans: createBanCache({ clock: () => now }),
+        anonymous: () => createAnonymousLimiter({ perMinute: 30, windowSeconds: 60 }),
+      })
+      app.get('/v1/pets', async () => ({ data: [] }))
+      const get = () => app.inject({ method: 'GET', url: '/v1/pets' })
+
+      for (let i = 0; i < 3; i++) expect((await get()).statusCode).toBe(200)
+      now = T0 + 30_000
+      for (let i = 0; i < 2; i++) expect((await get()).statusCode).toBe(200)
+      now = T0 + 31_000
+      // Limited, one strike, a 10 s ban; on 5 a minute a request is admitted again at T0 + 65 s.
+      const banned = await get()
+      expect(banned.json()).toMatchObject({ code: 'api_key_banned' })
+      expect(banned.headers['retry-after']).toBe('34')
+
+      // The operator lowers free to 2 a minute: with the five requests counted, the next is
+      // admitted once four have left the window, at T0 + 95 s, not at T0 + 65 s.
+      config = withFree(2)
+      now = T0 + 32_000
+      const cached = await get()
+      expect(cached.json()).toMatchObject({ code: 'api_key_banned' })
+      const retryAfter = Number(cached.headers['retry-after'])
+      expect(retryAfter).toBe(63)
+      now += retryAfter * 1_000
+      expect((await get()).statusCode).toBe(200)
+    } finally {
+      await app.close()
+    }
+  })
+})
