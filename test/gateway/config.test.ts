@@ -92,6 +92,19 @@ describe('gateway config', () => {
     ])
   })
 
+  it('refuses windows whose state would take more than 400 bytes per active key in Redis, counting the key prefix', () => {
+    expect(problemsOf('bad-window-memory.yaml')).toEqual([
+      'test/fixtures/config/bad-window-memory.yaml:10: windows would keep 552 bytes per active key in Redis with 30 minute and 24 day buckets ' +
+        'and this redis.keyPrefix, over the 400-byte budget: use fewer buckets',
+    ])
+  })
+
+  it('refuses a bucket longer than the Redis state can hold (2^32 ms)', () => {
+    expect(problemsOf('bad-window-bucket.yaml')).toEqual([
+      'test/fixtures/config/bad-window-bucket.yaml:12: windows.day.bucket must be at most 4294967295 ms (49 days)',
+    ])
+  })
+
   it('names a missing section', () => {
     expect(problemsOf('missing-section.yaml')).toEqual(['test/fixtures/config/missing-section.yaml:1: plans is required'])
   })

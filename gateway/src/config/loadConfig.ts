@@ -3,6 +3,7 @@ import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
 import { portFromEnv } from '../../../common/src/env.ts'
+import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 
 export const DEFAULT_CONFIG_PATH = 'config/gateway.yaml'
@@ -162,18 +163,37 @@ const windowOf = (shape: { length: string; bucket: string }) => ({
   bucketMillis: durationSeconds(shape.bucket) * 1_000,
 })
 
-/** Most buckets a window may have: each costs 4 bytes of Redis memory per active key. */
+/** Most buckets a window may have: the script walks them on every request. */
 export const MAX_BUCKETS = 60
+
+/** The Redis state keeps a bucket's length in 32 bits of milliseconds (about 49.7 days). */
+const MAX_BUCKET_MILLIS = 2 ** 32 - 1
 
 /** Rules a JSON schema cannot express. */
 function crossChecks(config: GatewayConfigFile): { path: string[]; message: string }[] {
   const problems: { path: string[]; message: string }[] = []
+  const buckets = { minute: 0, day: 0 }
   for (const name of ['minute', 'day'] as const) {
     const { lengthMillis, bucketMillis } = windowOf(config.windows[name])
-    if (lengthMillis % bucketMillis !== 0) {
+    if (bucketMillis > MAX_BUCKET_MILLIS) {
+      problems.push({ path: ['windows', name, 'bucket'], message: `must be at most ${MAX_BUCKET_MILLIS} ms (49 days)` })
+    } else if (lengthMillis % bucketMillis !== 0) {
       problems.push({ path: ['windows', name, 'bucket'], message: 'must divide the window length' })
     } else if (lengthMillis / bucketMillis > MAX_BUCKETS) {
       problems.push({ path: ['windows', name, 'bucket'], message: `must leave at most ${MAX_BUCKETS} buckets in the window` })
+    } else {
+      buckets[name] = lengthMillis / bucketMillis
+    }
+  }
+  if (buckets.minute > 0 && buckets.day > 0) {
+    const bytes = bytesPerActiveKey(config.redis.keyPrefix, buckets.minute, buckets.day)
+    if (bytes > REDIS_BYTES_PER_KEY_BUDGET) {
+      problems.push({
+        path: ['windows'],
+        message:
+          `would keep ${bytes} bytes per active key in Redis with ${buckets.minute} minute and ${buckets.day} day buckets ` +
+          `and this redis.keyPrefix, over the ${REDIS_BYTES_PER_KEY_BUDGET}-byte budget: use fewer buckets`,
+      })
     }
   }
   for (const [name, plan] of Object.entries(config.plans)) {

@@ -2,7 +2,9 @@ import type { Socket } from 'node:net'
 import { Redis } from 'ioredis'
 import { describe, expect, it } from 'vitest'
 import { LATE_AFTER_MILLIS, connectRedis, createRedisStore, redisClockFor, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
+import { generateKeyId } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { limitKey } from '../../../gateway/src/rateLimit/limitStore.ts'
+import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../../../gateway/src/rateLimit/redisFootprint.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
 import { describeLimitStore } from './store.suite.ts'
 
@@ -160,5 +162,42 @@ describe('late commands', () => {
     const slow = redisClockFor(800)
     slow.learn('redis', 1_000, 11_000, false)
     expect(slow.deadline('redis', 2_000)).toBe(2_000 + 10_000 + 1_600)
+  })
+})
+
+describe('Redis memory per active key', () => {
+  // check-config refuses windows whose state would pass 400 bytes (redisFootprint.ts): its
+  // estimate must never be below what Redis really reports.
+  it.each([
+    { prefixLength: 18, minute: 12, day: 24 },
+    { prefixLength: 64, minute: 12, day: 24 },
+    { prefixLength: 30, minute: 30, day: 24 },
+    { prefixLength: 64, minute: 60, day: 60 },
+  ])('MEMORY USAGE is at most the estimate check-config judges by (a $prefixLength-character key prefix, $minute and $day buckets)', async ({ prefixLength, minute, day }) => {
+    const keyPrefix = testKeyPrefix().padEnd(prefixLength, 'p')
+    const client = connectRedis({ url: TEST_REDIS_URL, keyPrefix, commandTimeoutMillis: 1_000 })
+    const admin = new Redis(TEST_REDIS_URL)
+    try {
+      if (!(await redisReady(client))) throw new Error('Redis did not become ready')
+      const keyId = generateKeyId()
+      await createRedisStore(client).consume({
+        keyId,
+        minute: { limit: 100, windowMillis: minute * 1_000, bucketMillis: 1_000 },
+        day: { limit: 1_000, windowMillis: day * 3_600_000, bucketMillis: 3_600_000 },
+        bans: { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+      })
+      const measured = Number(await admin.memory('USAGE', keyPrefix + limitKey(keyId)))
+      const estimate = bytesPerActiveKey(keyPrefix, minute, day)
+      expect(measured).toBeLessThanOrEqual(estimate)
+      expect(measured).toBeGreaterThan(estimate * 0.85)
+    } finally {
+      client.disconnect()
+      admin.disconnect()
+      await deleteKeysWithPrefix(keyPrefix)
+    }
+  })
+
+  it('keeps the shipped windows within 400 bytes under the longest key prefix the config allows', () => {
+    expect(bytesPerActiveKey('p'.repeat(64), 12, 24)).toBeLessThanOrEqual(REDIS_BYTES_PER_KEY_BUDGET)
   })
 })
