@@ -224,10 +224,17 @@ export function render(recordsDirectory = DEFAULT_RECORDS_DIRECTORY, generatedAt
 
 function main(argv: string[]): void {
   const print = argv.includes('--print')
-  const { section, rows, dropped } = render()
+  const recordsAt = argv.indexOf('--records')
+  const { section, rows, dropped } = render(recordsAt >= 0 ? path.resolve(argv[recordsAt + 1] ?? '') : undefined)
   for (const row of dropped) console.error(`dropped (its test no longer records it): ${row.test}: ${row.scenario}`)
   if (print) {
     console.log(section)
+    return
+  }
+  // A fresh clone has no records (test-results/ is not committed): keep the README's table.
+  if (rows.length === 0) {
+    console.error(`no scenario records in test-results/reliability: run \`npm test\` first; README.md left as it is`)
+    process.exitCode = 1
     return
   }
   const readmePath = path.join(ROOT, 'README.md')

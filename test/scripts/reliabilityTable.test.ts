@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process'
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -147,6 +148,18 @@ describe('npm run reliability-table', () => {
     const after = replaceSection(before, `${BEGIN_MARKER}\nnew\n${END_MARKER}`)
     expect(after).toBe(`# Title\n\nintro\n\n${BEGIN_MARKER}\nnew\n${END_MARKER}\n\n## Next\n`)
     expect(() => replaceSection('# Title\n', 'x')).toThrow(/reliability:begin/)
+  })
+
+  it('leaves the README as it is, and exits 1, when there are no records to render (a fresh clone)', () => {
+    const empty = mkdtempSync(path.join(os.tmpdir(), 'no-records-'))
+    try {
+      const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/reliabilityTable.ts', '--records', empty], { encoding: 'utf8' })
+      expect(run.status).toBe(1)
+      expect(run.stderr).toContain('run `npm test` first; README.md left as it is')
+      expect(readFileSync('README.md', 'utf8')).toBe(readme)
+    } finally {
+      rmSync(empty, { recursive: true, force: true })
+    }
   })
 
   it('says so when nothing has been recorded', () => {

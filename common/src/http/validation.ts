@@ -6,12 +6,17 @@ const MAX_ECHOED_NAME = 40
 
 /**
  * Fastify's message for a schema failure, except that a field the schema does not allow is named
- * (Ajv says only "must NOT have additional properties", which leaves the client guessing).
+ * (Ajv says only "must NOT have additional properties", which leaves the client guessing), and a
+ * string refused by a pattern is told what the pattern means (its schema's description) rather
+ * than shown the regular expression.
  */
 export function schemaErrorMessage(errors: Partial<ErrorObject>[], dataVar: string): string {
   return errors
     .map((error) => {
       const where = `${dataVar}${error.instancePath ?? ''}`
+      // A pattern is the schema's business; its description says what the client must send.
+      const meaning = error.keyword === 'pattern' ? (error.parentSchema as { description?: unknown } | undefined)?.description : undefined
+      if (typeof meaning === 'string') return `${where} must be ${meaning}`
       const extra = error.keyword === 'additionalProperties' ? (error.params as { additionalProperty?: string } | undefined)?.additionalProperty : undefined
       if (extra === undefined) return `${where} ${error.message ?? 'is invalid'}`
       // Quoted as JSON, so a name with quotes or control characters reads unambiguously.
@@ -28,7 +33,8 @@ export function schemaErrorMessage(errors: Partial<ErrorObject>[], dataVar: stri
  * `{"categoryId": "7", "id": 3}` into an accepted pet.
  */
 export function useStrictBodyValidation(app: FastifyInstance): void {
-  const common = { useDefaults: true, removeAdditional: false, allErrors: false, strict: false } as const
+  // verbose: a failure carries its schema, whose description explains a pattern (schemaErrorMessage).
+  const common = { useDefaults: true, removeAdditional: false, allErrors: false, strict: false, verbose: true } as const
   const bodyAjv = new Ajv({ ...common, coerceTypes: false })
   const parameterAjv = new Ajv({ ...common, coerceTypes: true })
   app.setValidatorCompiler(({ schema, httpPart }) =>

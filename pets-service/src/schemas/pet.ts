@@ -38,7 +38,7 @@ export const ListPetsQuery = Type.Object(
   {
     // A string until parsed, as petId is: coerced to a number, "0x10", "1e1", " 5" and "05" would
     // all pass as integers.
-    limit: Type.String({ pattern: '^(?:[1-9][0-9]?|100)$', default: '20' }),
+    limit: Type.String({ pattern: '^(?:[1-9][0-9]?|100)$', default: '20', description: 'an integer from 1 to 100' }),
     status: Type.Optional(PetStatus),
     cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
   },
@@ -51,9 +51,11 @@ export const NoQuery = Type.Object({}, { additionalProperties: false })
 // petId stays a string until parsed: a number schema would accept "1e3" and round
 // 9007199254740993 before we could refuse it.
 export const PetIdParams = Type.Object({
-  petId: Type.String({ pattern: '^[1-9][0-9]{0,18}$', maxLength: 19 }),
+  petId: Type.String({ pattern: '^[1-9][0-9]{0,18}$', description: 'an integer between 1 and 2^63 - 1' }),
 })
 
 export const IdempotencyHeaders = Type.Object({
-  'idempotency-key': Type.Optional(Type.String({ minLength: 1, maxLength: 255, pattern: '^[\\x21-\\x7e]+$' })),
+  'idempotency-key': Type.Optional(
+    Type.String({ minLength: 1, maxLength: 255, pattern: '^[\\x21-\\x7e]+$', description: 'printable ASCII without spaces' }),
+  ),
 })
