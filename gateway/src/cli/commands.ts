@@ -137,14 +137,19 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
     }
     case 'unban': {
       const record = live(await existing(deps, command.id))
+      const recordedBan = (await repository.activeBans([record.id])).has(record.id)
       const changeId = await repository.requestUnban(command.id)
       if (changeId === null) present(undefined, command.id)
       const applied = await appliedWithin(() => repository.isUnbanApplied(changeId as number), UNBAN_WAIT_MILLIS)
-      const headline = applied
-        ? `Unbanned API key ${record.id}: a gateway lifted the ban in the rate-limit store, and every running gateway stops answering banned within 2 s.`
-        : `Unban of API key ${record.id} requested, not applied yet: no gateway lifted the ban within ${UNBAN_WAIT_MILLIS / 1_000} s ` +
+      // Nothing recorded is no proof of no ban (one set while gateways ran without Redis is not
+      // recorded): the store was asked to lift one either way, and the key's strikes are cleared.
+      const headline = !applied
+        ? `Unban of API key ${record.id} requested, not applied yet: no gateway lifted the ban within ${UNBAN_WAIT_MILLIS / 1_000} s ` +
           '(none is running, its Redis is unreachable, or only gateways of an earlier version are running, which do not say so). ' +
           'Every gateway retries pending unbans at start and every 2 s, for a day.'
+        : recordedBan
+          ? `Unbanned API key ${record.id}: a gateway lifted the ban in the rate-limit store, and every running gateway stops answering banned within 2 s.`
+          : `API key ${record.id} had no ban on record; a gateway cleared its strikes (and any ban) in the rate-limit store.`
       return report(record, command.json, headline, { unban: applied ? 'applied' : 'pending' })
     }
     case 'set-plan': {

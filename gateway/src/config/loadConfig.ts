@@ -129,7 +129,10 @@ function syntaxErrorLine(text: string, document: Document, lines: LineCounter, e
   return line
 }
 
-/** Parses and validates a config text; every problem is reported, not only the first. */
+/**
+ * Parses and validates a config text. Every problem with a setting's shape is reported, not only
+ * the first; the rules across settings (crossChecks) are checked once the shapes are right.
+ */
 export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): GatewayConfigFile {
   const lines = new LineCounter()
   const document = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false })

@@ -162,6 +162,15 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     for (const gateway of [a, b]) expect((await send(gateway)).status).toBe(200)
   })
 
+  it('keys unban of a key with no ban on record says so rather than claiming it lifted one', async () => {
+    const { id, key } = await a.createKey({ plan: 'free' })
+    const { GATEWAY_CONFIG: _config, ...env } = process.env
+    const run = await runKeysCli(['unban', id], { ...env, DATABASE_URL: database.url }, 20_000)
+    expect(run.code, run.stderr).toBe(0)
+    expect(run.stdout).toMatch(new RegExp(`^API key ${id} had no ban on record; a gateway cleared its strikes`))
+    expect((await a.request('/v1/pets?limit=1', { key })).status).toBe(200)
+  })
+
   it('an unban requested while Redis cannot take it is applied once it can, on both gateways', async () => {
     const { key, id } = banned
     const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
