@@ -23,6 +23,7 @@ import { requestFraming } from './proxy/requestFraming.ts'
 import { BODY_LIMIT_BYTES, acceptOpaqueBodies, upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { NewBan } from './rateLimit/banJournal.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
+import { anonymousBucket } from './rateLimit/clientAddress.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
@@ -97,7 +98,11 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   // 5 (registered early so every stage's failure takes the same shape)
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })
   // 2a
-  await app.register(authenticate, { keys: deps.keys, onFailure: deps.metrics?.authFailure })
+  await app.register(authenticate, {
+    keys: deps.keys,
+    onFailure: deps.metrics?.authFailure,
+    mayLookUp: (request) => deps.limiter.anonymous().mayLookUp(anonymousBucket(request.ip)),
+  })
   await app.register(privateResponses)
   // 3
   await app.register(rateLimit, {

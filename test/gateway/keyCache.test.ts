@@ -53,10 +53,28 @@ describe('the key cache', () => {
     expect(keys.calls.count).toBe(1)
   })
 
-  it('holds at most maxEntries keys', async () => {
-    const cache = createKeyCache(table(), options)
+  it('holds at most maxEntries unknown keys, and as many known ones', async () => {
+    const keys = table()
+    const cache = createKeyCache(keys, options)
+    for (let i = 0; i < 10; i++) {
+      const key = generateApiKey()
+      keys.rows.set(hashApiKey(key).toString('hex'), record(`key_${i}`))
+      await cache.lookup(key)
+    }
     for (let i = 0; i < 10; i++) await cache.lookup(generateApiKey())
-    expect(cache.size).toBe(3)
+    expect(cache.size).toBe(6)
+  })
+
+  it('keeps the keys in use when a flood of unknown keys passes through', async () => {
+    const keys = table()
+    const cache = createKeyCache(keys, options)
+    const used = generateApiKey()
+    keys.rows.set(hashApiKey(used).toString('hex'), record('key_used'))
+    expect((await cache.lookup(used))?.id).toBe('key_used')
+    for (let i = 0; i < 20; i++) expect(await cache.lookup(generateApiKey())).toBeUndefined()
+    const before = keys.calls.count
+    expect((await cache.lookup(used))?.id).toBe('key_used')
+    expect(keys.calls.count).toBe(before)
   })
 
   it('reads a key again after its change is announced', async () => {

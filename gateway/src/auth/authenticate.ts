@@ -36,7 +36,8 @@ const INVALID = gatewayErrors.create('invalid_api_key', undefined, {
 
 const BEARER = /^Bearer(?:[ ]+([^ ]*))?[ ]*$/i
 
-export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'revoked_or_expired'
+/** `over_ip_limit`: a well-formed key not looked up, because its address has spent its per-IP limit and its lookups. */
+export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'revoked_or_expired' | 'over_ip_limit'
 
 /**
  * Stage 2a: who is calling. Only `Authorization: Bearer <key>` counts (a key in the query
@@ -51,7 +52,19 @@ export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'revoked_o
  * only on a miss, before Postgres is asked.
  */
 export const authenticate = fp(
-  async (app: FastifyInstance, options: { keys: KeyCache; onFailure?: (reason: AuthFailureReason) => void }) => {
+  async (
+    app: FastifyInstance,
+    options: {
+      keys: KeyCache
+      onFailure?: (reason: AuthFailureReason) => void
+      /**
+       * Whether a key the cache does not hold may be looked up for this request (the per-IP
+       * limit's say, anonymousLimiter.ts mayLookUp): without it, every invented key with a valid
+       * checksum (anyone can compute one) would cost a Postgres query after the address is refused.
+       */
+      mayLookUp?: (request: FastifyRequest) => boolean
+    },
+  ) => {
     app.decorateRequest('apiKey', null)
     app.decorateRequest('authFailure', null)
     app.decorateRequest('authFailureReason', null)
@@ -91,6 +104,10 @@ export const authenticate = fp(
       }
       if (!hasValidChecksum(token)) {
         refuse(request, 'malformed')
+        return done()
+      }
+      if (options.mayLookUp && !options.mayLookUp(request)) {
+        refuse(request, 'over_ip_limit')
         return done()
       }
       options.keys.fetch(hashHex).then(

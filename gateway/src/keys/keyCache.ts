@@ -3,16 +3,13 @@ import { hashApiKeyHex } from './apiKeyFormat.ts'
 import type { ApiKeyRecord, KeyRepository } from './keyRepository.ts'
 
 export interface KeyCacheOptions {
-  /** Most keys held; memory stays bounded whatever the number of keys in use. */
+  /** Most known keys held, and as many unknown ones: memory stays bounded whatever the number of keys in use. */
   maxEntries: number
   /** Backstop for how long a looked-up key is trusted; change notifications usually act first. */
   ttlMillis: number
   /** How long "no such key" is remembered, so guessing cannot hammer Postgres. */
   negativeTtlMillis: number
 }
-
-const UNKNOWN = Symbol('unknown key')
-type Entry = ApiKeyRecord | typeof UNKNOWN
 
 export interface KeyCacheStats {
   hits: number
@@ -21,45 +18,58 @@ export interface KeyCacheStats {
 
 /**
  * API key lookups through an LRU cache keyed by the key's hash (the plaintext is never kept).
- * Concurrent misses for one key share a single Postgres query.
+ * Concurrent misses for one key share a single Postgres query. Unknown keys are remembered in an
+ * LRU of their own, with the same bound, and a lookup takes no slot in either until it has its
+ * answer: a flood of guesses can fill the unknown keys' cache, but cannot push the keys clients
+ * really use out of theirs and send each of them back to Postgres.
  */
 export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, options: KeyCacheOptions) {
   const stats: KeyCacheStats = { hits: 0, misses: 0 }
-  const cache = new LRUCache<string, { entry: Entry }>({
-    max: options.maxEntries,
-    ttl: options.ttlMillis,
-    fetchMethod: async (hashHex, _stale, { options: fetchOptions }) => {
+  const known = new LRUCache<string, ApiKeyRecord>({ max: options.maxEntries, ttl: options.ttlMillis })
+  const unknown = new LRUCache<string, true>({ max: options.maxEntries, ttl: options.negativeTtlMillis })
+  /** Lookups under way, by key hash: one query however many requests ask. */
+  const inFlight = new Map<string, Promise<ApiKeyRecord | undefined>>()
+  /** Keys whose change was announced while their lookup was under way: its answer may predate the change. */
+  const changedInFlight = new Set<string>()
+
+  async function lookUp(hashHex: string): Promise<ApiKeyRecord | undefined> {
+    for (let attempt = 1; ; attempt++) {
       stats.misses++
       const record = await repository.findByHash(Buffer.from(hashHex, 'hex'))
-      if (!record) fetchOptions.ttl = options.negativeTtlMillis
-      return { entry: record ?? UNKNOWN }
-    },
-  })
-
-  // A change notification for a key whose lookup is in flight aborts that lookup (its answer
-  // may predate the change); asking again returns the state after the change.
-  async function fetchFresh(hashHex: string, attempts = 3): Promise<{ entry: Entry } | undefined> {
-    try {
-      return await cache.fetch(hashHex)
-    } catch (error) {
-      const aborted = error instanceof Error && (error.name === 'AbortError' || error.message === 'deleted')
-      if (!aborted || attempts <= 1) throw error
-      return fetchFresh(hashHex, attempts - 1)
+      // Asked again after a change, at most three times; a key changing faster is answered uncached.
+      if (changedInFlight.delete(hashHex)) {
+        if (attempt < 3) continue
+        return record
+      }
+      if (record) known.set(hashHex, record)
+      else unknown.set(hashHex, true)
+      return record
     }
   }
 
   /** What the cache holds for a key hash: its record, null for a known unknown key, undefined when not held. */
   function cached(hashHex: string): ApiKeyRecord | null | undefined {
-    const held = cache.get(hashHex)
-    if (!held) return undefined
+    const record = known.get(hashHex)
+    if (record !== undefined) {
+      stats.hits++
+      return record
+    }
+    if (unknown.get(hashHex) === undefined) return undefined
     stats.hits++
-    return held.entry === UNKNOWN ? null : held.entry
+    return null
   }
 
   /** Asks Postgres (one query however many ask at once). Rejects when Postgres cannot answer. */
-  async function fetch(hashHex: string): Promise<ApiKeyRecord | undefined> {
-    const fetched = await fetchFresh(hashHex)
-    return fetched === undefined || fetched.entry === UNKNOWN ? undefined : fetched.entry
+  function fetch(hashHex: string): Promise<ApiKeyRecord | undefined> {
+    let pending = inFlight.get(hashHex)
+    if (pending === undefined) {
+      pending = lookUp(hashHex).finally(() => {
+        inFlight.delete(hashHex)
+        changedInFlight.delete(hashHex)
+      })
+      inFlight.set(hashHex, pending)
+    }
+    return pending
   }
 
   return {
@@ -72,13 +82,19 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
       return held === undefined ? fetch(hashHex) : (held ?? undefined)
     },
     invalidate(keyHash: Buffer): void {
-      cache.delete(keyHash.toString('hex'))
+      const hashHex = keyHash.toString('hex')
+      known.delete(hashHex)
+      unknown.delete(hashHex)
+      if (inFlight.has(hashHex)) changedInFlight.add(hashHex)
     },
     clear(): void {
-      cache.clear()
+      known.clear()
+      unknown.clear()
+      for (const hashHex of inFlight.keys()) changedInFlight.add(hashHex)
     },
+    /** Keys held, known and unknown (each kind at most maxEntries). */
     get size(): number {
-      return cache.size
+      return known.size + unknown.size
     },
     stats,
   }

@@ -20,7 +20,7 @@ export function createGatewayMetrics(registry: Registry) {
 
   const authFailures = new HotPathCounter({
     name: 'gateway_auth_failures_total',
-    help: 'Requests whose API key was refused, by reason (missing, malformed, unknown, revoked_or_expired).',
+    help: 'Requests whose API key was refused, by reason (missing, malformed, unknown, revoked_or_expired, over_ip_limit).',
     labelNames: ['reason'],
     registers,
   })
@@ -111,7 +111,7 @@ export function createGatewayMetrics(registry: Registry) {
   }
 
   // Known label sets start at zero, so dashboards and alerts see the series before the first event.
-  for (const reason of ['missing', 'malformed', 'unknown', 'revoked_or_expired']) authFailures.labels(reason).inc(0)
+  for (const reason of ['missing', 'malformed', 'unknown', 'revoked_or_expired', 'over_ip_limit']) authFailures.labels(reason).inc(0)
   for (const kind of ['timeout', 'connect', 'protocol', 'saturated']) upstreamErrors.inc({ upstream: 'pets', kind }, 0)
 
   // Each upstream's outstanding requests, read when scraped, beside the bound past which the

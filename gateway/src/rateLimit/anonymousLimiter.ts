@@ -42,7 +42,8 @@ export function createAnonymousLimiter(options: {
   const windowMillis = windowSeconds * 1_000
   const maxAddresses = options.maxAddresses ?? 100_000
   // Client IP → its window in this process, on this process's monotonic clock.
-  const here = new LRUCache<string, { count: number; resetsAt: number }>({ max: maxAddresses })
+  // lookups: keys looked up for it since it spent the window (mayLookUp).
+  const here = new LRUCache<string, { count: number; resetsAt: number; lookups: number }>({ max: maxAddresses })
   // The counts every gateway shares, and how commands reach them (coalesced, within the budget).
   const shared = options.redis
     ? {
@@ -57,7 +58,7 @@ export function createAnonymousLimiter(options: {
     const now = performance.now()
     let window = here.get(clientIp)
     if (window === undefined || window.resetsAt <= now) {
-      window = { count: 0, resetsAt: now + windowMillis }
+      window = { count: 0, resetsAt: now + windowMillis, lookups: 0 }
       here.set(clientIp, window)
     }
     window.count++
@@ -94,11 +95,40 @@ export function createAnonymousLimiter(options: {
     return undefined
   }
 
+  /**
+   * Whether a key sent from this address that no cache holds may be looked up in Postgres. Always
+   * while the address has room in this process's window; once it has spent it, `limit` more
+   * lookups until the window resets (a real key from behind the same address, say a colleague's
+   * behind one NAT), then none: anyone can compute a key's checksum, and a flood of invented keys
+   * would otherwise cost a query each, refused or not.
+   */
+  function mayLookUp(clientIp: string): boolean {
+    const window = here.peek(clientIp)
+    if (window === undefined || window.resetsAt <= performance.now() || window.count < limit) return true
+    if (window.lookups >= limit) return false
+    window.lookups++
+    return true
+  }
+
+  /** The refusal an address would get now, with nothing charged; undefined while it has room. */
+  function refusalFor(clientIp: string): AnonymousDecision | undefined {
+    const window = here.peek(clientIp)
+    const now = performance.now()
+    const local =
+      window !== undefined && window.resetsAt > now && window.count >= limit
+        ? { admitted: false, limit, remaining: 0, resetInMillis: window.resetsAt - now, windowSeconds }
+        : undefined
+    const refused = shared ? spentWindow(clientIp) : undefined
+    return local && refused ? tighter(local, refused) : (local ?? refused)
+  }
+
   return {
     /** The per-IP policy, for answers that charge nothing to it. */
     policy: { limit, windowSeconds },
     /** Any request without a valid key that made no lookup: counted in this process only, no I/O. */
     consumeHere,
+    mayLookUp,
+    refusalFor,
     /** A guess: counted here and, unless this process or a spent shared window already refuses the address, in Redis. */
     async consumeGuess(clientIp: string): Promise<AnonymousDecision> {
       const local = consumeHere(clientIp)

@@ -214,9 +214,16 @@ export const rateLimit = fp(
           anonymousHeaders(request, { ...options.anonymous().policy, remaining: 0, resetInMillis: UNCHECKED_RETRY_AFTER_MILLIS })
           return done()
         }
+        const client = anonymousBucket(request.ip)
+        // A key not looked up because the address had spent its limit (authenticate.ts) is refused
+        // like the guess it may be: valid or not, it was not checked. Should the window have freed
+        // since, in between the two stages, the client is told to retry in a second.
+        if (reason === 'over_ip_limit') {
+          const refused = options.anonymous().refusalFor(client) ?? { ...options.anonymous().policy, admitted: false, remaining: 0, resetInMillis: 1_000 }
+          return settle(reply, done, anonymousOutcome(request, refused))
+        }
         // Only a guess (a well-formed key looked up in vain) is counted across gateways, in Redis;
         // a missing or malformed key, or a public route, is counted in this process, with no I/O.
-        const client = anonymousBucket(request.ip)
         if (reason !== 'unknown' && reason !== 'revoked_or_expired') return settle(reply, done, anonymousOutcome(request, options.anonymous().consumeHere(client)))
         return void options.anonymous().consumeGuess(client).then((result) => settle(reply, done, anonymousOutcome(request, result)), done)
       }

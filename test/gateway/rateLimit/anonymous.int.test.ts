@@ -8,7 +8,7 @@ import { startPetsService, type RunningPetsService } from '../../helpers/petsSer
 import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, keyNames, testKeyPrefix } from '../../helpers/redis.ts'
 import { freshDatabase } from '../../helpers/testDatabase.ts'
-import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, expectRateLimitHeaders, expectTooManyRequests, keyed } from './httpLimits.ts'
+import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('requests without a valid key are limited per client IP', () => {
   const prefix = testKeyPrefix()
@@ -80,6 +80,31 @@ describe('requests without a valid key are limited per client IP', () => {
     } finally {
       redis.disconnect()
     }
+  })
+
+  // Anyone can compute a valid checksum, so a flood of invented keys would otherwise cost a
+  // Postgres query each, refused or not. Keys the gateway already holds are not affected.
+  it('looks up only as many keys as its limit once an address has spent it: a flood of invented keys costs 3 Postgres queries', async () => {
+    const g = await gateway()
+    const inUse = await g.createKey({ plan: 'free' })
+    const notYetSeen = await g.createKey({ plan: 'free' })
+    // Each creation is announced to the gateway, which then drops the key from its cache: wait for
+    // both announcements, so the key in use stays cached from its first request on.
+    await sleep(1_500)
+    expect((await g.request('/v1/pets', { key: inUse.key })).status).toBe(200)
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
+    const lookups = g.cache.stats.misses
+    for (let i = 0; i < 20; i++) {
+      const refused = await g.request('/v1/pets', { key: generateApiKey() })
+      expect(expectRateLimitHeaders(refused, anonymous)).toMatchObject({ limit: 3, remaining: 0 })
+      expect(await expectTooManyRequests(refused)).toBeLessThanOrEqual(60)
+    }
+    expect(g.cache.stats.misses - lookups).toBe(3)
+    // Past those, a real key the gateway has not seen is not looked up either, until the window frees …
+    await expectTooManyRequests(await g.request('/v1/pets', { key: notYetSeen.key }))
+    expect(g.cache.stats.misses - lookups).toBe(3)
+    // … while a key it holds passes as always.
+    expect((await g.request('/v1/pets', { key: inUse.key })).status).toBe(200)
   })
 
   // DESIGN: a malformed key is refused without touching Postgres or Redis; it can never succeed,
