@@ -384,6 +384,10 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       it('answers an unknown path with a 404 Error body', async () => {
         await expectErrorResponse(await service.request('/store/orders'), 404, 'not_found')
         await expectErrorResponse(await service.request('/pets/1/photos', { method: 'DELETE' }), 404, 'not_found')
+        // Not the deprecated read with an empty id: no operation has this path, as none has /pets/1/.
+        const trailingSlash = await service.request('/pets/')
+        expect(trailingSlash.headers.get('deprecation')).toBeNull()
+        await expectErrorResponse(trailingSlash, 404, 'not_found')
       })
 
       it('answers a known path asked with a method it lacks with 405 and Allow', async () => {

@@ -185,6 +185,13 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
         (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nauthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,
         'Authorization',
       ],
+      [
+        'two Content-Type fields',
+        (key: string) =>
+          `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: text/plain\r\nContent-Type: application/json\r\n` +
+          `Content-Length: 2\r\nConnection: close\r\n\r\n{}`,
+        'Content-Type',
+      ],
     ])('%s: 400 bad_request with the Error body and the rate-limit headers', async (_case, request, named) => {
       const { key } = await gateway.createKey()
       const { statusLine, head, body } = parse(await raw(gateway.url, request(key)))

@@ -10,10 +10,12 @@ import { gatewayErrors } from '../errors.ts'
 function repeatedSingleton(rawHeaders: string[]): string | undefined {
   let hosts = 0
   let authorizations = 0
+  let contentTypes = 0
   for (let index = 0; index < rawHeaders.length; index += 2) {
     const name = rawHeaders[index] as string
     if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return 'Host'
     if (name.length === 13 && name.toLowerCase() === 'authorization' && ++authorizations > 1) return 'Authorization'
+    if (name.length === 12 && name.toLowerCase() === 'content-type' && ++contentTypes > 1) return 'Content-Type'
   }
   return undefined
 }
@@ -21,8 +23,8 @@ function repeatedSingleton(rawHeaders: string[]): string | undefined {
 /**
  * Requests the gateway will not pass on as they stand, refused with 400 and the Error body once
  * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2),
- * two Host fields (§3.2), or two Authorization fields, which one server would read as the first
- * key and another as the second. An HTTP/1.0 request framed with Transfer-Encoding is answered,
+ * two Host fields (§3.2), two Authorization fields, which one server would read as the first
+ * key and another as the second, or two Content-Type fields (one server's JSON, another's text). An HTTP/1.0 request framed with Transfer-Encoding is answered,
  * then its connection closed (§6.1: its framing cannot be trusted); so is one asking to upgrade.
  */
 export const requestFraming = fp(

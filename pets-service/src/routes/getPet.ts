@@ -18,6 +18,9 @@ export const getPetRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = a
   // Deprecation headers go on every answer of this operation, errors included: set before the
   // path is validated, so a malformed id's 400 carries them too.
   const announceDeprecation: onRequestHookHandler = (request, reply, done) => {
+    // The router gives "/pets/" to this route with an empty id; no operation has that path, any
+    // more than "/pets/1/".
+    if ((request.params as { petId?: string }).petId === '') return done(petsErrors.create('not_found'))
     reply.headers({
       deprecation: DEPRECATED_SINCE,
       sunset: SUNSET,
