@@ -1,17 +1,20 @@
+/** A setting the environment gives wrongly or not at all: the process cannot start, and the message says why. */
+export class EnvError extends Error {}
+
 /** Reads a TCP port from the environment; a malformed value stops the process at boot. */
 export function portFromEnv(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
   const port = Number(raw)
   if (!Number.isInteger(port) || port < 0 || port > 65_535) {
-    throw new Error(`${name} must be a port number between 0 and 65535, got "${raw}"`)
+    throw new EnvError(`${name} must be a port number between 0 and 65535, got "${raw}"`)
   }
   return port
 }
 
 export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env): string {
   const value = env[name]
-  if (value === undefined || value === '') throw new Error(`${name} must be set`)
+  if (value === undefined || value === '') throw new EnvError(`${name} must be set`)
   return value
 }
 
@@ -21,7 +24,7 @@ export const INTERNAL_TOKEN_MIN_LENGTH = 16
 /** INTERNAL_TOKEN, which the gateway presents and the pets-service checks; both refuse to start on a short one. */
 export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string {
   const token = requiredEnv('INTERNAL_TOKEN', env)
-  if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new Error(`INTERNAL_TOKEN must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
+  if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new EnvError(`INTERNAL_TOKEN must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
   return token
 }
 
@@ -38,7 +41,7 @@ export function drainMillisFromEnv(env: NodeJS.ProcessEnv = process.env): number
   if (raw === undefined || raw === '') return DEFAULT_DRAIN_SECONDS * 1_000
   const seconds = Number(raw)
   if (!/^\d+(\.\d+)?$/.test(raw) || seconds > 60) {
-    throw new Error(`SHUTDOWN_DRAIN_SECONDS must be a number of seconds from 0 to 60, got "${raw}"`)
+    throw new EnvError(`SHUTDOWN_DRAIN_SECONDS must be a number of seconds from 0 to 60, got "${raw}"`)
   }
   return Math.round(seconds * 1_000)
 }
