@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest'
+import { parseCommand } from '../../gateway/src/cli/args.ts'
 import { parseExpires } from '../../gateway/src/cli/values.ts'
 
 const now = new Date('2026-11-25T12:00:00Z')
@@ -33,5 +34,12 @@ describe('keys --expires', () => {
   it('refuses a moment that is not in the future', () => {
     expect(() => parseExpires('0m', now)).toThrow('--expires 0m is not in the future')
     expect(() => parseExpires('2026-11-24', now)).toThrow('--expires 2026-11-24 is not in the future')
+  })
+})
+
+describe('keys command line', () => {
+  it('takes --json before the command as after it', () => {
+    expect(parseCommand(['--json', 'list'])).toEqual(parseCommand(['list', '--json']))
+    expect(parseCommand(['--json', 'show', 'key_abc'])).toEqual({ name: 'show', id: 'key_abc', json: true })
   })
 })

@@ -67,7 +67,9 @@ export function parseCommand(argv: string[], now = new Date()): Command {
         '(key_…), never keys. `npm run keys -- list` shows each key\'s id and prefix.',
     )
   }
-  const [name, ...rest] = argv
+  // `--json` may come before the command too (`keys --json list`), as with most CLIs.
+  const first = argv.findIndex((argument) => argument !== '--json')
+  const [name, ...rest] = first > 0 ? [...argv.slice(first), ...argv.slice(0, first)] : argv
   if (name === undefined) throw new UsageError('no command given')
   if (name === 'help' || name === '--help' || name === '-h') return { name: 'help' }
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
