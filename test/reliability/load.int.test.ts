@@ -45,6 +45,8 @@ describe('load held by three gateways sharing one Redis', () => {
   let upstream: Awaited<ReturnType<typeof staticUpstream>>
   let gateways: Gateway[] = []
   let loadKeys: IssuedKey[]
+  /** Load keys the load test sent at least once: each has one state key in Redis. */
+  const usedLoadKeys = new Set<string>()
   let distinctKeys: IssuedKey[]
 
   /** Full GC in the gateway process, then its heap in use (bytes). */
@@ -144,6 +146,7 @@ describe('load held by three gateways sharing one Redis', () => {
             // machine is (and raced across the three gateways); the rest spread over every key.
             const range = Math.random() < 0.5 ? HOT_KEYS : loadKeys.length
             const { key } = loadKeys[Math.floor(Math.random() * range)]!
+            usedLoadKeys.add(key)
             const gateway = gateways[Math.floor(Math.random() * gateways.length)]!
             const sent = performance.now()
             try {
@@ -268,8 +271,9 @@ describe('load held by three gateways sharing one Redis', () => {
     } finally {
       redis.disconnect()
     }
-    // One state key per API key used (the keys of both tests), every one expiring.
-    expect(ttls.length).toBeGreaterThanOrEqual(LOAD_KEYS + DISTINCT_KEYS)
+    // One state key per API key used (the keys of both tests), every one expiring. Keys are drawn
+    // at random in the load test: on a slow machine a few of its 300 may never have been sent.
+    expect(ttls.length).toBeGreaterThanOrEqual(usedLoadKeys.size + DISTINCT_KEYS)
     expect(ttls.filter((ttl) => ttl <= 0)).toEqual([])
     recordScenario(printedInSoak({
       area: 'Load',
