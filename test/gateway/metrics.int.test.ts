@@ -10,8 +10,8 @@ import { freshDatabase } from '../helpers/testDatabase.ts'
 
 /** Each metric family the gateway promises, with the labels its samples carry. */
 const FAMILIES: Record<string, string[]> = {
-  http_requests_total: ['method', 'route', 'status_class'],
-  http_request_duration_seconds_bucket: ['method', 'route', 'status_class', 'le'],
+  http_requests_total: ['method', 'route', 'status_class', 'plan'],
+  http_request_duration_seconds_bucket: ['method', 'route', 'status_class', 'plan', 'le'],
   gateway_auth_failures_total: ['reason'],
   gateway_rate_limit_requests_total: ['plan', 'outcome', 'source'],
   gateway_rate_limit_window_decisions_total: ['plan', 'window', 'outcome'],
@@ -96,7 +96,9 @@ describe('gateway metrics', () => {
       expect(text).toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="minute",outcome="exceeded"\} 1/)
       expect(text).toMatch(/gateway_rate_limit_near_limit_total\{plan="enterprise",window="minute"\} 2/)
       expect(text).toMatch(/gateway_rate_limit_store_duration_seconds_count\{store="redis"\} 7/)
-      expect(text).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="2xx"\} 5/)
+      expect(text).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="2xx",plan="enterprise"\} 5/)
+      // A request without a valid key is counted under the per-IP limit's name.
+      expect(text).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="4xx",plan="anonymous"\} \d+/)
       // Every request has ended by the scrape; the bound is the shipped default.
       expect(text).toMatch(/gateway_upstream_in_flight\{upstream="pets"\} 0\n/)
       expect(text).toMatch(/gateway_upstream_max_in_flight\{upstream="pets"\} 1024\n/)

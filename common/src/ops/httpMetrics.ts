@@ -11,11 +11,13 @@ export function statusClass(status: number): string {
 
 /**
  * Request count and latency by route template (never the raw path: ids would make the label
- * set unbounded), method and status class.
+ * set unbounded), method and status class, and by plan where the service knows one (the gateway:
+ * plans come from its config, a bounded set).
  */
 export const httpMetrics = fp(
-  async (app: FastifyInstance, options: { registry: Registry }) => {
-    const labelNames = ['method', 'route', 'status_class'] as const
+  async (app: FastifyInstance, options: { registry: Registry; plan?: (request: FastifyRequest) => string }) => {
+    const plan = options.plan
+    const labelNames = plan ? ['method', 'route', 'status_class', 'plan'] : ['method', 'route', 'status_class']
     const requests = new HotPathCounter({
       name: 'http_requests_total',
       help: 'HTTP requests answered, by route template, method and status class.',
@@ -34,8 +36,15 @@ export const httpMetrics = fp(
       const method = request.method
       const route = request.routeOptions.url ?? 'unmatched'
       const statusLabel = statusClass(status)
-      requests.labels(method, route, statusLabel).inc()
-      duration.labels(method, route, statusLabel).observe(reply.elapsedTime / 1000)
+      const seconds = reply.elapsedTime / 1000
+      if (plan) {
+        const planLabel = plan(request)
+        requests.labels(method, route, statusLabel, planLabel).inc()
+        duration.labels(method, route, statusLabel, planLabel).observe(seconds)
+      } else {
+        requests.labels(method, route, statusLabel).inc()
+        duration.labels(method, route, statusLabel).observe(seconds)
+      }
     }
     app.addHook('onRequest', (request, reply, done) => {
       whenAnswerCutShort(reply, REQUEST_COUNT, (status) => count(request, reply, status))
