@@ -18,20 +18,21 @@ export const httpMetrics = fp(
   async (app: FastifyInstance, options: { registry: Registry; plan?: (request: FastifyRequest) => string }) => {
     const plan = options.plan
     const labelNames = plan ? ['method', 'route', 'status_class', 'plan'] : ['method', 'route', 'status_class']
+    const by = plan ? 'route template, method, status class and plan' : 'route template, method and status class'
     const requests = new HotPathCounter({
       name: 'http_requests_total',
-      help: 'HTTP requests answered, by route template, method and status class.',
+      help: `HTTP requests answered, by ${by}.`,
       labelNames,
       registers: [options.registry],
     })
     const duration = new HotPathHistogram({
       name: 'http_request_duration_seconds',
-      help: 'Time from request received to response sent, by route template, method and status class.',
+      help: `Time from request received to response sent, by ${by}.`,
       labelNames,
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: [options.registry],
     })
-    // The label sets are bounded: route templates × methods × status classes.
+    // The label sets are bounded: route templates × methods × status classes (× configured plans).
     function count(request: FastifyRequest, reply: FastifyReply, status: number): void {
       const method = request.method
       const route = request.routeOptions.url ?? 'unmatched'

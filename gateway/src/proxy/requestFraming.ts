@@ -24,8 +24,9 @@ function repeatedSingleton(rawHeaders: string[]): string | undefined {
  * Requests the gateway will not pass on as they stand, refused with 400 and the Error body once
  * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2),
  * two Host fields (§3.2), two Authorization fields, which one server would read as the first
- * key and another as the second, or two Content-Type fields (one server's JSON, another's text). An HTTP/1.0 request framed with Transfer-Encoding is answered,
- * then its connection closed (§6.1: its framing cannot be trusted); so is one asking to upgrade.
+ * key and another as the second, or two Content-Type fields (one server's JSON, another's text).
+ * An HTTP/1.0 request framed with Transfer-Encoding is answered, then its connection closed
+ * (§6.1: its framing cannot be trusted); so is one asking to upgrade.
  */
 export const requestFraming = fp(
   async (app: FastifyInstance) => {

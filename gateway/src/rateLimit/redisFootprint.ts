@@ -14,7 +14,7 @@ export function packedStateBytes(minuteBuckets: number, dayBuckets: number): num
  * What Redis's MEMORY USAGE reports for a key holding a string of `valueBytes`: the value object
  * (16 bytes), its dictionary entry (24), and the key name and the value as SDS strings (a 3-byte
  * header under 256 bytes, 5 above, and a terminating zero), each in jemalloc's size class. Checked
- * against a real Redis in test/gateway/rateLimit/redisFootprint.int.test.ts.
+ * against a real Redis in test/gateway/rateLimit/redisStore.int.test.ts.
  */
 export function redisMemoryUsage(keyBytes: number, valueBytes: number): number {
   const sds = (length: number) => allocated((length < 256 ? 3 : 5) + length + 1)
