@@ -45,7 +45,6 @@ async function main(): Promise<void> {
     connectionString: databaseUrl,
     onChange: keyChangeHandler(keys, unbans),
     logger,
-    missingIdMillis: config.keyCache.ttlMillis,
   })
   unbans.start()
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)

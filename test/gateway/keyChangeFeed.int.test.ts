@@ -1,9 +1,11 @@
+import pg from 'pg'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
+import { createKeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
-import { createKeyRepository, type KeyChange, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { createKeyRepository, isUsable, type KeyChange, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
@@ -124,4 +126,96 @@ describe('API key change notifications', () => {
       await keys.close()
     }
   })
+})
+
+describe('a gateway\'s key cache follows the change log whatever order its transactions commit in', () => {
+  let database: TestDatabase
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+  })
+  afterAll(async () => {
+    await database?.drop()
+  })
+
+  /** A gateway's key cache and change feed, wired as main.ts wires them, and an operator's psql session. */
+  async function gatewayAndOperator() {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-order-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const repository = createKeyRepository(pool)
+    const operator = new pg.Client({ connectionString: database.url })
+    await operator.connect()
+    const cache = createKeyCache(repository, { maxEntries: 10_000, ttlMillis: 60_000, negativeTtlMillis: 60_000 })
+    const follow = () =>
+      startKeyChangeFeed({ repository, connectionString: database.url, onChange: (change) => cache.invalidate(change.keyHash), logger: pino({ level: 'silent' }) })
+    const usable = async (key: string) => {
+      const record = await cache.lookup(key)
+      return record !== undefined && isUsable(record)
+    }
+    /** Whether the gateway would still accept the key within 2 s of the change's commit. */
+    const refusedWithin2s = async (key: string) => {
+      await vi.waitFor(async () => expect(await usable(key)).toBe(false), {
+        timeout: 2_000,
+        interval: 100,
+      })
+    }
+    return { pool, repository, operator, cache, usable, follow, refusedWithin2s, close: async () => (await operator.end(), await pool.end()) }
+  }
+
+  it('refuses a key revoked in the same transaction as 1,100 other changes, committed after a later change', async () => {
+    const { pool, repository, operator, usable, follow, refusedWithin2s, close } = await gatewayAndOperator()
+    await pool.query(
+      `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan)
+       SELECT 'key_bulk' || g, sha256(('bulk' || g)::bytea), 'aas_bulk', 'bulk', 'free' FROM generate_series(1, 1100) g`,
+    )
+    const target = await repository.create({ name: 'target', plan: 'free' })
+    const other = await repository.create({ name: 'other', plan: 'free' })
+    const feed = await follow()
+    try {
+      await operator.query('BEGIN')
+      await operator.query(`UPDATE gateway.api_keys SET plan = 'pro' WHERE name = 'bulk'`)
+      await operator.query('UPDATE gateway.api_keys SET revoked_at = now() WHERE id = $1', [target.record.id])
+      await repository.setPlan(other.record.id, 'pro')
+      await new Promise((resolve) => setTimeout(resolve, 1_500))
+      // A request loads the key while its revocation is not committed yet.
+      expect(await usable(target.key)).toBe(true)
+      await operator.query('COMMIT')
+      await refusedWithin2s(target.key)
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  }, 20_000)
+
+  it('refuses a key whose revocation was still open when the gateway started, behind 150 later changes', async () => {
+    const { pool, repository, operator, usable, follow, refusedWithin2s, close } = await gatewayAndOperator()
+    const slow = await repository.create({ name: 'slow', plan: 'free' })
+    const others = await Promise.all(Array.from({ length: 150 }, (_, index) => repository.create({ name: `later ${index}`, plan: 'free' })))
+    await operator.query('BEGIN')
+    await operator.query('UPDATE gateway.api_keys SET revoked_at = now() WHERE id = $1', [slow.record.id])
+    await pool.query(`UPDATE gateway.api_keys SET plan = 'business' WHERE id = ANY($1)`, [others.map(({ record }) => record.id)])
+    const feed = await follow()
+    try {
+      expect(await usable(slow.key)).toBe(true)
+      await operator.query('COMMIT')
+      await refusedWithin2s(slow.key)
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  }, 20_000)
+
+  it('refuses a key whose row was deleted by hand', async () => {
+    const { repository, operator, cache, follow, close } = await gatewayAndOperator()
+    const deleted = await repository.create({ name: 'deleted by hand', plan: 'free' })
+    const feed = await follow()
+    try {
+      expect(await cache.lookup(deleted.key)).toBeDefined()
+      await operator.query('DELETE FROM gateway.api_keys WHERE id = $1', [deleted.record.id])
+      await vi.waitFor(async () => expect(await cache.lookup(deleted.key)).toBeUndefined(), { timeout: 2_000, interval: 100 })
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  }, 20_000)
 })

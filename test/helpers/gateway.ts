@@ -91,7 +91,6 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     // The production handlers, so the tests exercise the gateway's own wiring.
     onChange: keyChangeHandler(cache, unbans),
     logger,
-    missingIdMillis: config.keyCache.ttlMillis,
   })
   unbans.start()
   metrics.observeKeyCache(cache)

@@ -3,24 +3,14 @@ import type { Logger } from 'pino'
 import type { KeyChange, KeyRepository } from './keyRepository.ts'
 
 export interface KeyChangeFeedOptions {
-  repository: Pick<KeyRepository, 'latestChangeId' | 'changesSince' | 'changeIdsSince'>
+  repository: Pick<KeyRepository, 'changeFeedStart' | 'changesFromHorizon'>
   /** For the LISTEN connection; when LISTEN is unavailable the periodic read still works. */
   connectionString: string
   onChange: (change: KeyChange) => void
   logger: Logger
   /** Catch-up period: the bound on propagation when notifications are lost. */
   pollMillis?: number
-  /**
-   * How long an id skipped in the log is looked for (see below): the key cache's TTL, after
-   * which the entry such a change would have invalidated has expired anyway.
-   */
-  missingIdMillis?: number
 }
-
-/** More ids than this between two entries is not transactions still open: a sequence jump, or a purged log. */
-const MAX_MISSING_PER_JUMP = 1_000
-/** At start, ids this far below the newest entry that are absent may be transactions still open. */
-const START_LOOKBACK = 100
 
 export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
 
@@ -30,46 +20,33 @@ export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
  * a notification could miss (a dropped LISTEN connection, PGlite, a transaction pooler).
  *
  * An entry's id is taken when its transaction inserts it, but the entry is seen only when that
- * transaction commits, so entries can appear out of id order: an operator's revocation inside a
- * longer transaction commits after a later CLI change. An id skipped over is therefore looked for
- * again on every read until it appears (or `missingIdMillis` pass: a rolled-back transaction
- * leaves its id unused forever).
+ * transaction commits, so entries appear out of id order, and a transaction can stay open for
+ * as long as an operator likes. So the log is followed by transaction: each read returns every
+ * entry of a transaction that was still running at the previous read (at or past its horizon,
+ * the oldest transaction running then), and the new horizon. An entry is delivered the first time
+ * it is seen, and remembered only while its transaction is at or past the horizon, where a read
+ * returns it again. Nothing is given up on by time or by count.
  */
 export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise<{ stop(): Promise<void> }> {
   const { repository, logger } = options
-  const missingIdMillis = options.missingIdMillis ?? 60_000
-  let lastId = await repository.latestChangeId()
-  /** Ids below lastId not seen yet, with when they were first missed. */
-  const missing = new Map<number, number>()
-  const missedBetween = (after: number, before: number) => {
-    if (before - after - 1 > MAX_MISSING_PER_JUMP) return
-    const now = Date.now()
-    for (let id = after + 1; id < before; id++) missing.set(id, now)
-  }
-  // A change whose transaction is still open as this gateway starts commits below lastId.
-  if (lastId > 0) {
-    const floor = Math.max(lastId - START_LOOKBACK, 0)
-    let previous = floor
-    for (const id of await repository.changeIdsSince(floor)) {
-      missedBetween(previous, id)
-      previous = id
+  // Entries visible at start are history: the cache they would invalidate is empty.
+  const start = await repository.changeFeedStart()
+  let horizon = start.horizon
+  /** Ids delivered (or history at start) whose transaction is at or past the horizon. */
+  let delivered = new Set(start.visible)
+
+  const readOnce = async (): Promise<void> => {
+    const read = await repository.changesFromHorizon(horizon)
+    for (const change of read.changes) {
+      if (delivered.has(change.id)) continue
+      delivered.add(change.id)
+      options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind })
     }
+    const next = BigInt(read.horizon)
+    delivered = new Set(read.changes.filter((change) => BigInt(change.xid) >= next).map((change) => change.id))
+    horizon = read.horizon
   }
 
-  const take = (change: KeyChange) => {
-    if (change.id > lastId) {
-      missedBetween(lastId, change.id)
-      lastId = change.id
-    } else {
-      missing.delete(change.id)
-    }
-    options.onChange(change)
-  }
-
-  const forgetOldMissing = () => {
-    const expired = Date.now() - missingIdMillis
-    for (const [id, since] of missing) if (since < expired) missing.delete(id)
-  }
   let stopped = false
   let reading: Promise<void> | undefined
   let again = false
@@ -83,8 +60,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       do {
         again = false
         try {
-          forgetOldMissing()
-          for (const change of await repository.changesSince(lastId, [...missing.keys()])) take(change)
+          await readOnce()
         } catch (error) {
           logger.warn({ err: error }, 'reading API key changes failed; cached keys stay until their TTL')
         }

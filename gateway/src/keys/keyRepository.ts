@@ -111,16 +111,36 @@ export function createKeyRepository(pool: pg.Pool) {
         perDay,
       ]),
 
-    /** The newest entry of the change log, where a starting gateway begins to follow it. */
-    async latestChangeId(): Promise<number> {
-      const { rows } = await pool.query<{ id: number | null }>('SELECT max(id) AS id FROM gateway.api_key_changes')
-      return rows[0]?.id ?? 0
+    /**
+     * Where a gateway starts following the log: the horizon (the oldest transaction still running,
+     * pg_snapshot_xmin of the current snapshot: every entry of an older one is visible by now) and
+     * the ids of the entries already visible from transactions at or past it, which it must not
+     * deliver as new. One statement, so both come from the same snapshot.
+     */
+    async changeFeedStart(): Promise<{ horizon: string; visible: number[] }> {
+      const { rows } = await pool.query<{ horizon: string; id: number | null }>(
+        `WITH s AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon)
+         SELECT s.horizon::text AS horizon, c.id FROM s LEFT JOIN gateway.api_key_changes c ON c.xid >= s.horizon ORDER BY c.id`,
+      )
+      return { horizon: rows[0]?.horizon ?? '0', visible: rows.flatMap((row) => (row.id === null ? [] : [row.id])) }
     },
 
-    /** The ids of the log's entries after `id`, oldest first. */
-    async changeIdsSince(id: number): Promise<number[]> {
-      const { rows } = await pool.query<{ id: number }>('SELECT id FROM gateway.api_key_changes WHERE id > $1 ORDER BY id', [id])
-      return rows.map((row) => row.id)
+    /**
+     * Every visible entry of a transaction at or past `horizon` (those may have committed since it
+     * was taken), with its transaction, and the horizon now, from the same snapshot.
+     */
+    async changesFromHorizon(horizon: string): Promise<{ horizon: string; changes: (KeyChange & { xid: string })[] }> {
+      const { rows } = await pool.query<{ horizon: string; id: number | null; keyId: string; keyHash: Buffer; kind: KeyChange['kind']; xid: string }>(
+        `SELECT s.horizon, c.id, c.key_id AS "keyId", c.key_hash AS "keyHash", c.kind, c.xid::text AS xid
+           FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon) s
+           LEFT JOIN gateway.api_key_changes c ON c.xid >= $1::xid8
+          ORDER BY c.id`,
+        [horizon],
+      )
+      return {
+        horizon: rows[0]?.horizon ?? horizon,
+        changes: rows.flatMap(({ id, keyId, keyHash, kind, xid }) => (id === null ? [] : [{ id, keyId, keyHash, kind, xid }])),
+      }
     },
 
     /** Entries after `id`, and those of `missing` (ids below it not committed when last read) now there. */
