@@ -98,6 +98,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a fractional categoryId', '{"name":"Rex","categoryId":1.5}'],
         ['a fractional categoryId JSON.parse rounds to an integer', '{"name":"Rex","categoryId":9007199254740990.5}'],
         ['a categoryId of 1 plus 10^-16 (would round to 1)', '{"name":"Rex","categoryId":1.0000000000000001}'],
+        // The rounding check once took time quadratic in such a run of zeros (about 16 s here).
+        ['a categoryId of 1 plus 10^-100001', `{"name":"Rex","categoryId":1.${'0'.repeat(100_000)}1}`],
         ['categoryId as a string', '{"name":"Rex","categoryId":"7"}'],
         ['categoryId 2^53', '{"name":"Rex","categoryId":9007199254740992}'],
         ['categoryId 2^53 + 1 (would round)', '{"name":"Rex","categoryId":9007199254740993}'],
