@@ -1,5 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
+import { bearerToken } from '../../gateway/src/auth/authenticate.ts'
 import {
   KEY_LENGTH,
   displayPrefix,
@@ -49,5 +50,27 @@ describe('API keys', () => {
 
   it('have public ids safe for logs and Redis key names', () => {
     expect(generateKeyId()).toMatch(/^key_[0-9A-Za-z]{12}$/)
+  })
+})
+
+describe('the bearer token of an Authorization value', () => {
+  it.each([
+    ['Bearer abc', 'abc'],
+    ['bearer abc', 'abc'],
+    ['BEARER   abc   ', 'abc'],
+    ['Bearer', ''],
+    ['Bearer    ', ''],
+    ['Bearer abc def', undefined],
+    ['Bearerabc', undefined],
+    ['Bearer\tabc', undefined],
+    [' Bearer abc', undefined],
+    ['Basic abc', undefined],
+  ])('%j → %j', (value, token) => {
+    expect(bearerToken(value)).toBe(token)
+  })
+
+  it('reads past 16,000 spaces (a header of the largest size Node takes) to find two tokens', () => {
+    expect(bearerToken(`Bearer${' '.repeat(16_000)}abc def`)).toBeUndefined()
+    expect(bearerToken(`Bearer${' '.repeat(16_000)}abc${' '.repeat(16_000)}`)).toBe('abc')
   })
 })
