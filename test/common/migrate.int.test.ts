@@ -3,6 +3,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
@@ -17,6 +18,23 @@ describe('migrations at boot', () => {
   afterAll(async () => {
     await database?.drop()
   })
+
+  // The request pool bounds statements at 5 s; a second replica waits for the first's migrations
+  // as long as they take (here 6.5 s), then finds nothing left to apply.
+  it('wait for another instance migrating for longer than a request may take', async () => {
+    const holder = new pg.Client({ connectionString: database.url })
+    await holder.connect()
+    const lock = createHash('sha256').update(`migrations:${GATEWAY_MIGRATIONS.schema}`).digest().readBigInt64BE(0)
+    await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock.toString()])
+    setTimeout(() => void holder.query('SELECT pg_advisory_unlock($1::bigint)', [lock.toString()]), 6_500)
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-wait-test' })
+    try {
+      expect(await migrate(pool, GATEWAY_MIGRATIONS)).not.toHaveLength(0)
+    } finally {
+      await holder.end()
+      await pool.end()
+    }
+  }, 20_000)
 
   it('fail with an error, not a crash, when the connection is lost while waiting for the lock', async () => {
     // Another instance holds the schema's migration lock, so this one waits on it.

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
-import type pg from 'pg'
+import pg from 'pg'
 import type { Logger } from 'pino'
 
 export interface MigrationSet {
@@ -30,6 +30,9 @@ async function readMigrations(directory: string): Promise<Migration[]> {
   )
 }
 
+/** How long a migration may wait for a lock (another instance's migration lock, a table's) before failing. */
+const MIGRATION_LOCK_TIMEOUT_MILLIS = 300_000
+
 /** A 64-bit advisory lock id derived from the schema name, so each schema has its own lock. */
 function lockId(schema: string): bigint {
   return createHash('sha256').update(`migrations:${schema}`).digest().readBigInt64BE(0)
@@ -38,20 +41,23 @@ function lockId(schema: string): bigint {
 /**
  * Applies pending migrations, each in its own transaction, under a session advisory lock so
  * that two instances starting together apply each migration exactly once.
+ *
+ * On a connection of its own, outside the pool's request bounds (a 5 s statement_timeout and the
+ * client-side sweep): an instance waiting for another's migration, or a migration building an
+ * index, takes as long as it takes. Waiting for a lock is bounded by lock_timeout instead (5 min).
  */
 export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger): Promise<number[]> {
   const migrations = await readMigrations(set.directory)
-  const client = await pool.connect()
+  const { statement_timeout: _statementTimeout, idle_in_transaction_session_timeout: _idleTimeout, ...connection } = pool.options
+  const client = new pg.Client({ ...connection, statement_timeout: 0, lock_timeout: MIGRATION_LOCK_TIMEOUT_MILLIS })
+  // A connection lost while migrating would otherwise be an unhandled 'error' event, a crash
+  // instead of the failed query's error.
+  const onLost = () => undefined
+  client.on('error', onLost)
   const lock = lockId(set.schema).toString()
   const applied: number[] = []
-  // The pool listens for errors on idle clients only: a connection lost while migrating would
-  // otherwise be an unhandled 'error' event, a crash instead of the failed query's error.
-  let lost: Error | undefined
-  const onLost = (error: Error) => {
-    lost = error
-  }
-  client.on('error', onLost)
   try {
+    await client.connect()
     await client.query('SELECT pg_advisory_lock($1::bigint)', [lock])
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdentifier(set.schema)}`)
     const table = `${quoteIdentifier(set.schema)}.schema_migrations`
@@ -79,10 +85,9 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
       logger?.info({ schema: set.schema, migration: migration.name }, 'migration applied')
     }
   } finally {
-    if (!lost) await client.query('SELECT pg_advisory_unlock($1::bigint)', [lock]).catch(() => undefined)
+    // Closing the session releases its advisory lock too, lost connection or not.
+    await client.end().catch(() => undefined)
     client.off('error', onLost)
-    // A lost connection is destroyed, not returned to the pool (its session lock died with it).
-    client.release(lost)
   }
   return applied
 }
