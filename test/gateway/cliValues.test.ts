@@ -37,6 +37,21 @@ describe('keys --expires', () => {
   })
 })
 
+describe('keys --expires at a date-time', () => {
+  it('reads one without an offset as UTC, whatever the time zone of the machine running the CLI', () => {
+    const zone = process.env.TZ
+    try {
+      for (const timeZone of ['UTC', 'Asia/Tokyo', 'America/Los_Angeles']) {
+        process.env.TZ = timeZone
+        expect(parseExpires('2026-12-31T18:00', now)).toEqual({ at: new Date('2026-12-31T18:00:00Z') })
+      }
+    } finally {
+      process.env.TZ = zone
+    }
+    expect(parseExpires('2026-12-31T18:00+09:00', now)).toEqual({ at: new Date('2026-12-31T09:00:00Z') })
+  })
+})
+
 describe('keys command line', () => {
   it('takes --json before the command as after it', () => {
     expect(parseCommand(['--json', 'list'])).toEqual(parseCommand(['list', '--json']))

@@ -53,7 +53,7 @@ const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?(?:
  */
 export type KeyExpiry = { at: Date } | { afterMillis: number }
 
-/** `--expires`: a duration (90s, 30m, 12h, 30d, 8w) or an ISO date or date-time in the future. */
+/** `--expires`: a duration (90s, 30m, 12h, 30d, 8w) or an ISO date or date-time in the future (UTC unless it says otherwise). */
 export function parseExpires(raw: string, now: Date): KeyExpiry {
   const usage = () =>
     new UsageError(`--expires must be a duration (90s, 30m, 12h, 30d, 8w) or an ISO date (2026-12-31, 2026-12-31T18:00:00Z), got "${raw}"`)
@@ -66,7 +66,10 @@ export function parseExpires(raw: string, now: Date): KeyExpiry {
     return { afterMillis }
   }
   const iso = ISO.exec(raw)
-  const date = iso && validDay(Number(iso[1]), Number(iso[2]), Number(iso[3])) ? new Date(raw) : new Date(Number.NaN)
+  // A date-time without an offset is UTC, as a date alone is: JavaScript would read it in this
+  // host's time zone, and the same command would give another expiry on another machine.
+  const utc = raw.includes('T') && !/(?:Z|[+-]\d{2}:?\d{2})$/.test(raw) ? `${raw}Z` : raw
+  const date = iso && validDay(Number(iso[1]), Number(iso[2]), Number(iso[3])) ? new Date(utc) : new Date(Number.NaN)
   if (Number.isNaN(date.getTime()) || date.getUTCFullYear() > 9999) throw usage()
   if (date <= now) throw notFuture()
   return { at: date }
