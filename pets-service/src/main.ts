@@ -33,9 +33,10 @@ async function main(): Promise<void> {
     dependencies: { postgres: () => pets.ping() },
   })
 
-  const purge = setInterval(() => {
-    pets.purgeIdempotencyKeys().catch((error: unknown) => logger.warn({ err: error }, 'idempotency purge failed'))
-  }, 3_600_000)
+  // At start too: a service restarted more often than hourly would otherwise never purge.
+  const purgeKeys = () => void pets.purgeIdempotencyKeys().catch((error: unknown) => logger.warn({ err: error }, 'idempotency purge failed'))
+  purgeKeys()
+  const purge = setInterval(purgeKeys, 3_600_000)
   purge.unref()
 
   await ops.listen({ host: config.opsHost, port: config.opsPort })

@@ -77,7 +77,7 @@ describe('gateway logs', () => {
     expect(lines).toEqual([
       expect.objectContaining({ msg: 'request aborted by the client', route: '/v1/pets', status: 499, keyId: id, durationMs: expect.any(Number) }),
     ])
-    expect(await slow.registry.metrics()).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="4xx"\} 1\n/)
+    expect(await slow.registry.metrics()).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="4xx",plan="free"\} 1\n/)
   })
 
   it('write a warning and an answer-cut-short line (not a client abort) when the upstream breaks off an answer under way', async () => {

@@ -220,6 +220,20 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
           expect(await storedCount()).toBe(1)
         })
 
+        it('treats a key past its 24 h as new, even before the hourly purge has removed it', async () => {
+          const headers = { 'idempotency-key': 'order-old' }
+          const first = await createPet({ name: 'Rex', categoryId: 1 }, headers)
+          await service.pool.query(`UPDATE pets.idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'order-old'`)
+          const again = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 1 }, headers))
+          expect(again.status).toBe(201)
+          expect(again.headers.get('idempotent-replayed')).toBeNull()
+          expect(((await again.json()) as Pet).id).not.toBe(first.id)
+          // The key now names the new pet, for another 24 h.
+          const retry = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 2 }, headers))
+          await expectErrorResponse(retry, 422, 'idempotency_key_reused')
+          expect(await storedCount()).toBe(2)
+        })
+
         it('keeps keys of different consumers apart', async () => {
           const body = { name: 'Rex', categoryId: 1 }
           const a = await createPet(body, { 'idempotency-key': 'shared', 'x-consumer-id': 'key_a' })

@@ -83,11 +83,15 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
       try {
         await client.query('BEGIN')
         // A concurrent request with the same key blocks here until the first commits, then
-        // finds its row: exactly one pet per key whatever the interleaving.
+        // finds its row: exactly one pet per key whatever the interleaving. A row past the
+        // retention is claimed afresh (the hourly purge may not have run, say on a service
+        // restarted more often), and one within it is locked, whether updated or not, so a purge
+        // cannot delete it between this claim and the replay that reads it.
         const claimed = await client.query(
           `INSERT INTO pets.idempotency_keys (consumer, key, fingerprint) VALUES ($1, $2, $3)
-           ON CONFLICT (consumer, key) DO NOTHING`,
-          [claim.consumer, claim.key, claim.fingerprint],
+           ON CONFLICT (consumer, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, pet_id = NULL, created_at = now()
+             WHERE pets.idempotency_keys.created_at < now() - make_interval(hours => $4)`,
+          [claim.consumer, claim.key, claim.fingerprint, IDEMPOTENCY_RETENTION_HOURS],
         )
         let result: CreateResult
         if (claimed.rowCount === 1) {
