@@ -143,12 +143,11 @@ export function createKeyRepository(pool: pg.Pool) {
       }
     },
 
-    /** Entries after `id`, and those of `missing` (ids below it not committed when last read) now there. */
-    async changesSince(id: number, missing: number[] = []): Promise<KeyChange[]> {
+    /** The log's entries after `id`, oldest first, at most 1,000 (what `keys` changed, for its tests). */
+    async changesSince(id: number): Promise<KeyChange[]> {
       const { rows } = await pool.query<KeyChange>(
-        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes
-          WHERE id > $1 OR id = ANY($2::bigint[]) ORDER BY id LIMIT 1000`,
-        [id, missing],
+        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes WHERE id > $1 ORDER BY id LIMIT 1000`,
+        [id],
       )
       return rows
     },
