@@ -1,5 +1,20 @@
+import type { Logger } from 'pino'
+
 /** A setting the environment gives wrongly or not at all: the process cannot start, and the message says why. */
 export class EnvError extends Error {}
+
+/**
+ * How a service that could not start says so: an operator's mistake in the environment in one
+ * line (log and stderr), without a stack trace; anything else as the fatal error it is.
+ */
+export function reportStartupFailure(logger: Logger, service: string, error: unknown): void {
+  if (error instanceof EnvError) {
+    logger.fatal({ problem: error.message }, `${service} cannot start`)
+    console.error(`${service} cannot start: ${error.message}`)
+  } else {
+    logger.fatal({ err: error }, `${service} failed to start`)
+  }
+}
 
 /** Reads a TCP port from the environment; a malformed value stops the process at boot. */
 export function portFromEnv(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {

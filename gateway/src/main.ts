@@ -1,7 +1,7 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
-import { EnvError, drainMillisFromEnv, internalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
+import { drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, requiredEnv } from '../../common/src/env.ts'
 import { SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
@@ -110,12 +110,8 @@ main().catch((error: unknown) => {
   if (error instanceof ConfigError) {
     logger.fatal({ problems: error.problems }, 'gateway config is invalid')
     console.error(error.message)
-  } else if (error instanceof EnvError) {
-    // An operator's mistake, not the program's: the reason alone, without a stack trace.
-    logger.fatal({ problem: error.message }, 'gateway cannot start')
-    console.error(`gateway cannot start: ${error.message}`)
   } else {
-    logger.fatal({ err: error }, 'gateway failed to start')
+    reportStartupFailure(logger, 'gateway', error)
   }
   process.exit(1)
 })

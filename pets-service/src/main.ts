@@ -2,7 +2,7 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
-import { EnvError } from '../../common/src/env.ts'
+import { reportStartupFailure } from '../../common/src/env.ts'
 import { SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
@@ -52,12 +52,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  if (error instanceof EnvError) {
-    // An operator's mistake, not the program's: the reason alone, without a stack trace.
-    logger.fatal({ problem: error.message }, 'pets-service cannot start')
-    console.error(`pets-service cannot start: ${error.message}`)
-  } else {
-    logger.fatal({ err: error }, 'pets-service failed to start')
-  }
+  reportStartupFailure(logger, 'pets-service', error)
   process.exit(1)
 })

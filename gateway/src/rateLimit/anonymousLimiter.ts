@@ -103,21 +103,23 @@ export function createAnonymousLimiter(options: {
    * would otherwise cost a query each, refused or not.
    */
   function mayLookUp(clientIp: string): boolean {
-    const window = here.peek(clientIp)
-    if (window === undefined || window.resetsAt <= performance.now() || window.count < limit) return true
+    const window = spentHere(clientIp)
+    if (window === undefined) return true
     if (window.lookups >= limit) return false
     window.lookups++
     return true
   }
 
+  /** The address's window in this process if it has no room left, with nothing charged. */
+  function spentHere(clientIp: string) {
+    const window = here.peek(clientIp)
+    return window !== undefined && window.resetsAt > performance.now() && window.count >= limit ? window : undefined
+  }
+
   /** The refusal an address would get now, with nothing charged; undefined while it has room. */
   function refusalFor(clientIp: string): AnonymousDecision | undefined {
-    const window = here.peek(clientIp)
-    const now = performance.now()
-    const local =
-      window !== undefined && window.resetsAt > now && window.count >= limit
-        ? { admitted: false, limit, remaining: 0, resetInMillis: window.resetsAt - now, windowSeconds }
-        : undefined
+    const window = spentHere(clientIp)
+    const local = window && { admitted: false, limit, remaining: 0, resetInMillis: window.resetsAt - performance.now(), windowSeconds }
     const refused = shared ? spentWindow(clientIp) : undefined
     return local && refused ? tighter(local, refused) : (local ?? refused)
   }

@@ -219,7 +219,8 @@ export const rateLimit = fp(
         // like the guess it may be: valid or not, it was not checked. Should the window have freed
         // since, in between the two stages, the client is told to retry in a second.
         if (reason === 'over_ip_limit') {
-          const refused = options.anonymous().refusalFor(client) ?? { ...options.anonymous().policy, admitted: false, remaining: 0, resetInMillis: 1_000 }
+          const limiter = options.anonymous()
+          const refused = limiter.refusalFor(client) ?? { ...limiter.policy, admitted: false, remaining: 0, resetInMillis: 1_000 }
           return settle(reply, done, anonymousOutcome(request, refused))
         }
         // Only a guess (a well-formed key looked up in vain) is counted across gateways, in Redis;

@@ -161,7 +161,7 @@ describe('requests without a valid key are limited per client IP', () => {
       // This gateway's own window starts now (0–2 s) …
       one!.consumeHere('192.0.2.10')
       one!.consumeHere('192.0.2.10')
-      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      await sleep(1_000)
       // … Redis's a second later (1–3 s), and its third guess here spends both.
       for (let i = 0; i < 2; i++) expect((await two!.consumeGuess('192.0.2.10')).admitted).toBe(true)
       expect((await one!.consumeGuess('192.0.2.10')).remaining).toBe(0)
