@@ -27,6 +27,12 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
 
   async function lift(change: KeyChange, late: boolean): Promise<void> {
     limiter.bans.forget(change.keyId)
+    if (change.applied) {
+      // Lifted in the shared store already: only what this process holds goes. Lifting it there
+      // again would also lift a ban the key earned after the first lift.
+      await limiter.store.unbanHere(change.keyId)
+      return
+    }
     try {
       await limiter.store.unban(change.keyId)
     } catch (error) {

@@ -40,7 +40,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     for (const change of read.changes) {
       if (delivered.has(change.id)) continue
       delivered.add(change.id)
-      options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind })
+      options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind, applied: change.applied })
     }
     const next = BigInt(read.horizon)
     delivered = new Set(read.changes.filter((change) => BigInt(change.xid) >= next).map((change) => change.id))

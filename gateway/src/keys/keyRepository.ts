@@ -18,6 +18,12 @@ export interface KeyChange {
   keyId: string
   keyHash: Buffer
   kind: 'updated' | 'unban'
+  /**
+   * An unban already lifted in the rate-limit store (by a gateway that marked it, or the
+   * announcement of a late one), or overtaken by a newer ban: gateways only forget what they hold
+   * themselves. Lifting it in the store again could lift a ban the key has earned since.
+   */
+  applied: boolean
 }
 
 /** A ban as the gateway that started it recorded it (the store holds the ban itself). */
@@ -130,8 +136,8 @@ export function createKeyRepository(pool: pg.Pool) {
      * was taken), with its transaction, and the horizon now, from the same snapshot.
      */
     async changesFromHorizon(horizon: string): Promise<{ horizon: string; changes: (KeyChange & { xid: string })[] }> {
-      const { rows } = await pool.query<{ horizon: string; id: number | null; keyId: string; keyHash: Buffer; kind: KeyChange['kind']; xid: string }>(
-        `SELECT s.horizon, c.id, c.key_id AS "keyId", c.key_hash AS "keyHash", c.kind, c.xid::text AS xid
+      const { rows } = await pool.query<{ horizon: string; id: number | null; keyId: string; keyHash: Buffer; kind: KeyChange['kind']; applied: boolean; xid: string }>(
+        `SELECT s.horizon, c.id, c.key_id AS "keyId", c.key_hash AS "keyHash", c.kind, c.applied_at IS NOT NULL AS applied, c.xid::text AS xid
            FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon) s
            LEFT JOIN gateway.api_key_changes c ON c.xid >= $1::xid8
           ORDER BY c.id`,
@@ -139,7 +145,7 @@ export function createKeyRepository(pool: pg.Pool) {
       )
       return {
         horizon: rows[0]?.horizon ?? horizon,
-        changes: rows.flatMap(({ id, keyId, keyHash, kind, xid }) => (id === null ? [] : [{ id, keyId, keyHash, kind, xid }])),
+        changes: rows.flatMap(({ id, keyId, keyHash, kind, applied, xid }) => (id === null ? [] : [{ id, keyId, keyHash, kind, applied, xid }])),
       }
     },
 
@@ -200,7 +206,7 @@ export function createKeyRepository(pool: pg.Pool) {
           WHERE c.kind = 'unban' AND c.applied_at IS NULL AND b.key_id = c.key_id AND b.started_at > c.changed_at`,
       )
       const { rows } = await pool.query<KeyChange>(
-        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes
+        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind, false AS applied FROM gateway.api_key_changes
           WHERE kind = 'unban' AND applied_at IS NULL AND changed_at > now() - interval '1 day'
             AND changed_at < now() - interval '3 seconds'
           ORDER BY id LIMIT 100`,

@@ -79,6 +79,10 @@ export function createResilientStore(options: ResilientStoreOptions) {
       const [primary] = await Promise.allSettled([options.primary.unban(keyId), options.fallback?.unban(keyId)])
       if (primary.status === 'rejected') throw primary.reason
     },
+    /** Lifts the ban in this process's fallback only: the shared store has lifted it already. */
+    async unbanHere(keyId: string): Promise<void> {
+      await options.fallback?.unban(keyId)
+    },
     async close(): Promise<void> {
       await Promise.allSettled([options.primary.close(), options.fallback?.close()])
     },

@@ -57,7 +57,7 @@ describe('the ban cache and an unban racing a decision on its way to Redis', () 
           return decision.outcome
         })()
         if (unbanAfter === 'a turn later') await new Promise((resolve) => setImmediate(resolve))
-        await unbans.apply({ id: 1, keyId: 'key_race', keyHash: Buffer.alloc(0), kind: 'unban' })
+        await unbans.apply({ id: 1, keyId: 'key_race', keyHash: Buffer.alloc(0), kind: 'unban', applied: false })
         expect(await decided).toBe('banned')
 
         expect(bans.lookup('key_race', limits)).toBeUndefined()

@@ -1,4 +1,6 @@
+import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createUnbanApplier, keyChangeHandler } from '../../../gateway/src/keys/applyKeyChange.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
@@ -35,6 +37,25 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
       expect([undefined, 'rate_limited']).toContain(code)
     }
     throw new Error('no ban after 10 requests')
+  }
+
+  /**
+   * `keys unban` while Redis refuses the gateways' scripts: their unban fails at once (nothing
+   * waits in a socket to be run later), so the unban stays pending, and only the retry of pending
+   * unbans can lift the ban (late, and then announced to every gateway).
+   */
+  async function unbanWhileRedisRefusesScripts(id: string): Promise<{ unban: Awaited<ReturnType<typeof cli>>; shown: Awaited<ReturnType<typeof cli>> }> {
+    const admin = redis.admin()
+    await admin.connect()
+    try {
+      await admin.call('ACL', 'SETUSER', 'default', '-@scripting')
+      const unban = await cli('unban', id)
+      expect(unban).toMatchObject({ unban: 'pending' })
+      return { unban, shown: await cli('show', id) }
+    } finally {
+      await admin.call('ACL', 'SETUSER', 'default', '+@all')
+      admin.disconnect()
+    }
   }
 
   /** Script calls Redis has run so far: every rate-limit decision is one of them. */
@@ -177,18 +198,9 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     expect(await banThroughA(key)).toBe(30)
     await expectTooManyRequests(await send(b), 'api_key_banned')
 
-    // Redis refuses the gateways' scripts for a while: their unban fails at once (nothing waits in
-    // a socket to be run later), so only the retry of the pending unban can lift the ban.
-    const admin = redis.admin()
-    await admin.connect()
-    try {
-      await admin.call('ACL', 'SETUSER', 'default', '-@scripting')
-      expect(await cli('unban', id)).toMatchObject({ unban: 'pending', ban: { step: 1 } })
-      expect(await cli('show', id)).toMatchObject({ ban: { step: 1 } })
-    } finally {
-      await admin.call('ACL', 'SETUSER', 'default', '+@all')
-      admin.disconnect()
-    }
+    const { unban, shown } = await unbanWhileRedisRefusesScripts(id)
+    expect(unban).toMatchObject({ ban: { step: 1 } })
+    expect(shown).toMatchObject({ ban: { step: 1 } })
     // The pending unban is retried every 2 s once a few seconds old, and once applied it is
     // announced to both gateways, whose caches may have learnt the ban again meanwhile.
     const lifted = await Promise.all(
@@ -197,5 +209,31 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     for (const millis of lifted) expect(millis).toBeLessThan(10_000)
     expect((await cli('show', id)).ban).toBeNull()
     expect(await a.keys.pendingUnbans()).toEqual([])
+  })
+
+  it("a late unban's announcement, read after the key was banned again, leaves that ban in place", async () => {
+    const { key, id } = await a.createKey({ plan: 'enterprise', perMinute: 2, perDay: 1_000 })
+    const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
+    expect(await banThroughA(key)).toBe(4)
+    await eventually(async () => (await a.keys.activeBans([id])).has(id), 2_000)
+    // Unbanned while no gateway can take it (the 4 s ban may lapse meanwhile): pending, then lifted late.
+    await unbanWhileRedisRefusesScripts(id)
+    // The gateway that applies it late appends an applied copy to the log, for every gateway's cache.
+    const unbans = async () => (await a.keys.changesFromHorizon('0')).changes.filter((change) => change.keyId === id && change.kind === 'unban')
+    await eventually(async () => (await unbans()).filter((change) => change.applied).length === 2, 10_000, 250)
+    const announcement = (await unbans()).at(-1)!
+
+    // The key keeps sending and earns its next ban after the unban was lifted.
+    await sleep(2_000)
+    expect(await banThroughA(key)).toBe(30)
+    await eventually(async () => (await a.keys.activeBans([id])).get(id)?.step === 1, 2_000)
+
+    // A gateway whose change feed reads the announcement only now (behind a transaction pooler its
+    // feed reads the log every second): it forgets what it holds, and lifts nothing in Redis.
+    const applier = createUnbanApplier({ repository: b.keys, limiter: b.limiter, logger: pino({ level: 'silent' }) })
+    keyChangeHandler(b.cache, applier)(announcement)
+    await applier.stop()
+    for (const gateway of [b, a]) await expectTooManyRequests(await send(gateway), 'api_key_banned')
+    expect(await cli('show', id)).toMatchObject({ ban: { step: 1 } })
   })
 })
