@@ -102,7 +102,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(authenticate, {
     keys: deps.keys,
     onFailure: deps.metrics?.authFailure,
-    mayLookUp: (request) => deps.limiter.anonymous().mayLookUp(anonymousBucket(request.ip)),
+    beginLookUp: (request) => deps.limiter.anonymous().beginLookUp(anonymousBucket(request.ip)),
   })
   await app.register(privateResponses)
   // 3

@@ -76,11 +76,12 @@ export const authenticate = fp(
       keys: KeyCache
       onFailure?: (reason: AuthFailureReason) => void
       /**
-       * Whether a key the cache does not hold may be looked up for this request (the per-IP
-       * limit's say, anonymousLimiter.ts mayLookUp): without it, every invented key with a valid
-       * checksum (anyone can compute one) would cost a Postgres query after the address is refused.
+       * Starts the lookup of a key the cache does not hold, if the per-IP limit lets this request
+       * make one (anonymousLimiter.ts beginLookUp): what to call with its answer, or undefined.
+       * Without it, every invented key with a valid checksum (anyone can compute one) would cost a
+       * Postgres query after the address is refused.
        */
-      mayLookUp?: (request: FastifyRequest) => boolean
+      beginLookUp?: (request: FastifyRequest) => ((found: boolean) => void) | undefined
     },
   ) => {
     app.decorateRequest('apiKey', null)
@@ -123,16 +124,19 @@ export const authenticate = fp(
         refuse(request, 'malformed')
         return done()
       }
-      if (options.mayLookUp && !options.mayLookUp(request)) {
+      const settled = options.beginLookUp ? options.beginLookUp(request) : () => {}
+      if (settled === undefined) {
         refuse(request, 'over_ip_limit')
         return done()
       }
       options.keys.fetch(hashHex).then(
         (record) => {
           identify(request, record ?? null)
+          settled(request.apiKey !== null)
           done()
         },
         (error: unknown) => {
+          settled(false)
           if (!isDatabaseUnavailable(error)) return done(error as Error)
           request.authFailure = gatewayErrors.create('service_unavailable', undefined, {
             headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },

@@ -13,6 +13,24 @@ export interface AnonymousDecision {
 }
 
 /**
+ * An address's window in this process: requests counted, when it resets (monotonic clock), keys
+ * looked up for it after it had no room left (beginLookUp), and lookups under way.
+ */
+interface LocalWindow {
+  count: number
+  resetsAt: number
+  lookups: number
+  pending: number
+}
+
+/** An address's counts in this process, which a reload's new limiter carries over. */
+export interface AnonymousCounts {
+  here: LRUCache<string, LocalWindow>
+  /** When a window Redis said is spent resets, by address. */
+  spent: LRUCache<string, number>
+}
+
+/**
  * Requests without a valid key are limited per client IP and never charged to any key, at two
  * levels with the same limit:
  *
@@ -37,13 +55,17 @@ export function createAnonymousLimiter(options: {
   budgetMillis?: number
   /** Addresses remembered (default 100,000); the least recently seen are forgotten first. */
   maxAddresses?: number
+  /**
+   * The counts of the limiter this one replaces (a reload changed the limit or the window): an
+   * address keeps what it has spent, so a reload gives a key guesser no fresh allowance.
+   */
+  replacing?: AnonymousCounts
 }) {
   const { perMinute: limit, windowSeconds, budgetMillis } = options
   const windowMillis = windowSeconds * 1_000
   const maxAddresses = options.maxAddresses ?? 100_000
   // Client IP → its window in this process, on this process's monotonic clock.
-  // lookups: keys looked up for it since it spent the window (mayLookUp).
-  const here = new LRUCache<string, { count: number; resetsAt: number; lookups: number }>({ max: maxAddresses })
+  const here = options.replacing?.here ?? new LRUCache<string, LocalWindow>({ max: maxAddresses })
   // The counts every gateway shares, and how commands reach them (coalesced, within the budget).
   const shared = options.redis
     ? {
@@ -52,15 +74,21 @@ export function createAnonymousLimiter(options: {
       }
     : undefined
   // Client IP → when its spent window in Redis resets, on this process's monotonic clock.
-  const spent = new LRUCache<string, number>({ max: maxAddresses })
+  const spent = options.replacing?.spent ?? new LRUCache<string, number>({ max: maxAddresses })
+
+  /** The address's window in this process, a new one if it had none or it has reset. */
+  function windowHere(clientIp: string, now: number): LocalWindow {
+    let window = here.get(clientIp)
+    if (window === undefined || window.resetsAt <= now) {
+      window = { count: 0, resetsAt: now + windowMillis, lookups: 0, pending: 0 }
+      here.set(clientIp, window)
+    }
+    return window
+  }
 
   function consumeHere(clientIp: string): AnonymousDecision {
     const now = performance.now()
-    let window = here.get(clientIp)
-    if (window === undefined || window.resetsAt <= now) {
-      window = { count: 0, resetsAt: now + windowMillis, lookups: 0 }
-      here.set(clientIp, window)
-    }
+    const window = windowHere(clientIp, now)
     window.count++
     return { admitted: window.count <= limit, limit, remaining: Math.max(limit - window.count, 0), resetInMillis: window.resetsAt - now, windowSeconds }
   }
@@ -96,40 +124,49 @@ export function createAnonymousLimiter(options: {
   }
 
   /**
-   * Whether a key sent from this address that no cache holds may be looked up in Postgres. Always
-   * while the address has room in this process's window; once it has spent it, `limit` more
-   * lookups until the window resets (a real key from behind the same address, say a colleague's
-   * behind one NAT), then none: anyone can compute a key's checksum, and a flood of invented keys
-   * would otherwise cost a query each, refused or not.
+   * Starts the lookup in Postgres of a key sent from this address that no cache holds, if it may
+   * be made: returns what to call once it has its answer, or undefined when it may not. Anyone can
+   * compute a key's checksum, and a flood of invented keys would otherwise cost a query each,
+   * refused or not. A lookup under way counts as the guess it may be, so requests arriving
+   * together (pipelined, on parallel connections) cannot all be looked up before the first is
+   * charged. Once the address has no room left, in this process's window or in the shared one
+   * Redis reported, `limit` more lookups are made until the window resets (a real key from behind
+   * the same address, say a colleague's behind one NAT), then none; a lookup that finds a usable
+   * key gives its place back.
    */
-  function mayLookUp(clientIp: string): boolean {
-    const window = spentHere(clientIp)
-    if (window === undefined) return true
-    if (window.lookups >= limit) return false
-    window.lookups++
-    return true
+  function beginLookUp(clientIp: string): ((found: boolean) => void) | undefined {
+    const window = windowHere(clientIp, performance.now())
+    const overLimit = window.count + window.pending >= limit || spentWindow(clientIp) !== undefined
+    if (overLimit && window.lookups >= limit) return undefined
+    if (overLimit) window.lookups++
+    window.pending++
+    return (found) => {
+      window.pending--
+      if (overLimit && found) window.lookups--
+    }
   }
 
-  /** The address's window in this process if it has no room left, with nothing charged. */
-  function spentHere(clientIp: string) {
-    const window = here.peek(clientIp)
-    return window !== undefined && window.resetsAt > performance.now() && window.count >= limit ? window : undefined
-  }
-
-  /** The refusal an address would get now, with nothing charged; undefined while it has room. */
+  /**
+   * The refusal an address would get now, with nothing charged; undefined while it has room. Its
+   * lookups under way count as the guesses they may be: a client told to retry before their
+   * window resets would be refused again.
+   */
   function refusalFor(clientIp: string): AnonymousDecision | undefined {
-    const window = spentHere(clientIp)
+    const found = here.peek(clientIp)
+    const window = found !== undefined && found.resetsAt > performance.now() && found.count + found.pending >= limit ? found : undefined
     const local = window && { admitted: false, limit, remaining: 0, resetInMillis: window.resetsAt - performance.now(), windowSeconds }
     const refused = shared ? spentWindow(clientIp) : undefined
     return local && refused ? tighter(local, refused) : (local ?? refused)
   }
 
   return {
+    /** What a limiter replacing this one carries over. */
+    counts: { here, spent } as AnonymousCounts,
     /** The per-IP policy, for answers that charge nothing to it. */
     policy: { limit, windowSeconds },
     /** Any request without a valid key that made no lookup: counted in this process only, no I/O. */
     consumeHere,
-    mayLookUp,
+    beginLookUp,
     refusalFor,
     /** A guess: counted here and, unless this process or a spent shared window already refuses the address, in Redis. */
     async consumeGuess(clientIp: string): Promise<AnonymousDecision> {

@@ -78,7 +78,13 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const windowSeconds = Math.max(Math.round(config.windows.minute.lengthMillis / 1_000), 1)
       const shape = `${config.anonymous.perMinute}/${windowSeconds}`
       if (!anonymous || shape !== anonymousShape) {
-        anonymous = createAnonymousLimiter({ perMinute: config.anonymous.perMinute, windowSeconds, redis, budgetMillis: commandTimeoutMillis })
+        anonymous = createAnonymousLimiter({
+          perMinute: config.anonymous.perMinute,
+          windowSeconds,
+          redis,
+          budgetMillis: commandTimeoutMillis,
+          replacing: anonymous?.counts,
+        })
         anonymousShape = shape
       }
       return anonymous

@@ -7,8 +7,9 @@ import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, keyNames, testKeyPrefix } from '../../helpers/redis.ts'
+import { openRaw } from '../../helpers/rawClient.ts'
 import { freshDatabase } from '../../helpers/testDatabase.ts'
-import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
+import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('requests without a valid key are limited per client IP', () => {
   const prefix = testKeyPrefix()
@@ -107,6 +108,30 @@ describe('requests without a valid key are limited per client IP', () => {
     expect((await g.request('/v1/pets', { key: inUse.key })).status).toBe(200)
   })
 
+  // Requests that arrive together all reach authentication before the first of them is charged:
+  // a lookup under way counts as the guess it may be, or a flood sent at once would all be looked up.
+  it('looks up no more keys for a flood sent all at once, pipelined on ten connections, than for one sent in turn', async () => {
+    const g = await gateway()
+    const lookups = g.cache.stats.misses
+    const connections = await Promise.all(Array.from({ length: 10 }, () => openRaw(g.url)))
+    try {
+      const guesses = () => `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${generateApiKey()}\r\n\r\n`
+      for (const connection of connections) connection.socket.write(Array.from({ length: 50 }, guesses).join(''))
+      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      await eventually(async () => statuses().length === 500, 30_000)
+      // Three within the limit (401), three more past it (429 after their lookup), then none.
+      expect(g.cache.stats.misses - lookups).toBe(6)
+      expect(statuses().filter((status) => status === '401')).toHaveLength(3)
+      expect(statuses().filter((status) => status === '429')).toHaveLength(497)
+      // Each refusal waits for the window: the guesses under way when it was answered count too.
+      const waits = connections.flatMap((connection) => [...connection.answer().matchAll(/retry-after: (\d+)/g)].map((match) => Number(match[1])))
+      expect(waits).toHaveLength(497)
+      expect(Math.min(...waits)).toBeGreaterThan(30)
+    } finally {
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
   // DESIGN: a malformed key is refused without touching Postgres or Redis; it can never succeed,
   // so this gateway's own count is enough to hold a flood of them back.
   it('counts missing and malformed keys in the gateway\'s memory: the fourth is 429, and Redis was never written', async () => {
@@ -131,6 +156,16 @@ describe('requests without a valid key are limited per client IP', () => {
     await expectTooManyRequests(await one!.request('/v1/pets', { key: generateApiKey() }))
     // A missing key is no guess: the second gateway's own count still has room for it.
     await expectErrorResponse(await two!.request('/v1/pets'), 401, 'missing_api_key')
+  })
+
+  it('looks up only as many more keys as the limit for an address Redis says has spent the shared window', async () => {
+    const shared = `${prefix}learnt:`
+    const [one, two] = [await gateway([], shared), await gateway([], shared)]
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await one!.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
+    const lookups = two!.cache.stats.misses
+    for (let i = 0; i < 20; i++) await expectTooManyRequests(await two!.request('/v1/pets', { key: generateApiKey() }))
+    // One lookup to learn from Redis that the address has spent the window, then three.
+    expect(two!.cache.stats.misses - lookups).toBe(4)
   })
 
   // DESIGN: Retry-After is never earlier than the moment a request would be admitted. Refused by

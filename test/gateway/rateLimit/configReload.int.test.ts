@@ -12,7 +12,8 @@ import { migrate } from '../../../common/src/database/migrate.ts'
 import { createPool } from '../../../common/src/database/pool.ts'
 import { buildGateway } from '../../../gateway/src/app.ts'
 import { createConfigSource, type ConfigSource } from '../../../gateway/src/config/configSource.ts'
-import { createKeyCache } from '../../../gateway/src/keys/keyCache.ts'
+import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
+import { createKeyCache, type KeyCache } from '../../../gateway/src/keys/keyCache.ts'
 import { createKeyRepository } from '../../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../../gateway/src/migrations.ts'
 import { createLimiter, type Limiter } from '../../../gateway/src/rateLimit/limiter.ts'
@@ -119,6 +120,7 @@ describe('a running gateway follows a config reload on its next request', () => 
   let pets: RunningPetsService
   let pool: pg.Pool
   let limiter: Limiter
+  let cache: KeyCache
   let app: FastifyInstance
   let source: ConfigSource
   let url: string
@@ -135,9 +137,10 @@ describe('a running gateway follows a config reload on its next request', () => 
     await migrate(pool, GATEWAY_MIGRATIONS)
     limiter = createLimiter({ config: source.get, logger: silent })
     await limiter.ready()
+    cache = createKeyCache(createKeyRepository(pool), source.get().keyCache)
     app = await buildGateway({
       config: source.get,
-      keys: createKeyCache(createKeyRepository(pool), source.get().keyCache),
+      keys: cache,
       limiter,
       internalToken: TEST_INTERNAL_TOKEN,
       logger: silent,
@@ -183,5 +186,36 @@ describe('a running gateway follows a config reload on its next request', () => 
     const kept = expectRateLimitHeaders(await request(key), keyed)
     expect(kept).toMatchObject({ status: 200, limit: 3, remaining: 0 })
     expect((await request(key)).status).toBe(429)
+  })
+
+  it('an address keeps what it spent across a reload of the anonymous limit: no fresh allowance of key lookups', async () => {
+    copy.edit((document) => {
+      document.setIn(['onStoreFailure'], 'open')
+      document.setIn(['anonymous', 'perMinute'], 3)
+    })
+    expect(source.reload()).toBe(true)
+    // The address spends its window (what earlier tests left of it counts), then the lookups it is
+    // allowed past it: from then on a guess is refused without one.
+    const status = async (response: Promise<Response>) => {
+      const answered = await response
+      await answered.arrayBuffer()
+      return answered.status
+    }
+    const guess = () => request(generateApiKey())
+    let sent = 0
+    while ((await status(request())) !== 429) expect(++sent).toBeLessThanOrEqual(3)
+    for (let misses = -1; misses !== cache.stats.misses; ) {
+      misses = cache.stats.misses
+      expect(await status(guess())).toBe(429)
+      expect(++sent).toBeLessThan(10)
+    }
+
+    copy.edit((document) => document.setIn(['anonymous', 'perMinute'], 2))
+    expect(source.reload()).toBe(true)
+    const before = cache.stats.misses
+    const refused = await guess()
+    expect(expectRateLimitHeaders(refused, anonymous)).toMatchObject({ status: 429, limit: 2, remaining: 0 })
+    await refused.arrayBuffer()
+    expect(cache.stats.misses).toBe(before)
   })
 })
