@@ -100,6 +100,11 @@ export function backstopTimeoutMillis(budgetMillis: number): number {
 export function connectRedis(connection: RedisConnection): RedisClient {
   const options: RedisOptions = {
     commandTimeout: backstopTimeoutMillis(connection.commandTimeoutMillis),
+    // commandTimeout settles a command but keeps it queued until its reply, which a frozen server
+    // (SIGSTOP, a paused container, a suspended VM) never sends: the queue grew with every request
+    // for as long as the freeze lasted. A connection silent this long with commands waiting is
+    // dropped instead, with them; the client reconnects, and is not ready until Redis answers.
+    socketTimeout: backstopTimeoutMillis(connection.commandTimeoutMillis),
     connectTimeout: 1_000,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,

@@ -185,6 +185,42 @@ describe('Redis faults: every request is answered within the budget, open or clo
     recordFault('Redis frozen with SIGSTOP, connections open, while requests arrive', slowest)
   })
 
+  // ioredis's own timeout settles a command's promise but keeps the command queued until its
+  // reply, which a frozen server never sends: every request that reached Redis during a freeze
+  // stayed in the gateway's heap for as long as the freeze lasted (about 1 GB an hour under load).
+  it('hung for long: a gateway stops sending to a Redis silent for 2 s, so what it holds does not grow with the freeze', async () => {
+    async function load(millis: number): Promise<void> {
+      const until = performance.now() + millis
+      await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          while (performance.now() < until) {
+            const response = await open.request('/v1/pets?limit=1', { key })
+            await response.arrayBuffer()
+            expect(response.status).toBe(200)
+          }
+        }),
+      )
+    }
+    /** Store calls that were sent and not answered within the budget. */
+    const unanswered = async () => {
+      const errors = await open.registry.getSingleMetric('gateway_rate_limit_store_errors_total')!.get()
+      return errors.values.find((value) => value.labels.store === 'redis' && value.labels.kind === 'timeout')?.value ?? 0
+    }
+    const before = await unanswered()
+    redis.freeze()
+    try {
+      await load(3_000)
+      const sentFirst = (await unanswered()) - before
+      await load(5_000)
+      const sentLater = (await unanswered()) - before - sentFirst
+      expect(sentFirst, 'commands sent in the first 3 s of the freeze').toBeGreaterThan(0)
+      expect(sentLater, 'commands sent in the next 5 s').toBe(0)
+    } finally {
+      redis.thaw()
+    }
+    await expectRecovered('hung for long')
+  })
+
   it('requests answered without Redis while it was frozen cost the key nothing when it runs their late commands', async () => {
     const { key: small } = await open.createKey({ plan: 'enterprise', perMinute: 5, perDay: 1_000 })
     for (const gateway of [open, closed]) {
