@@ -432,6 +432,30 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
   })
 
+  it('lets go of the upstream request of a client that left before the answer: its place is free at once, and no upstream timeout is counted', async () => {
+    const silent = await scriptedUpstream(() => undefined)
+    const log = captureLog()
+    const { gateway, key } = await gatewayTo(silent, 3, 3, log.stream)
+    for (let i = 0; i < 3; i++) {
+      const client = await openRaw(gateway.url)
+      client.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: gave-up-${i}\r\n\r\n`)
+      await arrived(silent.requests, i + 1)
+      client.socket.destroy()
+    }
+    const inFlight = async () => (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
+    await eventually(async () => (await inFlight()) === 0, 1_000, 10)
+    // A fourth client is sent on, not refused 503 for requests nobody waits for any more.
+    const next = gateway.request('/v1/pets', { key })
+    await arrived(silent.requests, 4)
+    await expectErrorResponse(await next, 504, 'upstream_timeout')
+    const metrics = await gateway.registry.metrics()
+    expect(metrics).toContain('gateway_upstream_errors_total{upstream="pets",kind="timeout"} 1\n')
+    expect(metrics).toContain('gateway_upstream_errors_total{upstream="pets",kind="saturated"} 0\n')
+    // Each of the three is one line, the client's 499, and no upstream failure.
+    const lines = log.entries().filter((entry) => String(entry.requestId).startsWith('gave-up-'))
+    expect(lines.map((entry) => [entry.msg, entry.status])).toEqual(Array.from({ length: 3 }, () => ['request aborted by the client', 499]))
+  })
+
   it('never sends a request whose deadline passed while it waited for a free connection', async () => {
     // The first requests take every connection of the gateway's pool and hold it past the
     // deadline of a request that comes after them: their heads come 2.7 s after they arrived,

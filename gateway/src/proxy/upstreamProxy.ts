@@ -511,6 +511,15 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
       stream?.destroy(error)
     }
+    // A client gone before the answer started: the upstream request goes too (never sent, if it
+    // still waits for a connection), instead of holding its place under maxInFlight, and the
+    // upstream's work, until the timeout, and then counting as an upstream timeout.
+    reply.raw.once('close', () => {
+      if (dropped || stream || reply.raw.writableFinished) return
+      clearTimeout(deadline)
+      dropped = true
+      abort?.(new Error('the client went away'))
+    })
     inFlight++
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
