@@ -2,7 +2,7 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, requiredEnv } from '../../common/src/env.ts'
-import { SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -92,12 +92,12 @@ async function main(): Promise<void> {
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain connections', run: () => app.drain(drainMillis) },
     { name: 'drain requests', run: () => app.close() },
-    { name: 'stop key change feed', run: () => changes.stop() },
-    { name: 'stop applying unbans', run: () => unbans.stop() },
+    { name: 'stop key change feed', run: () => changes.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
+    { name: 'stop applying unbans', run: () => unbans.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'stop config watch', run: async () => stopWatching() },
-    { name: 'close rate-limit store', run: () => limiter.close() },
+    { name: 'close rate-limit store', run: () => limiter.close(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'close ops port', run: () => ops.close() },
-    { name: 'close Postgres pool', run: () => pool.end() },
+    { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
   ], { npmScript: 'start:gateway', deadlineMillis: drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
 }
 

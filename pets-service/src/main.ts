@@ -3,7 +3,7 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { reportStartupFailure } from '../../common/src/env.ts'
-import { SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -47,7 +47,7 @@ async function main(): Promise<void> {
     { name: 'drain connections', run: () => app.drain(config.drainMillis) },
     { name: 'drain requests', run: () => app.close() },
     { name: 'close ops port', run: () => ops.close() },
-    { name: 'close Postgres pool', run: () => pool.end() },
+    { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
   ], { npmScript: 'start:pets', deadlineMillis: config.drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
 }
 

@@ -5,6 +5,7 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
+import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 import { exitWithin, killAll, waitForPortClosed } from '../scripts/processes.ts'
 import { startGatewayProcess } from './gatewayProcess.ts'
@@ -216,6 +217,31 @@ describe('gateway shutdown on SIGTERM', () => {
       })
     } finally {
       await pool.end()
+      await upstream.close()
+      gateway.cleanup()
+    }
+  })
+
+  it('with its Postgres hung (connections open, nothing answered), still stops within seconds and exits 0', async () => {
+    const upstream = await slowUpstream()
+    const { hostname, port } = new URL(database.url)
+    const relay = await cuttableRelay({ host: hostname, port: Number(port || 5432) })
+    const throughRelay = new URL(database.url)
+    throughRelay.port = String(relay.port)
+    const gateway = await startGatewayProcess({ databaseUrl: throughRelay.toString(), petsUrl: upstream.url })
+    try {
+      await relay.silence()
+      const started = Date.now()
+      gateway.proc.child.kill('SIGTERM')
+      // Closing each connection to a server that never answers is given up after 1 s: the change
+      // feed's, the unbans' and the pool's, not the 15 s deadline's forced exit 1.
+      const exit = await exitWithin(gateway.proc, 20_000)
+      const millis = Date.now() - started
+      expect(exit, gateway.proc.output()).toEqual({ code: 0, signal: null })
+      expect(millis).toBeLessThan(10_000)
+      expect(gateway.proc.output()).toContain('shutdown step did not finish in time')
+    } finally {
+      await relay.close()
       await upstream.close()
       gateway.cleanup()
     }

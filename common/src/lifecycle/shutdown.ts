@@ -4,7 +4,16 @@ import { watchLauncher } from './launcher.ts'
 export interface ShutdownStep {
   name: string
   run: () => Promise<unknown>
+  /**
+   * How long the step may take before the shutdown goes on without it: for steps that wait on a
+   * dependency's answer (closing a Postgres or Redis connection waits for the server), which a
+   * hung server never gives. Nothing is lost by going on: the process is about to exit.
+   */
+  boundMillis?: number
 }
+
+/** The bound for closing a connection to a dependency: ample for a server that answers. */
+export const CLOSE_DEPENDENCY_MILLIS = 1_000
 
 /** What closing may take after the drain: in-flight requests, then the pools (the default deadline). */
 export const SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS = 15_000
@@ -42,7 +51,10 @@ export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options:
     let failed = false
     for (const step of steps) {
       try {
-        await step.run()
+        if (step.boundMillis === undefined) await step.run()
+        else if (!(await finishedWithin(step.run(), step.boundMillis))) {
+          logger.warn({ step: step.name, boundMillis: step.boundMillis }, 'shutdown step did not finish in time (a dependency not answering); going on')
+        }
       } catch (error) {
         failed = true
         logger.error({ err: error, step: step.name }, 'shutdown step failed')
@@ -57,5 +69,16 @@ export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options:
     watchLauncher((launcher) => {
       if (!stopping) void shutdown({ launcher: `${launcher} exited` })
     })
+  }
+}
+
+/** Whether `work` settles within `millis` (its rejection is thrown); it is not waited for past that. */
+async function finishedWithin(work: Promise<unknown>, millis: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), millis)))
+  try {
+    return await Promise.race([work.then(() => true as const), late])
+  } finally {
+    clearTimeout(timer)
   }
 }
