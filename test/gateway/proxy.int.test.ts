@@ -321,6 +321,21 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(recorder.requests[0]!.expect).toBeUndefined()
   })
 
+  it('sends no 100 Continue to an HTTP/1.0 client, which knows no interim answers: its one answer is the final one', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const body = '{"name":"Rex","categoryId":1}'
+    const client = await openRaw(gateway.url)
+    client.socket.write(
+      `POST /v1/pets HTTP/1.0\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nExpect: 100-continue\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    )
+    await client.closed
+    expect(client.answer()).toMatch(/^HTTP\/1\.1 200 OK\r\n/)
+    expect(client.answer()).not.toContain('100 Continue')
+    expect(recorder.bodies[0]).toBe(body)
+  })
+
   it('answers a request with an expectation other than 100-continue as if it had none', async () => {
     const recorder = await recordingUpstream()
     const { gateway, key } = await gatewayTo(recorder)

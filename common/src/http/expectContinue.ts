@@ -18,9 +18,12 @@ export const expectContinue = fp(
     app.server.on('checkExpectation', (request, response) => app.server.emit('request', request, response))
     app.addHook('preParsing', (request, reply, payload, done) => {
       const expectation = request.headers.expect
+      // An HTTP/1.0 client knows no 1xx answers: it would take the 100 for the final answer, so its
+      // expectation is ignored (RFC 9110 §10.1.1: a server MUST ignore it from HTTP/1.0).
       if (
         expectation !== undefined &&
         expectation.toLowerCase() === '100-continue' &&
+        request.raw.httpVersionMinor >= 1 &&
         !(Number(request.headers['content-length']) > options.bodyLimitBytes)
       ) {
         reply.raw.writeContinue()
