@@ -6,6 +6,7 @@ import { startPetsService, type RunningPetsService } from '../helpers/petsServic
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
+import { sleep } from './rateLimit/httpLimits.ts'
 
 describe('gateway authentication', () => {
   let database: TestDatabase
@@ -98,6 +99,22 @@ describe('gateway authentication', () => {
   it('answers 401 invalid_api_key for an expired key', async () => {
     const { key } = await gateway.createKey({ expiresAt: new Date(Date.now() - 1_000) })
     await expectUnauthorized(await gateway.request('/v1/pets', { key }), 'invalid_api_key')
+  })
+
+  // Expiry is the database's: a gateway whose clock is off by ten minutes judges it the same.
+  it('judges expiry by the database\'s clock, not a skewed gateway\'s: refuses an expired key and admits one with minutes left', async () => {
+    const expired = await gateway.createKey({ expiresInMillis: 500 })
+    const live = await gateway.createKey({ expiresInMillis: 300_000 })
+    await sleep(1_500) // both creations announced, and the first key expired
+    const realNow = Date.now
+    try {
+      Date.now = () => realNow() - 600_000
+      await expectErrorResponse(await gateway.request('/v1/pets', { key: expired.key }), 401, 'invalid_api_key')
+      Date.now = () => realNow() + 600_000
+      expect((await gateway.request('/v1/pets', { key: live.key })).status).toBe(200)
+    } finally {
+      Date.now = realNow
+    }
   })
 
   it('refuses a revoked key on every running gateway within 2 seconds', async () => {

@@ -11,6 +11,12 @@ export interface ApiKeyRecord {
   createdAt: Date
   expiresAt: Date | null
   revokedAt: Date | null
+  /**
+   * On a record read for authentication (findByHash): when it expires on this process's
+   * monotonic clock (performance.now()), from the time it had left by the database's clock. A
+   * gateway whose wall clock is off then neither admits an expired key nor refuses a live one.
+   */
+  expiresAtMonotonic?: number
 }
 
 export interface KeyChange {
@@ -48,8 +54,10 @@ export interface NewApiKey {
 const COLUMNS = `id, display_prefix AS "displayPrefix", name, plan, per_minute AS "perMinute",
   per_day AS "perDay", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt"`
 
-export function isUsable(record: ApiKeyRecord, nowMillis = Date.now()): boolean {
-  return record.revokedAt === null && (record.expiresAt === null || record.expiresAt.getTime() > nowMillis)
+export function isUsable(record: ApiKeyRecord): boolean {
+  if (record.revokedAt !== null) return false
+  if (record.expiresAt === null) return true
+  return record.expiresAtMonotonic === undefined ? record.expiresAt.getTime() > Date.now() : record.expiresAtMonotonic > performance.now()
 }
 
 /** SQL for the gateway schema's API keys; everything else works with ApiKeyRecord. */
@@ -81,9 +89,19 @@ export function createKeyRepository(pool: pg.Pool) {
       return { record: rows[0] as ApiKeyRecord, key }
     },
 
+    /** The key's record, its expiry on this process's monotonic clock (by the time it has left now, by the database's clock). */
     async findByHash(hash: Buffer): Promise<ApiKeyRecord | undefined> {
-      const { rows } = await pool.query<ApiKeyRecord>(`SELECT ${COLUMNS} FROM gateway.api_keys WHERE key_hash = $1`, [hash])
-      return rows[0]
+      // Taken before asking: the database's now() is later, so the deadline errs early, never late.
+      const asked = performance.now()
+      const { rows } = await pool.query<ApiKeyRecord & { expiresInMillis: number | null }>(
+        `SELECT ${COLUMNS}, (extract(epoch FROM expires_at - now()) * 1000)::float8 AS "expiresInMillis"
+           FROM gateway.api_keys WHERE key_hash = $1`,
+        [hash],
+      )
+      const row = rows[0]
+      if (row === undefined) return undefined
+      const { expiresInMillis, ...record } = row
+      return expiresInMillis === null ? record : { ...record, expiresAtMonotonic: asked + expiresInMillis }
     },
 
     async findById(id: string): Promise<ApiKeyRecord | undefined> {
