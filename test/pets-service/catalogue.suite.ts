@@ -73,6 +73,12 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         expect(pet).toMatchObject({ name: 'Bella', status: 'available' })
       })
 
+      it('accepts names whose joiners make visible text: an emoji family, a Persian name with a zero-width non-joiner', async () => {
+        for (const name of ['Rex \u{1F468}\u200d\u{1F469}\u200d\u{1F467}', 'می\u200cخواهم']) {
+          expect(await createPet({ name, categoryId: 1 })).toMatchObject({ name })
+        }
+      })
+
       it('accepts a 100-character name and categoryId 2^53 - 1 exactly', async () => {
         const name = 'n'.repeat(100)
         const pet = await createPet({ name, categoryId: Number.MAX_SAFE_INTEGER })
@@ -92,6 +98,9 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a name with a C1 control character', '{"name":"Re\\u0085x","categoryId":1}'],
         ['a name of only C1 control characters', '{"name":" \\u0085\\u009b ","categoryId":1}'],
         ['a name with a lone surrogate', '{"name":"Re\\ud800x","categoryId":1}'],
+        ['a name with a right-to-left override', '{"name":"\\u202eexe.txt","categoryId":1}'],
+        ['a name with a bidirectional isolate', '{"name":"Rex \\u2067xeR\\u2069","categoryId":1}'],
+        ['a name of only zero-width characters', '{"name":"\\u200b\\u200d\\u2060","categoryId":1}'],
         ['a name that is a number', '{"name":12,"categoryId":1}'],
         ['categoryId 0', '{"name":"Rex","categoryId":0}'],
         ['a negative categoryId', '{"name":"Rex","categoryId":-4}'],

@@ -8,6 +8,12 @@ import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, NoQuery, Pet } from '../sc
 // Unicode's control characters (category Cc): C0, DEL and C1.
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/
+// The bidirectional embeddings, overrides and isolates: a name holding one can show other clients
+// text in another order than it is stored ("Trojan Source", CVE-2021-42574).
+const BIDI_CONTROL = /[\u202a-\u202e\u2066-\u2069]/
+// Nothing but invisible characters (format characters such as U+200B, separators): a name no one
+// can see in a list. Joiners inside a visible name (emoji sequences, Persian) are fine.
+const NOTHING_VISIBLE = /^[\p{Cf}\p{Z}]*$/u
 
 /** DESIGN: the name is trimmed and must then hold 1 to 100 characters; status defaults to available. */
 export function normaliseNewPet(body: NewPet): NewPetRow {
@@ -18,7 +24,13 @@ export function normaliseNewPet(body: NewPet): NewPetRow {
   }
   // Control characters have no place in a name, and Postgres text cannot hold NUL at all.
   if (CONTROL_CHARACTER.test(name) || !name.isWellFormed()) {
-    throw petsErrors.create('validation_failed', 'body/name must be printable Unicode text')
+    throw petsErrors.create('validation_failed', 'body/name must be Unicode text without control characters')
+  }
+  if (BIDI_CONTROL.test(name)) {
+    throw petsErrors.create('validation_failed', 'body/name must not hold bidirectional override, embedding or isolate characters (U+202A–U+202E, U+2066–U+2069)')
+  }
+  if (NOTHING_VISIBLE.test(name)) {
+    throw petsErrors.create('validation_failed', 'body/name must hold at least one visible character')
   }
   return { name, categoryId: body.categoryId, status: body.status ?? 'available' }
 }
