@@ -27,8 +27,11 @@ describe('gateway authentication', () => {
     await database?.drop()
   })
 
+  // RFC 6750 §3: error="invalid_token" once a credential was sent, none without one.
   async function expectUnauthorized(response: Response, code: string) {
-    expect(response.headers.get('www-authenticate')).toMatch(/^Bearer realm="animal-adoption-store"/)
+    expect(response.headers.get('www-authenticate')).toBe(
+      code === 'missing_api_key' ? 'Bearer realm="animal-adoption-store"' : 'Bearer realm="animal-adoption-store", error="invalid_token"',
+    )
     return expectErrorResponse(response, 401, code)
   }
 

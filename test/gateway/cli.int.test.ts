@@ -247,6 +247,13 @@ describe('keys CLI (npm run keys)', () => {
     }
     expect(await repository.findById(record.id)).toMatchObject({ plan: 'pro', perMinute: null, perDay: null })
     expect((await repository.changesSince(0)).filter((change) => change.keyId === record.id)).toHaveLength(changesBefore)
+
+    // Revoking it again says so and keeps the time it was first revoked.
+    const revokedAt = (await repository.findById(record.id))?.revokedAt
+    const again = await run('revoke', record.id)
+    expect(again.code, again.stderr).toBe(0)
+    expect(again.stdout).toMatch(new RegExp(`^API key ${record.id} was already revoked\\.`))
+    expect((await repository.findById(record.id))?.revokedAt).toEqual(revokedAt)
   })
 
   it('never echoes an API key given where an id is expected, and says ids are expected', async () => {

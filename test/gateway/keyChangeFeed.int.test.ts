@@ -7,6 +7,7 @@ import { createKeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
 import { createKeyRepository, isUsable, type KeyChange, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import { freePort } from '../helpers/ports.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
@@ -19,6 +20,26 @@ describe('API key change notifications', () => {
   })
   afterAll(async () => {
     await database?.drop()
+  })
+
+  // Where LISTEN is unavailable (a transaction pooler, a lost connection) the periodic read alone
+  // must keep the promise that a revocation reaches every gateway within 2 s.
+  it('deliver a revocation within 2 s by the periodic read alone when LISTEN cannot connect', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const repository = createKeyRepository(pool)
+    const nowhere = new URL(database.url)
+    nowhere.port = String(await freePort())
+    const seen: KeyChange[] = []
+    const feed = await startKeyChangeFeed({ repository, connectionString: nowhere.toString(), onChange: (change) => seen.push(change), logger: pino({ level: 'silent' }) })
+    try {
+      const { record } = await repository.create({ name: 'polled', plan: 'free' })
+      await repository.revoke(record.id)
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(record.id), { timeout: 2_000, interval: 50 })
+    } finally {
+      await feed.stop()
+      await pool.end()
+    }
   })
 
   it('come back by themselves after Postgres was unreachable for longer than one retry', async () => {

@@ -311,6 +311,16 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     for (const name of ['keep-alive', 'upgrade', 'te', 'proxy-connection']) expect(recorder.requests[0]![name], name).toBeUndefined()
   })
 
+  it('forwards a body sent without Content-Type as application/octet-stream, never as a type the client did not claim', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const body = '{"name":"Rex","categoryId":1}'
+    const answer = await nodeRequest(`${gateway.url}/v1/pets`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-length': String(body.length) } }, body)
+    expect(answer.status).toBe(200)
+    expect(recorder.requests[0]!['content-type']).toBe('application/octet-stream')
+    expect(recorder.bodies[0]).toBe(body)
+  })
+
   it('asks for a body announced with Expect: 100-continue, and forwards it without the expectation', async () => {
     const recorder = await recordingUpstream()
     const { gateway, key } = await gatewayTo(recorder)

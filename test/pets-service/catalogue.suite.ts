@@ -1,6 +1,7 @@
 import { gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { expectErrorResponse } from '../helpers/assertions.ts'
+import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
 import { jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 
 export interface CatalogueDatabase {
@@ -210,10 +211,14 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
           expect(await storedCount()).toBe(1)
         })
 
-        it('answers 422 when the same key comes with a different body', async () => {
-          const headers = { 'idempotency-key': 'order-43' }
+        it.each([
+          ['categoryId', { name: 'Rex', categoryId: 2 }],
+          ['name', { name: 'Max', categoryId: 1 }],
+          ['status', { name: 'Rex', categoryId: 1, status: 'sold' }],
+        ])('answers 422 when the same key comes with a different body (%s)', async (_field, other) => {
+          const headers = { 'idempotency-key': `order-43-${_field}` }
           await createPet({ name: 'Rex', categoryId: 1 }, headers)
-          const response = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 2 }, headers))
+          const response = await service.request('/pets', jsonPost(other, headers))
           await expectErrorResponse(response, 422, 'idempotency_key_reused')
           expect(await storedCount()).toBe(1)
         })
@@ -240,6 +245,20 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
           // The key now names the new pet, for another 24 h.
           const retry = await service.request('/pets', jsonPost({ name: 'Rex', categoryId: 2 }, headers))
           await expectErrorResponse(retry, 422, 'idempotency_key_reused')
+          expect(await storedCount()).toBe(2)
+        })
+
+        it('the purge (at start and hourly) removes keys past their 24 h, and a retry of 23 h still gets the first pet', async () => {
+          const body = { name: 'Rex', categoryId: 1 }
+          const recent = await createPet(body, { 'idempotency-key': 'order-23h' })
+          await createPet(body, { 'idempotency-key': 'order-25h' })
+          await service.pool.query(`UPDATE pets.idempotency_keys SET created_at = now() - interval '23 hours' WHERE key = 'order-23h'`)
+          await service.pool.query(`UPDATE pets.idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'order-25h'`)
+          expect(await createPetRepository(service.pool).purgeIdempotencyKeys()).toBe(1)
+          const retry = await service.request('/pets', jsonPost(body, { 'idempotency-key': 'order-23h' }))
+          expect(retry.status).toBe(201)
+          expect(retry.headers.get('idempotent-replayed')).toBe('true')
+          expect(((await retry.json()) as Pet).id).toBe(recent.id)
           expect(await storedCount()).toBe(2)
         })
 
@@ -367,8 +386,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         await expectErrorResponse(response, 404, 'pet_not_found')
       })
 
-      it('answers 404 for a well-formed int64 id above 2^53 - 1', async () => {
-        await expectErrorResponse(await service.request('/pets/9007199254740993'), 404, 'pet_not_found')
+      it.each(['9007199254740993', '9223372036854775807'])('answers 404 for the well-formed int64 id %s, above 2^53 - 1', async (petId) => {
+        await expectErrorResponse(await service.request(`/pets/${petId}`), 404, 'pet_not_found')
       })
 
       it('answers 400 for a query parameter this operation does not have, as the list does', async () => {

@@ -219,6 +219,18 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       expect(await subject.store.consume(request(keyId, T0 + 3_002, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
     })
 
+    it('clears on unban the strikes a key gathered short of a ban', async () => {
+      const keyId = newKeyId()
+      const plan = { minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans: { strikes: 3, ladderMillis: [60_000], memoryMillis: 86_400_000 } }
+      expect((await subject.store.consume(request(keyId, T0, plan))).outcome).toBe('admitted')
+      // Two strikes of the three that ban.
+      expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('limited')
+      expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('limited')
+      await subject.store.unban(keyId)
+      // One more request while limited is the first strike since, not the third.
+      expect((await subject.store.consume(request(keyId, T0 + 3, plan))).outcome).toBe('limited')
+    })
+
     it('climbs the ladder for a ban that comes within the memory of the previous ban’s end', async () => {
       const keyId = newKeyId()
       const bans = { strikes: 1, ladderMillis: [1_000, 100_000], memoryMillis: 10_000 }
@@ -276,7 +288,7 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
     })
 
     if (label !== 'in-process memory') {
-      it('keeps one key under 400 bytes with both windows and strikes, with a TTL', async () => {
+      it('keeps one key under 400 bytes with both windows and strikes, with a TTL that outlasts its day window by at most a bucket', async () => {
         const keyId = `key_${randomBytes(9).toString('base64url')}`
         const business = {
           minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
@@ -285,7 +297,8 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
         }
         for (let i = 0; i < 30; i++) await subject.store.consume({ keyId, ...business })
         const { pttl, bytes } = await subject.inspect!(keyId)
-        expect(pttl).toBeGreaterThan(0)
+        // Shorter, and the day's admissions would be forgotten while the day window still counts them.
+        expect(pttl).toBeGreaterThanOrEqual(86_400_000)
         expect(pttl).toBeLessThanOrEqual(86_400_000 + 3_600_000)
         expect(bytes).toBeLessThanOrEqual(400)
       })
