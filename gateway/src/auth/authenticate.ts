@@ -124,7 +124,9 @@ export const authenticate = fp(
         refuse(request, 'malformed')
         return done()
       }
-      const settled = options.beginLookUp ? options.beginLookUp(request) : () => {}
+      // A key already being looked up (a client's connections warming up with one key) is one
+      // query, and one place under the per-IP limit, however many requests wait for it.
+      const settled = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request) : () => {}
       if (settled === undefined) {
         refuse(request, 'over_ip_limit')
         return done()

@@ -75,6 +75,8 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
   return {
     cached,
     fetch,
+    /** Whether a lookup of this key hash is under way: a request for it joins that one query. */
+    isLookingUp: (hashHex: string): boolean => inFlight.has(hashHex),
     /** The key's record, or undefined when no such key exists. Rejects when Postgres cannot answer. */
     async lookup(key: string): Promise<ApiKeyRecord | undefined> {
       const hashHex = hashApiKeyHex(key)

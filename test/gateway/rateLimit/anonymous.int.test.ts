@@ -132,6 +132,30 @@ describe('requests without a valid key are limited per client IP', () => {
     }
   })
 
+  // The other side of counting lookups under way: one real key arriving on many connections at
+  // once (a client's pool warming up on a gateway that does not hold the key yet) is one lookup.
+  it('admits a burst of one real key it does not hold yet, sent on twenty connections while its lookup waits, with one lookup', async () => {
+    const g = await gateway()
+    const { key } = await g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })
+    await sleep(1_500) // the creation's announcement has come: the key is not held
+    const lookups = g.cache.stats.misses
+    // Every connection of the gateway's pool is busy, so the key's lookup waits, and with it every
+    // request for the key that arrives meanwhile.
+    const busy = await Promise.all(Array.from({ length: g.pool.options.max }, () => g.pool.connect()))
+    const connections = await Promise.all(Array.from({ length: 20 }, () => openRaw(g.url)))
+    try {
+      for (const connection of connections) connection.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\n\r\n`)
+      await sleep(300)
+      for (const client of busy) client.release()
+      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      await eventually(async () => statuses().length === 20, 10_000)
+      expect(statuses()).toEqual(connections.map(() => '200'))
+      expect(g.cache.stats.misses - lookups).toBe(1)
+    } finally {
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
   // DESIGN: a malformed key is refused without touching Postgres or Redis; it can never succeed,
   // so this gateway's own count is enough to hold a flood of them back.
   it('counts missing and malformed keys in the gateway\'s memory: the fourth is 429, and Redis was never written', async () => {
