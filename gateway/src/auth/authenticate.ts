@@ -7,6 +7,7 @@ import { hasApiKeyShape, hasValidChecksum, hashApiKeyHex } from '../keys/apiKeyF
 import type { KeyCache } from '../keys/keyCache.ts'
 import { isUsable, type ApiKeyRecord } from '../keys/keyRepository.ts'
 import type { ApiError } from '../../../common/src/http/apiError.ts'
+import type { LookUpTurn } from '../rateLimit/anonymousLimiter.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -28,6 +29,8 @@ declare module 'fastify' {
 
 // RFC 6750 §3: the challenge names the scheme; error="invalid_token" when a key was sent.
 const REALM = 'Bearer realm="animal-adoption-store"'
+const UNLIMITED: LookUpTurn = { kind: 'go', settled: () => {} }
+
 // The same two answers every time: one of each, serialised once, instead of an error per refusal.
 const MISSING = gatewayErrors.create('missing_api_key', undefined, { headers: { 'www-authenticate': REALM } })
 const INVALID = gatewayErrors.create('invalid_api_key', undefined, {
@@ -76,12 +79,11 @@ export const authenticate = fp(
       keys: KeyCache
       onFailure?: (reason: AuthFailureReason) => void
       /**
-       * Starts the lookup of a key the cache does not hold, if the per-IP limit lets this request
-       * make one (anonymousLimiter.ts beginLookUp): what to call with its answer, or undefined.
-       * Without it, every invented key with a valid checksum (anyone can compute one) would cost a
-       * Postgres query after the address is refused.
+       * Whether the per-IP limit lets this request look up a key the cache does not hold now, later
+       * or not at all (anonymousLimiter.ts beginLookUp). Without it, every invented key with a valid
+       * checksum (anyone can compute one) would cost a Postgres query after the address is refused.
        */
-      beginLookUp?: (request: FastifyRequest) => ((found: boolean) => void) | undefined
+      beginLookUp?: (request: FastifyRequest) => LookUpTurn
     },
   ) => {
     app.decorateRequest('apiKey', null)
@@ -99,6 +101,44 @@ export const authenticate = fp(
       if (record === null) refuse(request, 'unknown')
       else if (!isUsable(record)) refuse(request, 'revoked_or_expired')
       else request.apiKey = record
+    }
+
+    /** A key the cache did not hold: looked up once the per-IP limit allows it. */
+    function lookUp(request: FastifyRequest, hashHex: string, done: (error?: Error) => void): void {
+      // A key already being looked up (a client's connections warming up with one key) is one
+      // query, and one place under the per-IP limit, however many requests wait for it.
+      const turn = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request) : UNLIMITED
+      if (turn.kind === 'refused') {
+        refuse(request, 'over_ip_limit')
+        return done()
+      }
+      if (turn.kind === 'wait') {
+        // Its answer may have come meanwhile, from another request's lookup of the same key.
+        void turn.untilSettled.then(() => {
+          const held = options.keys.cached(hashHex)
+          if (held === undefined) return lookUp(request, hashHex, done)
+          identify(request, held)
+          done()
+        })
+        return
+      }
+      options.keys.fetch(hashHex).then(
+        (record) => {
+          identify(request, record ?? null)
+          turn.settled(request.apiKey !== null)
+          done()
+        },
+        (error: unknown) => {
+          turn.settled(false)
+          if (!isDatabaseUnavailable(error)) return done(error as Error)
+          request.authFailure = gatewayErrors.create('service_unavailable', undefined, {
+            headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },
+            cause: error,
+          })
+          request.authFailureReason = 'unchecked'
+          done()
+        },
+      )
     }
 
     // Callback style: on a cache hit (nearly every request) nothing here needs a promise.
@@ -124,30 +164,7 @@ export const authenticate = fp(
         refuse(request, 'malformed')
         return done()
       }
-      // A key already being looked up (a client's connections warming up with one key) is one
-      // query, and one place under the per-IP limit, however many requests wait for it.
-      const settled = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request) : () => {}
-      if (settled === undefined) {
-        refuse(request, 'over_ip_limit')
-        return done()
-      }
-      options.keys.fetch(hashHex).then(
-        (record) => {
-          identify(request, record ?? null)
-          settled(request.apiKey !== null)
-          done()
-        },
-        (error: unknown) => {
-          settled(false)
-          if (!isDatabaseUnavailable(error)) return done(error as Error)
-          request.authFailure = gatewayErrors.create('service_unavailable', undefined, {
-            headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },
-            cause: error,
-          })
-          request.authFailureReason = 'unchecked'
-          done()
-        },
-      )
+      lookUp(request, hashHex, done)
     })
   },
   { name: 'authenticate' },

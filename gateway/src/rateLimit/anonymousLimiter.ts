@@ -21,7 +21,19 @@ interface LocalWindow {
   resetsAt: number
   lookups: number
   pending: number
+  /** Wakes the lookups waiting for one under way to settle (beginLookUp). */
+  wake?: () => void
+  settling?: Promise<void>
 }
+
+/**
+ * Whether a key no cache holds may be looked up for an address now: go (and call `settled` with
+ * the answer), wait until one of its lookups under way has its answer and ask again, or not at all.
+ */
+export type LookUpTurn =
+  | { kind: 'go'; settled: (found: boolean) => void }
+  | { kind: 'wait'; untilSettled: Promise<void> }
+  | { kind: 'refused' }
 
 /** An address's counts in this process, which a reload's new limiter carries over. */
 export interface AnonymousCounts {
@@ -124,36 +136,46 @@ export function createAnonymousLimiter(options: {
   }
 
   /**
-   * Starts the lookup in Postgres of a key sent from this address that no cache holds, if it may
-   * be made: returns what to call once it has its answer, or undefined when it may not. Anyone can
-   * compute a key's checksum, and a flood of invented keys would otherwise cost a query each,
-   * refused or not. A lookup under way counts as the guess it may be, so requests arriving
-   * together (pipelined, on parallel connections) cannot all be looked up before the first is
-   * charged. Once the address has no room left, in this process's window or in the shared one
-   * Redis reported, `limit` more lookups are made until the window resets (a real key from behind
-   * the same address, say a colleague's behind one NAT), then none; a lookup that finds a usable
-   * key gives its place back.
+   * Whether a key sent from this address that no cache holds may be looked up in Postgres now.
+   * Anyone can compute a key's checksum, and a flood of invented keys would otherwise cost a query
+   * each, refused or not. While the address has room in this process's window, as many lookups
+   * may be under way as it has room left: each may be a guess, and requests arriving together
+   * (pipelined, on parallel connections) would otherwise all be looked up before the first is
+   * charged. Past that, a request waits for one of them to have its answer, then asks again: a
+   * guess takes its room, a real key gives it back (many real keys behind one address, a cold cache,
+   * are looked up a few at a time, none refused). Once the address has no room left, in this
+   * process's window or in the shared one Redis reported, `limit` more lookups are made until the
+   * window resets (a real key from behind the same address, say a colleague's behind one NAT),
+   * then none; one that finds a usable key gives its place back.
    */
-  function beginLookUp(clientIp: string): ((found: boolean) => void) | undefined {
+  function beginLookUp(clientIp: string): LookUpTurn {
     const window = windowHere(clientIp, performance.now())
-    const overLimit = window.count + window.pending >= limit || spentWindow(clientIp) !== undefined
-    if (overLimit && window.lookups >= limit) return undefined
-    if (overLimit) window.lookups++
+    const spentHere = window.count >= limit || spentWindow(clientIp) !== undefined
+    if (spentHere) {
+      if (window.lookups >= limit) return REFUSED
+      window.lookups++
+    } else if (window.count + window.pending >= limit) {
+      if (window.settling === undefined) window.settling = new Promise((resolve) => (window.wake = resolve))
+      return { kind: 'wait', untilSettled: window.settling }
+    }
     window.pending++
-    return (found) => {
-      window.pending--
-      if (overLimit && found) window.lookups--
+    return {
+      kind: 'go',
+      settled: (found) => {
+        window.pending--
+        if (spentHere && found) window.lookups--
+        const wake = window.wake
+        window.wake = window.settling = undefined
+        // After this turn: the request that settled is charged first (the rate-limit stage).
+        if (wake) setImmediate(wake)
+      },
     }
   }
 
-  /**
-   * The refusal an address would get now, with nothing charged; undefined while it has room. Its
-   * lookups under way count as the guesses they may be: a client told to retry before their
-   * window resets would be refused again.
-   */
+  /** The refusal an address would get now, with nothing charged; undefined while it has room. */
   function refusalFor(clientIp: string): AnonymousDecision | undefined {
     const found = here.peek(clientIp)
-    const window = found !== undefined && found.resetsAt > performance.now() && found.count + found.pending >= limit ? found : undefined
+    const window = found !== undefined && found.resetsAt > performance.now() && found.count >= limit ? found : undefined
     const local = window && { admitted: false, limit, remaining: 0, resetInMillis: window.resetsAt - performance.now(), windowSeconds }
     const refused = shared ? spentWindow(clientIp) : undefined
     return local && refused ? tighter(local, refused) : (local ?? refused)
@@ -200,5 +222,7 @@ function tighter(a: AnonymousDecision, b: AnonymousDecision): AnonymousDecision 
   if (a.remaining !== b.remaining) return a.remaining < b.remaining ? a : b
   return a.resetInMillis >= b.resetInMillis ? a : b
 }
+
+const REFUSED: LookUpTurn = { kind: 'refused' }
 
 export type AnonymousLimiter = ReturnType<typeof createAnonymousLimiter>

@@ -156,6 +156,28 @@ describe('requests without a valid key are limited per client IP', () => {
     }
   })
 
+  // Many real keys behind one address (an office's NAT, a cold cache after a restart) are not a
+  // flood: past the room its window has for lookups under way, they wait their turn, none refused.
+  it('admits seven distinct real keys it does not hold, sent at once while their lookups wait, none refused', async () => {
+    const g = await gateway()
+    const keys = await Promise.all(Array.from({ length: 7 }, () => g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })))
+    await sleep(1_500) // the creations' announcements have come: no key is held
+    const busy = await Promise.all(Array.from({ length: g.pool.options.max }, () => g.pool.connect()))
+    const connections = await Promise.all(keys.map(() => openRaw(g.url)))
+    try {
+      for (const [index, connection] of connections.entries()) {
+        connection.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${keys[index]!.key}\r\n\r\n`)
+      }
+      await sleep(300)
+      for (const client of busy) client.release()
+      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      await eventually(async () => statuses().length === 7, 10_000)
+      expect(statuses()).toEqual(connections.map(() => '200'))
+    } finally {
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
   // DESIGN: a malformed key is refused without touching Postgres or Redis; it can never succeed,
   // so this gateway's own count is enough to hold a flood of them back.
   it('counts missing and malformed keys in the gateway\'s memory: the fourth is 429, and Redis was never written', async () => {
