@@ -481,6 +481,21 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(lines.map((entry) => [entry.msg, entry.status])).toEqual(Array.from({ length: 3 }, () => ['request aborted by the client', 499]))
   })
 
+  it('lets go of the upstream requests of a pipelining client that left before the answers, not only the first', async () => {
+    const silent = await scriptedUpstream(() => undefined)
+    const { gateway, key } = await gatewayTo(silent, 3, 3)
+    const client = await openRaw(gateway.url)
+    const one = (index: number) => `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: piped-${index}\r\n\r\n`
+    client.socket.write(one(0) + one(1) + one(2))
+    await arrived(silent.requests, 3)
+    client.socket.destroy()
+    const inFlight = async () => (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
+    await eventually(async () => (await inFlight()) === 0, 1_000, 10)
+    // Three clients after it are all sent on (and time out), none refused for requests nobody waits for.
+    const answers = await Promise.all([0, 1, 2].map(() => gateway.request('/v1/pets', { key })))
+    for (const answer of answers) await expectErrorResponse(answer, 504, 'upstream_timeout')
+  })
+
   it('never sends a request whose deadline passed while it waited for a free connection', async () => {
     // The first requests take every connection of the gateway's pool and hold it past the
     // deadline of a request that comes after them: their heads come 2.7 s after they arrived,

@@ -514,12 +514,18 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // A client gone before the answer started: the upstream request goes too (never sent, if it
     // still waits for a connection), instead of holding its place under maxInFlight, and the
     // upstream's work, until the timeout, and then counting as an upstream timeout.
-    reply.raw.once('close', () => {
+    // The request's 'close' as well: a pipelined request queued behind another has no socket of
+    // its own on its response, which is never told the connection closed.
+    const gone = () => {
       if (dropped || stream || reply.raw.writableFinished) return
       clearTimeout(deadline)
       dropped = true
       abort?.(new Error('the client went away'))
-    })
+    }
+    reply.raw.once('close', gone)
+    const socket = raw.socket
+    socket.once('close', gone)
+    reply.raw.once('close', () => socket.off('close', gone))
     inFlight++
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
