@@ -74,8 +74,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         expect(pet).toMatchObject({ name: 'Bella', status: 'available' })
       })
 
-      it('accepts names whose joiners make visible text: an emoji family, a Persian name with a zero-width non-joiner', async () => {
-        for (const name of ['Rex \u{1F468}\u200d\u{1F469}\u200d\u{1F467}', 'می\u200cخواهم']) {
+      it('accepts names whose joiners and marks make visible text: an emoji family, a Persian name with a zero-width non-joiner, a combining diaeresis, an emoji with its variation selector', async () => {
+        for (const name of ['Rex \u{1F468}\u200d\u{1F469}\u200d\u{1F467}', 'می\u200cخواهم', 'Zoe\u0308', '\u{1F436}\ufe0f']) {
           expect(await createPet({ name, categoryId: 1 })).toMatchObject({ name })
         }
       })
@@ -102,6 +102,10 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a name with a right-to-left override', '{"name":"\\u202eexe.txt","categoryId":1}'],
         ['a name with a bidirectional isolate', '{"name":"Rex \\u2067xeR\\u2069","categoryId":1}'],
         ['a name of only zero-width characters', '{"name":"\\u200b\\u200d\\u2060","categoryId":1}'],
+        ['a name of only a variation selector', '{"name":"\\ufe0f","categoryId":1}'],
+        ['a name of only Hangul fillers', '{"name":"\\u3164\\u3164","categoryId":1}'],
+        ['a name of only a combining mark', '{"name":"\\u0301","categoryId":1}'],
+        ['a name of only the blank braille pattern', '{"name":"\\u2800","categoryId":1}'],
         ['a name that is a number', '{"name":12,"categoryId":1}'],
         ['categoryId 0', '{"name":"Rex","categoryId":0}'],
         ['a negative categoryId', '{"name":"Rex","categoryId":-4}'],

@@ -11,9 +11,11 @@ const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/
 // The bidirectional embeddings, overrides and isolates: a name holding one can show other clients
 // text in another order than it is stored ("Trojan Source", CVE-2021-42574).
 const BIDI_CONTROL = /[\u202a-\u202e\u2066-\u2069]/
-// Nothing but invisible characters (format characters such as U+200B, separators): a name no one
-// can see in a list. Joiners inside a visible name (emoji sequences, Persian) are fine.
-const NOTHING_VISIBLE = /^[\p{Cf}\p{Z}]*$/u
+// Nothing but invisible characters: format characters (U+200B), the default-ignorable ones
+// (variation selectors, U+034F, the Hangul fillers), separators, marks with nothing to mark, the
+// blank braille pattern. A name no one can see in a list. Joiners inside a visible name (emoji
+// sequences, Persian) are fine.
+const NOTHING_VISIBLE = /^[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Z}\p{M}\u2800]*$/u
 
 /** DESIGN: the name is trimmed and must then hold 1 to 100 characters; status defaults to available. */
 export function normaliseNewPet(body: NewPet): NewPetRow {
