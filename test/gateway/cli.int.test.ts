@@ -128,6 +128,19 @@ describe('keys CLI (npm run keys)', () => {
     expect(listed.every((entry) => !('key' in entry) && !('hash' in entry) && !('keyHash' in entry))).toBe(true)
   })
 
+  it('tells a key expired or active by the database\'s clock, not by a CLI machine whose clock is 10 min off', async () => {
+    await schema()
+    const live = await repository.create({ name: 'five minutes left', plan: 'free', expiresInMillis: 300_000 })
+    const gone = await repository.create({ name: 'expired', plan: 'free', expiresInMillis: -1_000 })
+    const skewed = (millis: number, id: string) =>
+      keys(['show', id, '--json'], cleanEnv({ DATABASE_URL: database.url, SKEWED_CLOCK_MILLIS: String(millis), NODE_OPTIONS: `--import ${path.resolve('test/helpers/skewedClock.mjs')}` }))
+    const [fast, slow] = await Promise.all([skewed(600_000, live.record.id), skewed(-600_000, gone.record.id)])
+    expect(fast.code, fast.stderr).toBe(0)
+    expect(JSON.parse(fast.stdout)).toMatchObject({ id: live.record.id, state: 'active' })
+    expect(slow.code, slow.stderr).toBe(0)
+    expect(JSON.parse(slow.stdout)).toMatchObject({ id: gone.record.id, state: 'expired' })
+  })
+
   it('shows, revokes, moves and re-limits a key; an unknown id exits 1', async () => {
     await schema()
     const kept = (await repository.create({ name: 'kept', plan: 'pro' })).record

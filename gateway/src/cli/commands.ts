@@ -10,7 +10,7 @@ export interface Output {
 }
 
 export interface CommandDeps {
-  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits' | 'requestUnban' | 'isUnbanApplied' | 'activeBans'>
+  repository: Pick<KeyRepository, 'create' | 'findById' | 'list' | 'revoke' | 'setPlan' | 'setLimits' | 'requestUnban' | 'isUnbanApplied' | 'activeBans' | 'now'>
   /** The gateway config's plans; undefined only for `revoke` when the config cannot be read. */
   plans: Plans | undefined
   output: Output
@@ -83,8 +83,9 @@ function present(record: ApiKeyRecord | undefined, id: string): ApiKeyRecord {
 }
 
 export async function runCommand(command: Command, deps: CommandDeps): Promise<void> {
-  const now = deps.now?.() ?? new Date()
   const { output, plans, repository } = deps
+  // Whether a key has expired is the database's say, as on the gateways, not the CLI machine's clock.
+  const now = deps.now?.() ?? (command.name === 'help' ? new Date() : await repository.now())
   const report = async (record: ApiKeyRecord, json: boolean, headline: string, extra: Record<string, unknown> = {}) => {
     const ban = (await repository.activeBans([record.id])).get(record.id) ?? null
     if (json) output.out(`${JSON.stringify({ ...keyJson(record, plans, now, ban), ...extra })}\n`)

@@ -114,6 +114,12 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows
     },
 
+    /** The database's clock: what a key's expiry is judged by, wherever the caller runs. */
+    async now(): Promise<Date> {
+      const { rows } = await pool.query<{ now: Date }>('SELECT now()')
+      return rows[0]!.now
+    },
+
     async count(): Promise<number> {
       const { rows } = await pool.query<{ count: string }>('SELECT count(*) FROM gateway.api_keys')
       return Number(rows[0]?.count ?? 0)
