@@ -16,7 +16,7 @@ export const petsErrors = defineErrorCodes({
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
   uri_too_long: { status: 414, message: 'The request target (path and query) is longer than 16 KiB.' },
   unsupported_media_type: { status: 415, message: 'The request body must be application/json.' },
-  headers_too_large: { status: 431, message: 'The request headers are larger than 16 KiB.' },
+  headers_too_large: { status: 431, message: 'The request line and headers together are larger than 16 KiB.' },
   idempotency_key_reused: {
     status: 422,
     message: 'This Idempotency-Key was already used with a different request body.',
