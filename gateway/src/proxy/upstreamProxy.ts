@@ -514,8 +514,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // A client gone before the answer started: the upstream request goes too (never sent, if it
     // still waits for a connection), instead of holding its place under maxInFlight, and the
     // upstream's work, until the timeout, and then counting as an upstream timeout.
-    // The request's 'close' as well: a pipelined request queued behind another has no socket of
-    // its own on its response, which is never told the connection closed.
+    // The socket's 'close' as well: the response of a pipelined request queued behind another is
+    // never told that the connection closed.
     const gone = () => {
       if (dropped || stream || reply.raw.writableFinished) return
       clearTimeout(deadline)
