@@ -29,7 +29,9 @@ declare module 'fastify' {
 
 // RFC 6750 §3: the challenge names the scheme; error="invalid_token" when a key was sent.
 const REALM = 'Bearer realm="animal-adoption-store"'
-const UNLIMITED: LookUpTurn = { kind: 'go', settled: () => {} }
+const UNLIMITED = { kind: 'go', settled: () => {} } as const satisfies LookUpTurn
+/** The longest a lookup waits for the same address's lookups under way before it goes anyway. */
+const LOOKUP_WAIT_MILLIS = 1_000
 
 // The same two answers every time: one of each, serialised once, instead of an error per refusal.
 const MISSING = gatewayErrors.create('missing_api_key', undefined, { headers: { 'www-authenticate': REALM } })
@@ -103,33 +105,47 @@ export const authenticate = fp(
       else request.apiKey = record
     }
 
-    /** A key the cache did not hold: looked up once the per-IP limit allows it. */
-    function lookUp(request: FastifyRequest, hashHex: string, done: (error?: Error) => void): void {
+    /**
+     * A key the cache did not hold: looked up once the per-IP limit allows it. A request told to
+     * wait for the address's lookups under way goes anyway after LOOKUP_WAIT_MILLIS: with Postgres
+     * slow or hung they take seconds each, and waiting in line behind every one of them would keep
+     * a request far past its own lookup's bound.
+     */
+    function lookUp(request: FastifyRequest, hashHex: string, done: (error?: Error) => void, waitingSince?: number): void {
       // A key already being looked up (a client's connections warming up with one key) is one
       // query, and one place under the per-IP limit, however many requests wait for it.
-      const turn = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request) : UNLIMITED
+      let turn = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request) : UNLIMITED
       if (turn.kind === 'refused') {
         refuse(request, 'over_ip_limit')
         return done()
       }
       if (turn.kind === 'wait') {
-        // Its answer may have come meanwhile, from another request's lookup of the same key.
-        void turn.untilSettled.then(() => {
-          const held = options.keys.cached(hashHex)
-          if (held === undefined) return lookUp(request, hashHex, done)
-          identify(request, held)
-          done()
-        })
-        return
+        const since = waitingSince ?? performance.now()
+        const left = since + LOOKUP_WAIT_MILLIS - performance.now()
+        if (left <= 0) turn = UNLIMITED
+        else {
+          let timer: NodeJS.Timeout | undefined
+          const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, left)))
+          void Promise.race([turn.untilSettled, waited]).then(() => {
+            clearTimeout(timer)
+            // Its answer may have come meanwhile, from another request's lookup of the same key.
+            const held = options.keys.cached(hashHex)
+            if (held === undefined) return lookUp(request, hashHex, done, since)
+            identify(request, held)
+            done()
+          })
+          return
+        }
       }
+      const { settled } = turn
       options.keys.fetch(hashHex).then(
         (record) => {
           identify(request, record ?? null)
-          turn.settled(request.apiKey !== null)
+          settled(request.apiKey !== null)
           done()
         },
         (error: unknown) => {
-          turn.settled(false)
+          settled(false)
           if (!isDatabaseUnavailable(error)) return done(error as Error)
           request.authFailure = gatewayErrors.create('service_unavailable', undefined, {
             headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },

@@ -178,6 +178,32 @@ describe('requests without a valid key are limited per client IP', () => {
     }
   })
 
+  // With Postgres slow, lookups take seconds: a request waiting for the others under way at its
+  // address goes after a second, instead of waiting in line behind each (rounds of 2 s apiece here).
+  it('answers twelve distinct keys from one address within a second past its own lookup\'s bound while Postgres cannot be reached', async () => {
+    const g = await gateway()
+    const keys = await Promise.all(Array.from({ length: 12 }, () => g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })))
+    await sleep(1_500) // the creations' announcements have come: no key is held
+    // Every connection of the gateway's pool is busy for longer than a lookup waits for one (2 s).
+    const busy = await Promise.all(Array.from({ length: g.pool.options.max }, () => g.pool.connect()))
+    const connections = await Promise.all(keys.map(() => openRaw(g.url)))
+    try {
+      const sent = performance.now()
+      for (const [index, connection] of connections.entries()) {
+        connection.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${keys[index]!.key}\r\n\r\n`)
+      }
+      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      await eventually(async () => statuses().length === 12, 15_000, 50)
+      const millis = performance.now() - sent
+      expect(statuses()).toEqual(connections.map(() => '503'))
+      // 1 s of waiting, then the 2 s a lookup waits for a connection; in rounds of three, 8 s.
+      expect(millis, 'the last answer').toBeLessThan(5_000)
+    } finally {
+      for (const client of busy) client.release()
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
   // DESIGN: a malformed key is refused without touching Postgres or Redis; it can never succeed,
   // so this gateway's own count is enough to hold a flood of them back.
   it('counts missing and malformed keys in the gateway\'s memory: the fourth is 429, and Redis was never written', async () => {
