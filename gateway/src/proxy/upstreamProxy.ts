@@ -481,15 +481,14 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       }
       const body = new Readable({ read: () => resumeUpstream?.() })
       stream = body
-      // A client gone mid-stream: the upstream request goes too, instead of running to its end.
-      reply.raw.once('close', () => {
-        if (!body.readableEnded) cutOff(new Error('the client went away'), true)
-      })
       reply.send(body)
       return true
     }
 
-    /** Stops the exchange: 504/502 while nothing has been answered, else the stream cut short. */
+    /**
+     * Stops the exchange: 504/502 while nothing has been answered, else the stream cut short; for
+     * a client that left (`byClient`), nothing is answered.
+     */
     function cutOff(error: Error, byClient = false): void {
       clearTimeout(deadline)
       if (dropped) return
@@ -497,7 +496,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       abort?.(error)
       if (stream && byClient) stream.destroy(error)
       else if (stream) breakOff(error)
-      else fail(reply, error)
+      else if (!byClient) fail(reply, error)
     }
 
     /**
@@ -511,21 +510,17 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
       stream?.destroy(error)
     }
-    // A client gone before the answer started: the upstream request goes too (never sent, if it
-    // still waits for a connection), instead of holding its place under maxInFlight, and the
-    // upstream's work, until the timeout, and then counting as an upstream timeout.
-    // The socket's 'close' as well: the response of a pipelined request queued behind another is
-    // never told that the connection closed.
-    const gone = () => {
-      if (dropped || stream || reply.raw.writableFinished) return
-      clearTimeout(deadline)
-      dropped = true
-      abort?.(new Error('the client went away'))
-    }
-    reply.raw.once('close', gone)
+    // A client gone before its answer is complete: the upstream request goes too (never sent, if
+    // it still waits for a connection; cut off mid-stream), instead of holding its place under
+    // maxInFlight, and the upstream's work, until the timeout or its end. The socket's 'close' as
+    // well: the response of a pipelined request queued behind another is never told of it.
     const socket = raw.socket
-    socket.once('close', gone)
-    reply.raw.once('close', () => socket.off('close', gone))
+    const clientGone = () => {
+      socket.off('close', clientGone)
+      if (!reply.raw.writableFinished && !stream?.readableEnded) cutOff(new Error('the client went away'), true)
+    }
+    reply.raw.once('close', clientGone)
+    socket.once('close', clientGone)
     inFlight++
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },

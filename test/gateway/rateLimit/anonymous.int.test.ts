@@ -7,7 +7,7 @@ import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, keyNames, testKeyPrefix } from '../../helpers/redis.ts'
-import { openRaw } from '../../helpers/rawClient.ts'
+import { openRaw, type RawConnection } from '../../helpers/rawClient.ts'
 import { freshDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
@@ -108,25 +108,52 @@ describe('requests without a valid key are limited per client IP', () => {
     expect((await g.request('/v1/pets', { key: inUse.key })).status).toBe(200)
   })
 
+  /** What the gateway answered on raw connections so far: statuses and Retry-After values. */
+  function answersOn(connections: RawConnection[]) {
+    const all = (pattern: RegExp) => connections.flatMap((connection) => [...connection.answer().matchAll(pattern)].map((match) => match[1]!))
+    return { statuses: () => all(/HTTP\/1\.1 (\d{3}) /g), retryAfters: () => all(/retry-after: (\d+)/g).map(Number) }
+  }
+
+  const get = (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\n\r\n`
+
+  /** Each connection's requests written in one turn, every connection opened first. */
+  async function sendAtOnce(g: RunningGateway, requests: string[]): Promise<RawConnection[]> {
+    const connections = await Promise.all(requests.map(() => openRaw(g.url)))
+    for (const [index, connection] of connections.entries()) connection.socket.write(requests[index]!)
+    return connections
+  }
+
+  /** Keys the gateway does not hold: created, and their creations' announcements come. */
+  async function uncachedKeys(g: RunningGateway, count: number): Promise<string[]> {
+    const keys = await Promise.all(Array.from({ length: count }, () => g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })))
+    await sleep(1_500)
+    return keys.map(({ key }) => key)
+  }
+
+  /** Every connection of the gateway's Postgres pool taken, so its lookups wait; returns what frees them. */
+  async function holdPool(g: RunningGateway): Promise<() => void> {
+    const busy = await Promise.all(Array.from({ length: g.pool.options.max }, () => g.pool.connect()))
+    return () => {
+      for (const client of busy.splice(0)) client.release()
+    }
+  }
+
   // Requests that arrive together all reach authentication before the first of them is charged:
   // a lookup under way counts as the guess it may be, or a flood sent at once would all be looked up.
   it('looks up no more keys for a flood sent all at once, pipelined on ten connections, than for one sent in turn', async () => {
     const g = await gateway()
     const lookups = g.cache.stats.misses
-    const connections = await Promise.all(Array.from({ length: 10 }, () => openRaw(g.url)))
+    const connections = await sendAtOnce(g, Array.from({ length: 10 }, () => Array.from({ length: 50 }, () => get(generateApiKey())).join('')))
     try {
-      const guesses = () => `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${generateApiKey()}\r\n\r\n`
-      for (const connection of connections) connection.socket.write(Array.from({ length: 50 }, guesses).join(''))
-      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      const { statuses, retryAfters } = answersOn(connections)
       await eventually(async () => statuses().length === 500, 30_000)
       // Three within the limit (401), three more past it (429 after their lookup), then none.
       expect(g.cache.stats.misses - lookups).toBe(6)
       expect(statuses().filter((status) => status === '401')).toHaveLength(3)
       expect(statuses().filter((status) => status === '429')).toHaveLength(497)
       // Each refusal waits for the window: the guesses under way when it was answered count too.
-      const waits = connections.flatMap((connection) => [...connection.answer().matchAll(/retry-after: (\d+)/g)].map((match) => Number(match[1])))
-      expect(waits).toHaveLength(497)
-      expect(Math.min(...waits)).toBeGreaterThan(30)
+      expect(retryAfters()).toHaveLength(497)
+      expect(Math.min(...retryAfters())).toBeGreaterThan(30)
     } finally {
       for (const connection of connections) connection.socket.destroy()
     }
@@ -136,22 +163,20 @@ describe('requests without a valid key are limited per client IP', () => {
   // once (a client's pool warming up on a gateway that does not hold the key yet) is one lookup.
   it('admits a burst of one real key it does not hold yet, sent on twenty connections while its lookup waits, with one lookup', async () => {
     const g = await gateway()
-    const { key } = await g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })
-    await sleep(1_500) // the creation's announcement has come: the key is not held
+    const [key] = await uncachedKeys(g, 1)
     const lookups = g.cache.stats.misses
-    // Every connection of the gateway's pool is busy, so the key's lookup waits, and with it every
-    // request for the key that arrives meanwhile.
-    const busy = await Promise.all(Array.from({ length: g.pool.options.max }, () => g.pool.connect()))
-    const connections = await Promise.all(Array.from({ length: 20 }, () => openRaw(g.url)))
+    // The key's lookup waits for a connection, and with it every request for the key meanwhile.
+    const release = await holdPool(g)
+    const connections = await sendAtOnce(g, Array.from({ length: 20 }, () => get(key!)))
     try {
-      for (const connection of connections) connection.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\n\r\n`)
       await sleep(300)
-      for (const client of busy) client.release()
-      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      release()
+      const { statuses } = answersOn(connections)
       await eventually(async () => statuses().length === 20, 10_000)
       expect(statuses()).toEqual(connections.map(() => '200'))
       expect(g.cache.stats.misses - lookups).toBe(1)
     } finally {
+      release()
       for (const connection of connections) connection.socket.destroy()
     }
   })
@@ -160,20 +185,17 @@ describe('requests without a valid key are limited per client IP', () => {
   // flood: past the room its window has for lookups under way, they wait their turn, none refused.
   it('admits seven distinct real keys it does not hold, sent at once while their lookups wait, none refused', async () => {
     const g = await gateway()
-    const keys = await Promise.all(Array.from({ length: 7 }, () => g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })))
-    await sleep(1_500) // the creations' announcements have come: no key is held
-    const busy = await Promise.all(Array.from({ length: g.pool.options.max }, () => g.pool.connect()))
-    const connections = await Promise.all(keys.map(() => openRaw(g.url)))
+    const keys = await uncachedKeys(g, 7)
+    const release = await holdPool(g)
+    const connections = await sendAtOnce(g, keys.map(get))
     try {
-      for (const [index, connection] of connections.entries()) {
-        connection.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${keys[index]!.key}\r\n\r\n`)
-      }
       await sleep(300)
-      for (const client of busy) client.release()
-      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      release()
+      const { statuses } = answersOn(connections)
       await eventually(async () => statuses().length === 7, 10_000)
       expect(statuses()).toEqual(connections.map(() => '200'))
     } finally {
+      release()
       for (const connection of connections) connection.socket.destroy()
     }
   })
@@ -182,24 +204,20 @@ describe('requests without a valid key are limited per client IP', () => {
   // address goes after a second, instead of waiting in line behind each (rounds of 2 s apiece here).
   it('answers twelve distinct keys from one address within a second past its own lookup\'s bound while Postgres cannot be reached', async () => {
     const g = await gateway()
-    const keys = await Promise.all(Array.from({ length: 12 }, () => g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })))
-    await sleep(1_500) // the creations' announcements have come: no key is held
+    const keys = await uncachedKeys(g, 12)
     // Every connection of the gateway's pool is busy for longer than a lookup waits for one (2 s).
-    const busy = await Promise.all(Array.from({ length: g.pool.options.max }, () => g.pool.connect()))
-    const connections = await Promise.all(keys.map(() => openRaw(g.url)))
+    const release = await holdPool(g)
+    const sent = performance.now()
+    const connections = await sendAtOnce(g, keys.map(get))
     try {
-      const sent = performance.now()
-      for (const [index, connection] of connections.entries()) {
-        connection.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${keys[index]!.key}\r\n\r\n`)
-      }
-      const statuses = () => connections.flatMap((connection) => [...connection.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1]))
+      const { statuses } = answersOn(connections)
       await eventually(async () => statuses().length === 12, 15_000, 50)
       const millis = performance.now() - sent
       expect(statuses()).toEqual(connections.map(() => '503'))
       // 1 s of waiting, then the 2 s a lookup waits for a connection; in rounds of three, 8 s.
       expect(millis, 'the last answer').toBeLessThan(5_000)
     } finally {
-      for (const client of busy) client.release()
+      release()
       for (const connection of connections) connection.socket.destroy()
     }
   })
