@@ -1,7 +1,34 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { describe, expect, it } from 'vitest'
 import { createMemoryStore } from '../../../gateway/src/rateLimit/memoryStore.ts'
 import { describeLimitStore } from './store.suite.ts'
 
 describeLimitStore('in-process memory', async () => {
   const store = createMemoryStore()
   return { store, close: () => store.close() }
+})
+
+describe('in-process memory store, on the real clock', () => {
+  // The conformance suite drives time through nowMillis; how long a key's state is kept runs on
+  // the real clock, so it is checked here with windows short enough to pass during the test.
+  it('remembers the ban ladder of a key idle past its ban and windows, so its next ban climbs a step', async () => {
+    const store = createMemoryStore()
+    const request = {
+      keyId: 'key_idle',
+      minute: { limit: 1, windowMillis: 200, bucketMillis: 100 },
+      day: { limit: 1_000, windowMillis: 200, bucketMillis: 100 },
+      bans: { strikes: 1, ladderMillis: [300, 5_000], memoryMillis: 10_000 },
+    }
+    expect((await store.consume(request)).outcome).toBe('admitted')
+    const first = await store.consume(request)
+    expect(first).toMatchObject({ outcome: 'banned', newBan: true, banStep: 0 })
+
+    // Past the first ban and every window: only the ladder's memory is left of the key.
+    await sleep(first.banMillisLeft + 2 * 300)
+    expect((await store.consume(request)).outcome).toBe('admitted')
+    const second = await store.consume(request)
+    expect(second).toMatchObject({ outcome: 'banned', newBan: true, banStep: 1 })
+    expect(second.retryAfterMillis).toBeGreaterThan(300)
+    await store.close()
+  })
 })
