@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { parseCommand } from '../../gateway/src/cli/args.ts'
-import { parseExpires } from '../../gateway/src/cli/values.ts'
+import { parseExpires, parseName } from '../../gateway/src/cli/values.ts'
 
 const now = new Date('2026-11-25T12:00:00Z')
 
@@ -56,5 +56,12 @@ describe('keys command line', () => {
   it('takes --json before the command as after it', () => {
     expect(parseCommand(['--json', 'list'])).toEqual(parseCommand(['list', '--json']))
     expect(parseCommand(['--json', 'show', 'key_abc'])).toEqual({ name: 'show', id: 'key_abc', json: true })
+  })
+})
+
+describe('keys --name', () => {
+  it('counts characters as the database does: 200 emoji are a name, 201 are not', () => {
+    expect(parseName('🐶'.repeat(200))).toBe('🐶'.repeat(200))
+    expect(() => parseName('🐶'.repeat(201))).toThrow('--name must be 1 to 200 characters, got 201')
   })
 })

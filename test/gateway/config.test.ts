@@ -11,6 +11,7 @@ import {
   parseGatewayConfig,
   resolveGatewayConfig,
 } from '../../gateway/src/config/loadConfig.ts'
+import { createKeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { keyLimit, limitsFor } from '../../gateway/src/rateLimit/planLimits.ts'
 
 const SHIPPED = readFileSync('config/gateway.yaml', 'utf8')
@@ -78,6 +79,8 @@ describe('gateway config', () => {
     expect(problemsOf('bad-values.yaml')).toEqual([
       'test/fixtures/config/bad-values.yaml:1: server.port must be <= 65535',
       'test/fixtures/config/bad-values.yaml:3: upstreams.pets.url must be an http:// or https:// URL',
+      'test/fixtures/config/bad-values.yaml:3: upstreams.pets.timeoutSeconds must be >= 0.001',
+      'test/fixtures/config/bad-values.yaml:4: keyCache.ttlSeconds must be >= 0.001',
       'test/fixtures/config/bad-values.yaml:6: plans.free.perMinute must be a positive integer (only the enterprise plan may be "custom")',
       'test/fixtures/config/bad-values.yaml:10: anonymous.perMinute must be >= 1',
       'test/fixtures/config/bad-values.yaml:11: bans.ladder.1 must be a duration like 60s, 5m, 1h, 24h',
@@ -103,6 +106,23 @@ describe('gateway config', () => {
     expect(problemsOf('bad-window-bucket.yaml')).toEqual([
       'test/fixtures/config/bad-window-bucket.yaml:12: windows.day.bucket must be at most 4294967295 ms (49 days)',
     ])
+  })
+
+  it('refuses settings that pass one by one but not together: a day window no longer than the minute, a ban of over a year, one port for both listeners', () => {
+    expect(problemsOf('bad-settings-together.yaml')).toEqual([
+      'test/fixtures/config/bad-settings-together.yaml:1: server.opsPort must differ from server.port: both listeners would take one address',
+      'test/fixtures/config/bad-settings-together.yaml:12: windows.day.length must be longer than windows.minute.length',
+      'test/fixtures/config/bad-settings-together.yaml:14: bans.ladder.1 must be at most 365d: a ban is temporary',
+    ])
+  })
+
+  it('starts with every key-cache lifetime it accepts: one that is no whole number of milliseconds is rounded to one', () => {
+    for (const seconds of [16.1, 1.001, 0.001]) {
+      const text = shippedWith('ttlSeconds: 60 ', `ttlSeconds: ${seconds} `).replace('negativeTtlSeconds: 10 ', `negativeTtlSeconds: ${seconds} `)
+      const config = resolveGatewayConfig(parseGatewayConfig(text), {})
+      expect([config.keyCache.ttlMillis, config.keyCache.negativeTtlMillis]).toEqual([Math.round(seconds * 1_000), Math.round(seconds * 1_000)])
+      expect(() => createKeyCache({ findByHash: async () => undefined }, config.keyCache)).not.toThrow()
+    }
   })
 
   it('names a missing section', () => {

@@ -33,8 +33,10 @@ export function parseLimits(perMinute: string | undefined, perDay: string | unde
 
 export function parseName(raw: string): string {
   const name = raw.trim()
-  if (name.length === 0 || name.length > NAME_MAX) {
-    throw new UsageError(`--name must be 1 to ${NAME_MAX} characters, got ${name.length}`)
+  // Characters as the database's char_length counts them (code points), not UTF-16 units.
+  const length = [...name].length
+  if (length === 0 || length > NAME_MAX) {
+    throw new UsageError(`--name must be 1 to ${NAME_MAX} characters, got ${length}`)
   }
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(name)) throw new UsageError('--name must not contain control characters')

@@ -156,7 +156,10 @@ export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): 
     throw new ConfigError(problems)
   }
   const config = value as GatewayConfigFile
-  const problems = crossChecks(config).map(({ path, message }) => `${source}:${keyLine(document, lines, path)}: ${path.join('.')} ${message}`)
+  const problems = crossChecks(config)
+    .map(({ path, message }) => ({ line: keyLine(document, lines, path), text: `${path.join('.')} ${message}` }))
+    .sort((a, b) => a.line - b.line)
+    .map(({ line, text }) => `${source}:${line}: ${text}`)
   if (problems.length > 0) throw new ConfigError(problems)
   return config
 }
@@ -171,6 +174,12 @@ export const MAX_BUCKETS = 60
 
 /** The Redis state keeps a bucket's length in 32 bits of milliseconds (about 49.7 days). */
 const MAX_BUCKET_MILLIS = 2 ** 32 - 1
+
+/** The longest ban step: a year, far below where a ban's end stops being a date. */
+const MAX_BAN_SECONDS = 365 * 86_400
+
+/** Hosts a listener takes every address of, so another listener's port on any address clashes. */
+const ANY_ADDRESS = new Set(['0.0.0.0', '::', '[::]'])
 
 /** Rules a JSON schema cannot express. */
 function crossChecks(config: GatewayConfigFile): { path: string[]; message: string }[] {
@@ -198,6 +207,18 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
           `and this redis.keyPrefix, over the ${REDIS_BYTES_PER_KEY_BUDGET}-byte budget: use fewer buckets`,
       })
     }
+  }
+  if (buckets.minute > 0 && buckets.day > 0 && windowOf(config.windows.day).lengthMillis <= windowOf(config.windows.minute).lengthMillis) {
+    problems.push({ path: ['windows', 'day', 'length'], message: 'must be longer than windows.minute.length' })
+  }
+  for (const [index, step] of config.bans.ladder.entries()) {
+    if (durationSeconds(step) > MAX_BAN_SECONDS) {
+      problems.push({ path: ['bans', 'ladder', String(index)], message: 'must be at most 365d: a ban is temporary' })
+    }
+  }
+  const { host, port, opsHost, opsPort } = config.server
+  if (port !== 0 && port === opsPort && (host === opsHost || [host, opsHost].some((address) => ANY_ADDRESS.has(address)))) {
+    problems.push({ path: ['server', 'opsPort'], message: 'must differ from server.port: both listeners would take one address' })
   }
   for (const [name, plan] of Object.entries(config.plans)) {
     if (typeof plan.perMinute === 'number' && typeof plan.perDay === 'number' && plan.perDay < plan.perMinute) {
@@ -258,8 +279,9 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
     },
     keyCache: {
       maxEntries: file.keyCache.maxEntries,
-      ttlMillis: file.keyCache.ttlSeconds * 1_000,
-      negativeTtlMillis: file.keyCache.negativeTtlSeconds * 1_000,
+      // lru-cache takes whole milliseconds only, and 16.1 * 1_000 is 16100.000000000002.
+      ttlMillis: Math.round(file.keyCache.ttlSeconds * 1_000),
+      negativeTtlMillis: Math.round(file.keyCache.negativeTtlSeconds * 1_000),
     },
     plans: file.plans,
     windows: {

@@ -10,7 +10,8 @@ const ApiBaseUrl = Type.String({ pattern: '^https?://[^\\s/]+(/[^\\s]*)?/v1$', d
 const Upstream = Type.Object(
   {
     url: HttpUrl,
-    timeoutSeconds: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 300 })),
+    // Whole milliseconds: a shorter timeout would round to none and answer every request 504.
+    timeoutSeconds: Type.Optional(Type.Number({ minimum: 0.001, maximum: 300 })),
     maxInFlight: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000, description: 'a whole number of requests, 1 to 100000' })),
   },
   { additionalProperties: false },
@@ -63,8 +64,9 @@ export const GatewayConfigSchema = Type.Object(
     keyCache: Type.Object(
       {
         maxEntries: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
-        ttlSeconds: Type.Number({ exclusiveMinimum: 0, maximum: 3_600 }),
-        negativeTtlSeconds: Type.Number({ exclusiveMinimum: 0, maximum: 3_600 }),
+        // Whole milliseconds at least (the cache counts in them).
+        ttlSeconds: Type.Number({ minimum: 0.001, maximum: 3_600 }),
+        negativeTtlSeconds: Type.Number({ minimum: 0.001, maximum: 3_600 }),
       },
       { additionalProperties: false },
     ),

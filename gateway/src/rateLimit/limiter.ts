@@ -63,7 +63,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
   const store = createResilientStore({
     primary,
     // Bounded like the key cache: a long Redis outage with many keys cannot grow the heap past it.
-    fallback: redis && boot.onStoreFailure === 'open' ? createMemoryStore({ maxKeys: boot.keyCache.maxEntries }) : undefined,
+    fallback: redis && boot.onStoreFailure === 'open' ? fallbackStore(boot.keyCache.maxEntries, options.logger) : undefined,
     logger: options.logger,
     onFailure: options.onStoreFailure,
   })
@@ -98,6 +98,30 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     close: () => store.close(),
   }
+}
+
+/** How often a fallback too small for the keys in use says so. */
+const FALLBACK_FULL_WARNING_MILLIS = 60_000
+
+/**
+ * The per-process limits for onStoreFailure=open, bounded like the key cache. With more keys in
+ * use than that, the least recently used are forgotten and go unlimited until Redis is back: the
+ * log says so (at most once a minute), since the fix is the operator's, keyCache.maxEntries.
+ */
+function fallbackStore(maxKeys: number, logger: Logger): LimitStore {
+  let warnedAt = -Infinity
+  return createMemoryStore({
+    maxKeys,
+    onFull() {
+      const now = performance.now()
+      if (now - warnedAt < FALLBACK_FULL_WARNING_MILLIS) return
+      warnedAt = now
+      logger.warn(
+        { maxKeys },
+        'per-process rate limits (Redis failing) hold keyCache.maxEntries keys and more are in use: the least recently used are forgotten and not limited; raise keyCache.maxEntries',
+      )
+    },
+  })
 }
 
 /** Custom limits no probe reaches on the configured windows: a probe is always a full decision, never a strike. */

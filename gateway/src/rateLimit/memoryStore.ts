@@ -123,10 +123,22 @@ function stateFor(previous: KeyState | undefined, request: LimitRequest, now: nu
   return { minute, strikes, day, banUntil: previous.banUntil, level: previous.level, levelUntil: previous.levelUntil }
 }
 
-export function createMemoryStore(options: { maxKeys?: number; clock?: () => number } = {}): LimitStore {
+export interface MemoryStoreOptions {
+  maxKeys?: number
+  clock?: () => number
+  /** Called when a key's state is dropped for room: that key starts again from empty windows. */
+  onFull?: () => void
+}
+
+export function createMemoryStore(options: MemoryStoreOptions = {}): LimitStore {
   const clock = options.clock ?? Date.now
+  const onFull = options.onFull
   // Bounded like the key cache: memory stays flat whatever the number of keys.
-  const states = new LRUCache<string, KeyState>({ max: options.maxKeys ?? 200_000, ttlAutopurge: false })
+  const states = new LRUCache<string, KeyState>({
+    max: options.maxKeys ?? 200_000,
+    ttlAutopurge: false,
+    ...(onFull ? { dispose: (_state: KeyState, _keyId: string, reason: string) => reason === 'evict' && onFull() } : {}),
+  })
 
   return {
     kind: 'memory',

@@ -1,6 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { LimitRequest } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
+import { captureLog } from '../../helpers/logCapture.ts'
+import { freePort } from '../../helpers/ports.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
@@ -334,5 +336,56 @@ describe('Redis faults: every request is answered within the budget, open or clo
     }
     await expectRecovered('out of memory')
     recordFault('Redis out of memory (maxmemory 1mb, noeviction) while requests arrive', slowest!)
+  })
+})
+
+describe('Redis down with onStoreFailure open and more keys in use than the per-process limits hold', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+  const log = captureLog()
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      // Nothing listens there: every decision is the per-process fallback's.
+      env: { REDIS_URL: `redis://127.0.0.1:${await freePort()}` },
+      logStream: log.stream,
+      configure: (file) => {
+        file.keyCache.maxEntries = 2
+        file.onStoreFailure = 'open'
+        file.plans.free = { perMinute: 3, perDay: 1_000 }
+      },
+    })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it('limits as many keys as keyCache.maxEntries, and says in the log when more are in use and go unlimited', async () => {
+    const [first, second, third] = await Promise.all([gateway.createKey(), gateway.createKey(), gateway.createKey()])
+    const statuses = async (key: string, count: number) => {
+      const seen: number[] = []
+      for (let i = 0; i < count; i++) {
+        const response = await gateway.request('/v1/pets?limit=1', { key })
+        await response.arrayBuffer()
+        seen.push(response.status)
+      }
+      return seen
+    }
+    const fullWarnings = () => log.entries().filter((entry) => String(entry.msg).includes('raise keyCache.maxEntries'))
+
+    expect([...(await statuses(first!.key, 4)), ...(await statuses(second!.key, 4))]).toEqual([200, 200, 200, 429, 200, 200, 200, 429])
+    expect(fullWarnings()).toEqual([])
+
+    // A third key pushes the first one's count out: its window starts again from empty, and the log says why.
+    expect(await statuses(third!.key, 1)).toEqual([200])
+    expect(await statuses(first!.key, 1)).toEqual([200])
+    expect(fullWarnings()).toEqual([expect.objectContaining({ level: 40, maxKeys: 2 })])
   })
 })
