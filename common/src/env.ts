@@ -37,9 +37,9 @@ export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env):
 export const INTERNAL_TOKEN_MIN_LENGTH = 16
 
 /** INTERNAL_TOKEN, which the gateway presents and the pets-service checks; both refuse to start on a short one. */
-export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string {
-  const token = requiredEnv('INTERNAL_TOKEN', env)
-  if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new EnvError(`INTERNAL_TOKEN must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
+export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env, name = 'INTERNAL_TOKEN'): string {
+  const token = requiredEnv(name, env)
+  if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new EnvError(`${name} must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
   return token
 }
 

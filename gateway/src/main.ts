@@ -1,6 +1,7 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, requiredEnv } from '../../common/src/env.ts'
 import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
@@ -21,6 +22,14 @@ import { upstreamAcceptsGateway } from './upstreamCheck.ts'
 
 const logger = createLogger('gateway')
 
+// SIGHUP's default action ends the process. Until the config watch takes the signal over, and
+// once it has stopped, a reload sent to every gateway (`docker compose kill -s HUP`, a config
+// reloader) must not end one still starting or already closing: it is held, and applied once
+// the watch begins.
+let reloadHeld = false
+const holdReload = () => void (reloadHeld = true)
+process.on('SIGHUP', holdReload)
+
 async function main(): Promise<void> {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
@@ -34,10 +43,35 @@ async function main(): Promise<void> {
   const drainMillis = drainMillisFromEnv()
 
   const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', logger })
+  const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
+  // The ops port first: while Postgres is awaited the process is alive (/healthz) and not ready.
+  let started = false
+  let accepting = true
+  const ops = buildOpsServer({
+    registry,
+    logger,
+    isStarted: () => started,
+    isAccepting: () => accepting,
+    dependencies: {
+      postgres: async () => void (await pool.query('SELECT 1')),
+      // Authenticated: a pets-service refusing this gateway's INTERNAL_TOKEN is not a ready upstream.
+      upstream: upstreamAcceptsGateway(config.upstreams.pets.url, internalToken),
+      // With onStoreFailure "closed" a gateway whose Redis cannot decide (disconnected, frozen,
+      // slow past the budget, out of memory) answers every request 503, so it is not ready: the
+      // probe is a real decision, not a look at the connection. With "open" it serves on
+      // per-process limits, and Redis is left out of readiness (its errors show in
+      // gateway_rate_limit_store_errors_total and the RateLimitStoreErrors alert).
+      ...(limiter.storeKind !== 'memory' && config.onStoreFailure === 'closed'
+        ? { redis: () => limiter.probe().catch((error: unknown) => { throw new DependencyDown(firstLine(error)) }) }
+        : {}),
+    },
+  })
+  await ops.listen({ host: config.server.opsHost, port: config.server.opsPort })
+
+  await waitForPostgres(pool, logger)
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
   const repository = createKeyRepository(pool)
   const keys = createKeyCache(repository, config.keyCache)
-  const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
   if (!(await limiter.ready())) logger.warn('Redis is not reachable yet; limits follow onStoreFailure until it is')
   const unbans = createUnbanApplier({ repository, limiter, logger })
   const changes = await startKeyChangeFeed({
@@ -66,27 +100,10 @@ async function main(): Promise<void> {
     registry,
   })
   const stopWatching = configSource.watch()
-  let accepting = true
-  const ops = buildOpsServer({
-    registry,
-    logger,
-    isAccepting: () => accepting,
-    dependencies: {
-      postgres: async () => void (await pool.query('SELECT 1')),
-      // Authenticated: a pets-service refusing this gateway's INTERNAL_TOKEN is not a ready upstream.
-      upstream: upstreamAcceptsGateway(config.upstreams.pets.url, internalToken),
-      // With onStoreFailure "closed" a gateway whose Redis cannot decide (disconnected, frozen,
-      // slow past the budget, out of memory) answers every request 503, so it is not ready: the
-      // probe is a real decision, not a look at the connection. With "open" it serves on
-      // per-process limits, and Redis is left out of readiness (its errors show in
-      // gateway_rate_limit_store_errors_total and the RateLimitStoreErrors alert).
-      ...(limiter.storeKind !== 'memory' && config.onStoreFailure === 'closed'
-        ? { redis: () => limiter.probe().catch((error: unknown) => { throw new DependencyDown(firstLine(error)) }) }
-        : {}),
-    },
-  })
-  await ops.listen({ host: config.server.opsHost, port: config.server.opsPort })
+  process.off('SIGHUP', holdReload)
+  if (reloadHeld) configSource.reload()
   await app.listen({ host: config.server.host, port: config.server.port })
+  started = true
 
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },
@@ -94,7 +111,7 @@ async function main(): Promise<void> {
     { name: 'drain requests', run: () => app.close() },
     { name: 'stop key change feed', run: () => changes.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'stop applying unbans', run: () => unbans.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
-    { name: 'stop config watch', run: async () => stopWatching() },
+    { name: 'stop config watch', run: async () => (process.on('SIGHUP', holdReload), stopWatching()) },
     { name: 'close rate-limit store', run: () => limiter.close(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },

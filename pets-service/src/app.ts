@@ -21,6 +21,8 @@ import { listPetsRoute } from './routes/listPets.ts'
 export interface PetsServiceDependencies {
   pets: PetRepository
   internalToken: string
+  /** Also accepted while the credential is rotated (INTERNAL_TOKEN_PREVIOUS). */
+  previousInternalToken?: string
   logger: FastifyBaseLogger
   registry: Registry
 }
@@ -62,7 +64,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   })
   await app.register(httpMetrics, { registry: deps.registry })
   await app.register(errorBodies, { codes: petsFrameworkErrors })
-  await app.register(internalAuth, { token: deps.internalToken })
+  await app.register(internalAuth, { token: deps.internalToken, previousToken: deps.previousInternalToken })
   await app.register(expectContinue, { bodyLimitBytes: BODY_LIMIT_BYTES })
 
   await app.register(listPetsRoute, { pets: deps.pets })

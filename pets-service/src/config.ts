@@ -7,6 +7,8 @@ export interface PetsServiceConfig {
   opsHost: string
   opsPort: number
   internalToken: string
+  /** INTERNAL_TOKEN_PREVIOUS: accepted too while the credential is rotated. */
+  previousInternalToken?: string
   /** SHUTDOWN_DRAIN_SECONDS: the drain before the listener closes on SIGTERM. */
   drainMillis: number
 }
@@ -20,6 +22,7 @@ export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServic
     opsHost: env.PETS_OPS_HOST || '127.0.0.1',
     opsPort: portFromEnv('PETS_OPS_PORT', 9465, env),
     internalToken: internalTokenFromEnv(env),
+    ...(env.INTERNAL_TOKEN_PREVIOUS ? { previousInternalToken: internalTokenFromEnv(env, 'INTERNAL_TOKEN_PREVIOUS') } : {}),
     drainMillis: drainMillisFromEnv(env),
   })
 }

@@ -1,6 +1,7 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { reportStartupFailure } from '../../common/src/env.ts'
 import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
@@ -17,21 +18,26 @@ const logger = createLogger('pets-service')
 async function main(): Promise<void> {
   const config = loadPetsConfig()
   const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', logger })
-  await migrate(pool, PETS_MIGRATIONS, logger)
-
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   registerPoolMetrics(registry, pool)
 
-  const pets = createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) })
-  const app = await buildPetsService({ pets, internalToken: config.internalToken, logger, registry })
+  // The ops port first: while Postgres is awaited the process is alive (/healthz) and not ready.
+  let started = false
   let accepting = true
   const ops = buildOpsServer({
     registry,
     logger,
+    isStarted: () => started,
     isAccepting: () => accepting,
-    dependencies: { postgres: () => pets.ping() },
+    dependencies: { postgres: async () => void (await pool.query('SELECT 1')) },
   })
+  await ops.listen({ host: config.opsHost, port: config.opsPort })
+
+  await waitForPostgres(pool, logger)
+  await migrate(pool, PETS_MIGRATIONS, logger)
+  const pets = createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) })
+  const app = await buildPetsService({ pets, internalToken: config.internalToken, previousInternalToken: config.previousInternalToken, logger, registry })
 
   // At start too: a service restarted more often than hourly would otherwise never purge.
   const purgeKeys = () => void pets.purgeIdempotencyKeys().catch((error: unknown) => logger.warn({ err: error }, 'idempotency purge failed'))
@@ -39,8 +45,8 @@ async function main(): Promise<void> {
   const purge = setInterval(purgeKeys, 3_600_000)
   purge.unref()
 
-  await ops.listen({ host: config.opsHost, port: config.opsPort })
   await app.listen({ host: config.host, port: config.port })
+  started = true
 
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },

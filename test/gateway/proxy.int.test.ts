@@ -655,3 +655,38 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
   })
 })
+
+describe('rotating INTERNAL_TOKEN without an outage', () => {
+  const NEW_TOKEN = 'rotated-internal-token-0123456789'
+  let database: TestDatabase
+  let pets: RunningPetsService
+  const gateways: RunningGateway[] = []
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    // Step one of the rotation: the pets-service takes the new credential and still accepts the old.
+    pets = await startPetsService(database.url, { internalToken: NEW_TOKEN, previousInternalToken: TEST_INTERNAL_TOKEN })
+  })
+  afterAll(async () => {
+    for (const gateway of gateways) await gateway.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it('a pets-service given INTERNAL_TOKEN_PREVIOUS serves gateways on the old and on the new credential, and no other', async () => {
+    const start = async (internalToken: string) => {
+      const gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, internalToken })
+      gateways.push(gateway)
+      return gateway
+    }
+    const [oldGateway, newGateway, strayGateway] = [await start(TEST_INTERNAL_TOKEN), await start(NEW_TOKEN), await start('some-other-internal-token-0123')]
+    for (const gateway of [oldGateway, newGateway]) {
+      const { key } = await gateway.createKey()
+      const response = await gateway.request('/v1/pets?limit=1', { key })
+      expect(response.status).toBe(200)
+      await response.arrayBuffer()
+    }
+    const { key } = await strayGateway.createKey()
+    await expectErrorResponse(await strayGateway.request('/v1/pets?limit=1', { key }), 502, 'bad_gateway')
+  })
+})

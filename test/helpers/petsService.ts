@@ -27,7 +27,7 @@ export interface RunningPetsService {
 /** Starts the pets-service on an ephemeral port against `databaseUrl`, migrations applied, trusting `internalToken` (TEST_INTERNAL_TOKEN by default). */
 export async function startPetsService(
   databaseUrl: string,
-  options: { logStream?: NodeJS.WritableStream; internalToken?: string } = {},
+  options: { logStream?: NodeJS.WritableStream; internalToken?: string; previousInternalToken?: string } = {},
 ): Promise<RunningPetsService> {
   const internalToken = options.internalToken ?? TEST_INTERNAL_TOKEN
   const registry = new Registry()
@@ -37,6 +37,7 @@ export async function startPetsService(
   const app = await buildPetsService({
     pets: createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) }),
     internalToken,
+    previousInternalToken: options.previousInternalToken,
     logger,
     registry,
   })

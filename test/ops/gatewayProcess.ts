@@ -33,7 +33,7 @@ export async function startGatewayProcess(options: {
   env?: NodeJS.ProcessEnv
   configure?: (file: GatewayConfigFile) => void
   readyTimeoutMillis?: number
-  /** The test expects it not to become ready: wait until the ops port answers /healthz instead. */
+  /** The test expects it not to become ready: wait only until it has started (/readyz no longer "starting"). */
   notReady?: boolean
   internalToken?: string
 }): Promise<GatewayProcess & { cleanup(): void }> {
@@ -58,17 +58,29 @@ export async function startGatewayProcess(options: {
     GATEWAY_OPS_PORT: String(opsPort),
   })
   const opsUrl = `http://127.0.0.1:${opsPort}`
-  await waitForReady(`${opsUrl}/${options.notReady ? 'healthz' : 'readyz'}`, proc, options.readyTimeoutMillis ?? 15_000)
+  const timeoutMillis = options.readyTimeoutMillis ?? 15_000
+  const readyz = async () => {
+    const response = await fetch(`${opsUrl}/readyz`, { signal: AbortSignal.timeout(3_000) })
+    return { status: response.status, body: (await response.json()) as ReadyzBody }
+  }
+  if (options.notReady) {
+    // The ops port answers from the start of start-up; the process has started when /readyz stops saying so.
+    await waitForReady(`${opsUrl}/healthz`, proc, timeoutMillis)
+    const deadline = Date.now() + timeoutMillis
+    while ((await readyz()).body.status === 'starting') {
+      if (Date.now() > deadline) throw new Error(`the gateway was still starting after ${timeoutMillis} ms:\n${proc.output()}`)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+  } else {
+    await waitForReady(`${opsUrl}/readyz`, proc, timeoutMillis)
+  }
   return {
     proc,
     url: `http://127.0.0.1:${apiPort}`,
     opsUrl,
     opsPort,
     apiPort,
-    async readyz() {
-      const response = await fetch(`${opsUrl}/readyz`, { signal: AbortSignal.timeout(3_000) })
-      return { status: response.status, body: (await response.json()) as ReadyzBody }
-    },
+    readyz,
     cleanup: () => rmSync(directory, { recursive: true, force: true }),
   }
 }

@@ -63,7 +63,7 @@ export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options:
     logger.info('stopped')
     process.exit(failed ? 1 : 0)
   }
-  process.once('SIGTERM', (signal) => void shutdown({ signal }))
+  process.on('SIGTERM', (signal) => void shutdown({ signal }))
   process.on('SIGINT', (signal) => void shutdown({ signal }))
   if (options.npmScript !== undefined && process.env.npm_lifecycle_event === options.npmScript) {
     watchLauncher((launcher) => {

@@ -20,6 +20,8 @@ export interface OpsServerOptions {
   dependencies: Record<string, DependencyCheck>
   /** False once shutdown has begun, so load balancers stop sending traffic first. */
   isAccepting: () => boolean
+  /** False while the service is still starting (waiting for Postgres): not ready, but alive. */
+  isStarted?: () => boolean
   logger: FastifyBaseLogger
   checkTimeoutMillis?: number
 }
@@ -64,9 +66,10 @@ export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
     const dependencies = Object.fromEntries(entries.map(([name, state]) => [name, state]))
     const reasons = Object.fromEntries(entries.flatMap(([name, , reason]) => (reason ? [[name, reason]] : [])))
     const accepting = options.isAccepting()
-    const ready = accepting && entries.every(([, state]) => state === 'up')
+    const started = options.isStarted?.() ?? true
+    const ready = started && accepting && entries.every(([, state]) => state === 'up')
     return reply.code(ready ? 200 : 503).send({
-      status: ready ? 'ready' : accepting ? 'not_ready' : 'shutting_down',
+      status: ready ? 'ready' : !started ? 'starting' : accepting ? 'not_ready' : 'shutting_down',
       dependencies,
       ...(Object.keys(reasons).length > 0 ? { reasons } : {}),
     })

@@ -1,4 +1,4 @@
-import { statSync, unwatchFile, watchFile } from 'node:fs'
+import { statSync, unwatchFile, watchFile, type Stats } from 'node:fs'
 import type { Logger } from 'pino'
 import { ConfigError, loadGatewayConfig, type GatewayConfig } from './loadConfig.ts'
 
@@ -44,27 +44,33 @@ export function restartOnlyChanges(before: GatewayConfig, after: GatewayConfig):
   return changed
 }
 
+/**
+ * What tells one version of the file from another: not its modification time alone, which a file
+ * renamed over it may share (`cp -p`, `rsync -a`, archives with fixed times, one-second clocks).
+ */
+const fileVersion = (stats: Stats) => `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeMs}:${stats.ctimeMs}`
+
 export function createConfigSource(
   path: string,
   env: NodeJS.ProcessEnv,
   logger: Logger,
   onReload?: (outcome: 'success' | 'failure', config: GatewayConfig) => void,
 ): ConfigSource {
-  const modifiedAt = () => {
+  const version = () => {
     try {
-      return statSync(path).mtimeMs
+      return fileVersion(statSync(path))
     } catch {
       return undefined
     }
   }
-  // The file's modification time when it was last read, valid or not.
-  let readAt = modifiedAt()
+  // Which version of the file was last read, valid or not.
+  let readAt = version()
   let current = loadGatewayConfig(path, env)
   // What the restart-only settings are in this process, whatever the file says later.
   const started = current
 
   const reload = (): boolean => {
-    readAt = modifiedAt()
+    readAt = version()
     try {
       const previous = current
       current = loadGatewayConfig(path, env)
@@ -95,15 +101,15 @@ export function createConfigSource(
       const onSignal = () => void reload()
       process.on('SIGHUP', onSignal)
       // Polling the file's stat survives editors that replace the file and bind mounts alike.
-      const onChange = (now: { mtimeMs: number }, before: { mtimeMs: number }) => {
-        if (now.mtimeMs !== before.mtimeMs) reload()
+      const onChange = (now: Stats, before: Stats) => {
+        if (fileVersion(now) !== fileVersion(before)) reload()
       }
       watchFile(path, { interval: WATCH_INTERVAL_MILLIS }, onChange)
       // watchFile takes its first stat asynchronously and compares later ones with it: a change
       // made after the last read but before that first stat would never be seen. One comparison
-      // with the last read's modification time, once the watcher has its baseline, closes that gap.
+      // with the version last read, once the watcher has its baseline, closes that gap.
       const firstCheck = setTimeout(() => {
-        if (modifiedAt() !== readAt) reload()
+        if (version() !== readAt) reload()
       }, WATCH_INTERVAL_MILLIS)
       firstCheck.unref()
       return () => {

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -109,6 +109,21 @@ describe('config source: reload keeps a valid config in force', () => {
     utimesSync(copy.file, later, later)
     stopWatching = source.watch()
     await eventually(async () => source.get().plans.pro?.perMinute === 11, 10_000)
+  })
+
+  it('a new file renamed over the watched one is reloaded even when it carries the same modification time (cp -p, rsync -a)', async () => {
+    copy.write(readFileSync('config/gateway.yaml', 'utf8'))
+    const sameTime = new Date(Date.now() - 60_000)
+    utimesSync(copy.file, sameTime, sameTime)
+    expect(source.reload()).toBe(true)
+    stopWatching = source.watch()
+    // Past the watcher's first poll, so it compares the replacement with the file it started on.
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    const replacement = path.join(directory, 'gateway.yaml.new')
+    writeFileSync(replacement, readFileSync(copy.file, 'utf8').replace(/(pro: +\{ perMinute: )300/, '$1301'))
+    utimesSync(replacement, sameTime, sameTime)
+    renameSync(replacement, copy.file)
+    await eventually(async () => source.get().plans.pro?.perMinute === 301, 10_000)
   })
 })
 

@@ -1,0 +1,52 @@
+import type pg from 'pg'
+import type { Logger } from 'pino'
+
+/**
+ * A Postgres that is not there yet, rather than one that refuses this service: not listening or
+ * unreachable for now (it starts after this process, restarts, fails over), still starting
+ * (57P03), or out of connection slots (53300).
+ */
+const NOT_YET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND', 'EPIPE', '57P03', '53300'])
+
+function notYet(error: unknown): boolean {
+  const { code, message } = error as { code?: string; message?: string }
+  // pg's own words for a connection closed or not made in time carry no code.
+  return (code !== undefined && NOT_YET.has(code)) || /^Connection terminated|timeout/i.test(message ?? '')
+}
+
+const describe = (error: unknown) => {
+  const { code, message } = error as { code?: string; message?: string }
+  return [code, message?.split('\n')[0]?.slice(0, 200)].filter(Boolean).join(': ') || String(error)
+}
+
+export interface WaitForPostgresOptions {
+  firstRetryMillis?: number
+  maxRetryMillis?: number
+}
+
+/**
+ * Waits until Postgres answers, retrying with a capped backoff while it is not there yet, so a
+ * service started before its database (a host booting, an orchestrator starting everything at
+ * once, Postgres restarting) comes up once it appears instead of exiting. Each new problem is
+ * logged once. A refusal that waiting cannot mend (wrong password, no such database) is thrown
+ * at once, naming Postgres.
+ */
+export async function waitForPostgres(pool: pg.Pool, logger: Logger, options: WaitForPostgresOptions = {}): Promise<void> {
+  let retryMillis = options.firstRetryMillis ?? 500
+  const maxRetryMillis = options.maxRetryMillis ?? 5_000
+  let lastProblem: string | undefined
+  for (;;) {
+    try {
+      await pool.query('SELECT 1')
+      if (lastProblem !== undefined) logger.info('Postgres answers: starting')
+      return
+    } catch (error) {
+      if (!notYet(error)) throw new Error(`cannot use Postgres at DATABASE_URL: ${describe(error)}`, { cause: error })
+      const problem = describe(error)
+      if (problem !== lastProblem) logger.warn({ problem, retryEveryMillis: maxRetryMillis }, 'waiting for Postgres at DATABASE_URL')
+      lastProblem = problem
+      await new Promise((resolve) => setTimeout(resolve, retryMillis))
+      retryMillis = Math.min(retryMillis * 2, maxRetryMillis)
+    }
+  }
+}
