@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { gatewayErrors } from '../errors.ts'
+import { addressOnly } from '../rateLimit/clientAddress.ts'
 
 export interface UpstreamOptions {
   /** e.g. http://127.0.0.1:3001 */
@@ -78,7 +79,7 @@ function gatewayHeaders(request: Pick<FastifyRequest, 'id' | 'ip' | 'apiKey'>, i
     'x-internal-token': internalToken,
     'x-request-id': request.id,
     'x-forwarded-prefix': PUBLIC_PREFIX,
-    'x-forwarded-for': request.ip,
+    'x-forwarded-for': addressOnly(request.ip),
     via: VIA,
   }
   if (request.apiKey) headers['x-consumer-id'] = request.apiKey.id

@@ -1,6 +1,20 @@
 import ipaddr from 'ipaddr.js'
 
 const PLAIN_IPV4 = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/
+const IPV4_WITH_PORT = /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d{1,5}$/
+const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
+
+/** Where every client address that is no IP address at all is counted: together, not one count each. */
+export const UNPARSEABLE_BUCKET = 'unparseable'
+
+/**
+ * The address alone: a trusted load balancer may write the client with its source port
+ * (`203.0.113.9:40123`, `[2001:db8::1]:443`, as Azure Application Gateway does), which would
+ * otherwise make every connection a client of its own.
+ */
+export function addressOnly(address: string): string {
+  return IPV4_WITH_PORT.exec(address)?.[1] ?? BRACKETED_IPV6.exec(address)?.[1] ?? address
+}
 
 const ipv4 = (high: number, low: number) => `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`
 
@@ -28,15 +42,17 @@ function embeddedIpv4(address: ipaddr.IPv6): string | undefined {
 }
 
 /**
- * What the per-IP anonymous limit counts a client address under. IPv4: the address, also when an
+ * What the per-IP anonymous limit counts a client address under, its port left out. IPv4: the address, also when an
  * IPv6 address embeds it (see embeddedIpv4). Other IPv6: its /64, the smallest block a subscriber
  * is given, so one client cannot mint a fresh count from each of the 2^64 addresses of its own
  * network, nor from other spellings of one address (`2001:DB8:0:0::1` and `2001:db8::1` are one
  * client).
  */
-export function anonymousBucket(address: string): string {
+export function anonymousBucket(given: string): string {
+  if (PLAIN_IPV4.test(given)) return given
+  const address = addressOnly(given)
   if (PLAIN_IPV4.test(address)) return address
-  if (!ipaddr.isValid(address)) return address
+  if (!ipaddr.isValid(address)) return UNPARSEABLE_BUCKET
   const parsed = ipaddr.parse(address)
   if (parsed.kind() === 'ipv4') return parsed.toString()
   const v6 = parsed as ipaddr.IPv6

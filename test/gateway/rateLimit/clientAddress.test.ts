@@ -14,11 +14,15 @@ describe('the address the anonymous limit counts a client under', () => {
     ['2001:db8:1:2::1', '2001:db8:1:2::/64'],
     ['2001:DB8:1:2:0:0:0:ffff', '2001:db8:1:2::/64'],
     ['fe80::1%eth0', 'fe80:0:0:0::/64'],
+    // A trusted load balancer that writes the client's source port too (Azure Application Gateway).
+    ['203.0.113.9:40123', '203.0.113.9'],
+    ['[2001:db8:1:2::1]:443', '2001:db8:1:2::/64'],
+    ['[::ffff:203.0.113.9]:8080', '203.0.113.9'],
   ])('%s is counted as %s', (address, bucket) => {
     expect(anonymousBucket(address)).toBe(bucket)
   })
 
-  it('keeps what is not an IP address as it is', () => {
-    expect(anonymousBucket('unknown')).toBe('unknown')
+  it('counts everything that is not an IP address together, so junk from a trusted proxy mints no fresh counts', () => {
+    expect(['unknown', 'garbage:1', '[nope]:80'].map(anonymousBucket)).toEqual(['unparseable', 'unparseable', 'unparseable'])
   })
 })
