@@ -594,7 +594,7 @@ export interface components {
         /** @description When the operation will be removed (RFC 8594). */
         Sunset: "Thu, 05 Dec 2030 00:00:00 GMT";
         /**
-         * @description The bearer challenge (RFC 6750).
+         * @description The bearer challenge (RFC 6750): with `error="invalid_token"` when a bearer key was sent and refused; without an error code when no key was sent or another scheme was used.
          * @example Bearer realm="animal-adoption-store", error="invalid_token"
          */
         "WWW-Authenticate": string;

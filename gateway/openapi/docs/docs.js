@@ -1,7 +1,7 @@
 /* global SwaggerUIBundle, window, document, fetch, URL */
 // The docs page at /docs: Swagger UI (served by the gateway from swagger-ui-dist) on the
-// document at /v1/openapi.json. "Try it out" defaults to the gateway serving this page; the
-// document's production and staging servers stay selectable.
+// document at /v1/openapi.json. "Try it out" calls the gateway serving this page, the one server
+// a page may call: the API offers no CORS (its keys are secrets, for servers, not for pages).
 'use strict'
 ;(async function showDocs() {
   const target = document.getElementById('swagger-ui')
@@ -11,7 +11,7 @@
     return
   }
   const spec = await response.json()
-  spec.servers = [{ url: new URL('v1', window.location.href).href, description: 'This gateway' }, ...(spec.servers || [])]
+  spec.servers = [{ url: new URL('v1', window.location.href).href, description: 'This gateway' }]
   window.ui = SwaggerUIBundle({
     spec,
     dom_id: '#swagger-ui',

@@ -27,7 +27,8 @@ declare module 'fastify' {
   }
 }
 
-// RFC 6750 §3: the challenge names the scheme; error="invalid_token" when a key was sent.
+// RFC 6750 §3: the challenge names the scheme; error="invalid_token" when a bearer key was sent,
+// and no error code for a request that sent no key or used another scheme (Basic, a bare token).
 const REALM = 'Bearer realm="animal-adoption-store"'
 const UNLIMITED = { kind: 'go', settled: () => {} } as const satisfies LookUpTurn
 /** The longest a lookup waits for the same address's lookups under way before it goes anyway. */
@@ -38,6 +39,10 @@ const MISSING = gatewayErrors.create('missing_api_key', undefined, { headers: { 
 const INVALID = gatewayErrors.create('invalid_api_key', undefined, {
   headers: { 'www-authenticate': `${REALM}, error="invalid_token"` },
 })
+const OTHER_SCHEME = gatewayErrors.create('invalid_api_key', undefined, { headers: { 'www-authenticate': REALM } })
+
+/** Whether an Authorization value that is no bearer credential uses another scheme (not a bearer one gone wrong). */
+const otherScheme = (value: string) => value.slice(0, 7).toLowerCase() !== 'bearer ' && value.toLowerCase() !== 'bearer'
 
 /**
  * The token of an `Authorization: Bearer <token>` value (RFC 6750 §2.1; the scheme's case and
@@ -92,9 +97,9 @@ export const authenticate = fp(
     app.decorateRequest('authFailure', null)
     app.decorateRequest('authFailureReason', null)
 
-    function refuse(request: FastifyRequest, reason: AuthFailureReason): void {
+    function refuse(request: FastifyRequest, reason: AuthFailureReason, answer = reason === 'missing' ? MISSING : INVALID): void {
       options.onFailure?.(reason)
-      request.authFailure = reason === 'missing' ? MISSING : INVALID
+      request.authFailure = answer
       request.authFailureReason = reason
     }
 
@@ -166,7 +171,11 @@ export const authenticate = fp(
         refuse(request, 'missing')
         return done()
       }
-      if (token === undefined || !hasApiKeyShape(token)) {
+      if (token === undefined) {
+        refuse(request, 'malformed', otherScheme(header!) ? OTHER_SCHEME : INVALID)
+        return done()
+      }
+      if (!hasApiKeyShape(token)) {
         refuse(request, 'malformed')
         return done()
       }

@@ -29,29 +29,40 @@ function readAssets(): Record<string, Asset> {
   }
 }
 
-const acceptsGzip = (request: FastifyRequest) => /\bgzip\b/.test(String(request.headers['accept-encoding'] ?? ''))
-
-function origins(servers: { production: string; staging: string }): string {
-  return [...new Set([servers.production, servers.staging].map((url) => new URL(url).origin))].join(' ')
+/**
+ * Whether the client takes gzip (RFC 9110 §12.5.3): named with a weight above 0, or covered by
+ * `*` when not named; `gzip;q=0` refuses it, whatever else the header says.
+ */
+function acceptsGzip(header: string | undefined): boolean {
+  if (!header) return false
+  let wildcard = false
+  for (const entry of header.split(',')) {
+    const [coding = '', ...parameters] = entry.split(';').map((part) => part.trim().toLowerCase())
+    const weight = parameters.find((parameter) => parameter.startsWith('q='))
+    const accepted = weight === undefined || Number(weight.slice(2)) > 0
+    if (coding === 'gzip' || coding === 'x-gzip') return accepted
+    if (coding === '*') wildcard = accepted
+  }
+  return wildcard
 }
 
 /**
- * The page may run only the gateway's own scripts and styles and may call only the gateway and
- * the document's servers ("Try it out"): nothing comes from a CDN, even if a dependency tried.
+ * The page may run only the gateway's own scripts and styles and may call only the gateway
+ * ("Try it out" goes to the gateway serving the page): nothing comes from a CDN, even if a
+ * dependency tried. The document's other servers would need CORS, which the API does not offer
+ * (its keys are secrets, for servers, not for pages).
  */
-function contentSecurityPolicy(servers: { production: string; staging: string }): string {
-  return [
-    "default-src 'none'",
-    "script-src 'self'",
-    // Swagger UI sets style attributes on its elements.
-    "style-src 'self' 'unsafe-inline'",
-    "img-src 'self' data:",
-    `connect-src 'self' ${origins(servers)}`,
-    "base-uri 'none'",
-    "form-action 'none'",
-    "frame-ancestors 'none'",
-  ].join('; ')
-}
+const CONTENT_SECURITY_POLICY = [
+  "default-src 'none'",
+  "script-src 'self'",
+  // Swagger UI sets style attributes on its elements.
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ')
 
 /**
  * The API's own description, without a key (`public: true`: the authentication stage skips these
@@ -81,7 +92,7 @@ export async function apiDocs(app: FastifyInstance, options: { config: () => Gat
   const send = (asset: Asset, request: FastifyRequest, reply: FastifyReply) => {
     void reply.type(asset.type).header('x-content-type-options', 'nosniff').header('vary', 'accept-encoding')
     // Swagger UI is 1.5 MB of JavaScript: compressed once, on first use.
-    if (asset.body.length > 1_024 && acceptsGzip(request)) {
+    if (asset.body.length > 1_024 && acceptsGzip(request.headers['accept-encoding'])) {
       asset.gzipped ??= gzipSync(asset.body)
       return reply.header('content-encoding', 'gzip').send(asset.gzipped)
     }
@@ -91,7 +102,7 @@ export async function apiDocs(app: FastifyInstance, options: { config: () => Gat
     app.get(path, { config: { public: true } }, async (request, reply) => {
       if (path === '/docs') {
         void reply
-          .header('content-security-policy', contentSecurityPolicy(options.config().openapi.servers))
+          .header('content-security-policy', CONTENT_SECURITY_POLICY)
           .header('referrer-policy', 'no-referrer')
           .header('cache-control', 'no-cache')
       } else {
