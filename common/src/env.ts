@@ -37,8 +37,17 @@ export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env):
 export const INTERNAL_TOKEN_MIN_LENGTH = 16
 
 /** INTERNAL_TOKEN, which the gateway presents and the pets-service checks; both refuse to start on a short one. */
-export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env, name = 'INTERNAL_TOKEN'): string {
-  const token = requiredEnv(name, env)
+export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string {
+  return longEnough('INTERNAL_TOKEN', requiredEnv('INTERNAL_TOKEN', env))
+}
+
+/** INTERNAL_TOKEN_PREVIOUS (pets-service): the credential also accepted while INTERNAL_TOKEN is rotated. */
+export function previousInternalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const token = env.INTERNAL_TOKEN_PREVIOUS
+  return token ? longEnough('INTERNAL_TOKEN_PREVIOUS', token) : undefined
+}
+
+function longEnough(name: string, token: string): string {
   if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new EnvError(`${name} must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
   return token
 }

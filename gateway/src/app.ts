@@ -22,7 +22,7 @@ import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { requestFraming } from './proxy/requestFraming.ts'
 import { BODY_LIMIT_BYTES, acceptOpaqueBodies, upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { NewBan } from './rateLimit/banJournal.ts'
-import { anonymousBucket } from './rateLimit/clientAddress.ts'
+import { anonymousBucket, trustedHops } from './rateLimit/clientAddress.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
@@ -66,7 +66,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   const timeouts = deps.clientTimeouts ?? CLIENT_TIMEOUTS
   const app = Fastify({
     // Only the configured load balancers may speak for the client's address.
-    trustProxy: boot.server.trustedProxies.length > 0 ? [...boot.server.trustedProxies] : false,
+    trustProxy: boot.server.trustedProxies.length > 0 ? trustedHops(boot.server.trustedProxies) : false,
     loggerInstance: deps.logger,
     logController: singleLineRequestLogging(),
     genReqId: requestIdFrom,

@@ -3,7 +3,12 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, requiredEnv } from '../../common/src/env.ts'
-import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import {
+  CLOSE_DEPENDENCY_MILLIS,
+  SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
+  exitWithLauncherWhileStarting,
+  onShutdownSignal,
+} from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -31,6 +36,7 @@ const holdReload = () => void (reloadHeld = true)
 process.on('SIGHUP', holdReload)
 
 async function main(): Promise<void> {
+  const stopStartWatch = exitWithLauncherWhileStarting(logger, 'start:gateway')
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   const metrics = createGatewayMetrics(registry)
@@ -105,6 +111,7 @@ async function main(): Promise<void> {
   await app.listen({ host: config.server.host, port: config.server.port })
   started = true
 
+  stopStartWatch()
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain connections', run: () => app.drain(drainMillis) },

@@ -1,4 +1,4 @@
-import { drainMillisFromEnv, internalTokenFromEnv, portFromEnv, requiredEnv } from '../../common/src/env.ts'
+import { drainMillisFromEnv, internalTokenFromEnv, portFromEnv, previousInternalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
@@ -22,7 +22,7 @@ export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServic
     opsHost: env.PETS_OPS_HOST || '127.0.0.1',
     opsPort: portFromEnv('PETS_OPS_PORT', 9465, env),
     internalToken: internalTokenFromEnv(env),
-    ...(env.INTERNAL_TOKEN_PREVIOUS ? { previousInternalToken: internalTokenFromEnv(env, 'INTERNAL_TOKEN_PREVIOUS') } : {}),
+    previousInternalToken: previousInternalTokenFromEnv(env),
     drainMillis: drainMillisFromEnv(env),
   })
 }

@@ -4,7 +4,12 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { reportStartupFailure } from '../../common/src/env.ts'
-import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, onShutdownSignal } from '../../common/src/lifecycle/shutdown.ts'
+import {
+  CLOSE_DEPENDENCY_MILLIS,
+  SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
+  exitWithLauncherWhileStarting,
+  onShutdownSignal,
+} from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -16,6 +21,7 @@ import { createPetRepository } from './repository/petRepository.ts'
 const logger = createLogger('pets-service')
 
 async function main(): Promise<void> {
+  const stopStartWatch = exitWithLauncherWhileStarting(logger, 'start:pets')
   const config = loadPetsConfig()
   const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', logger })
   const registry = new Registry()
@@ -48,6 +54,7 @@ async function main(): Promise<void> {
   await app.listen({ host: config.host, port: config.port })
   started = true
 
+  stopStartWatch()
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain connections', run: () => app.drain(config.drainMillis) },

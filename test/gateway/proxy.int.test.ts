@@ -301,6 +301,18 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(seen.authorization).toBeUndefined()
   })
 
+  it('tells the upstream the client address a trusted load balancer gave, without the source port it may write', async () => {
+    const recorder = await recordingUpstream()
+    upstream = recorder
+    gateway = await startGateway({ databaseUrl: database.url, petsUrl: recorder.url, configure: (file) => void (file.server.trustedProxies = ['127.0.0.1']) })
+    const { key } = await gateway.createKey()
+    for (const [sent, expected] of [['203.0.113.9:40123', '203.0.113.9'], ['[2001:db8::1]:443', '2001:db8::1'], ['203.0.113.7', '203.0.113.7']] as const) {
+      const response = await gateway.request('/v1/pets', { key, contract: false, headers: { 'x-forwarded-for': sent } })
+      await response.arrayBuffer()
+      expect(recorder.requests.at(-1)?.['x-forwarded-for'], sent).toBe(expected)
+    }
+  })
+
   it('forwards a request without the client\'s hop-by-hop headers, which are not the upstream\'s business', async () => {
     const recorder = await recordingUpstream()
     const { gateway, key } = await gatewayTo(recorder)

@@ -294,4 +294,41 @@ describe.skipIf(process.platform !== 'linux')('npm run start:gateway and start:p
       expect(proc.output()).toMatch(/"launcher":"npm \(pid \d+\) exited"[^\n]*"msg":"shutting down"/)
     }
   }, 2 * READY_MILLIS)
+
+  // A service may wait long for Postgres at start: npm going away meanwhile must end it too, or it
+  // would start serving, orphaned, once Postgres appeared.
+  it.each(['start:gateway', 'start:pets'] as const)('SIGTERM to npm while %s waits for Postgres ends the service, no process left', async (script) => {
+    const [pets, petsOps, gateway, gatewayOps] = [await freePort(), await freePort(), await freePort(), await freePort()]
+    const nobodyListens = new URL(database.url)
+    nobodyListens.host = `127.0.0.1:${await freePort()}`
+    const proc = startProcess(
+      'npm',
+      ['run', script],
+      {
+        ...baseEnv(),
+        LOG_LEVEL: 'info',
+        REDIS_URL: '',
+        DATABASE_URL: nobodyListens.toString(),
+        INTERNAL_TOKEN: TOKEN,
+        PETS_PORT: String(pets),
+        PETS_OPS_PORT: String(petsOps),
+        PETS_URL: `http://127.0.0.1:${pets}`,
+        GATEWAY_HOST: '127.0.0.1',
+        GATEWAY_PORT: String(gateway),
+        GATEWAY_OPS_HOST: '127.0.0.1',
+        GATEWAY_OPS_PORT: String(gatewayOps),
+      },
+      { detached: true },
+    )
+    await waitForOutput(proc, 'waiting for Postgres at DATABASE_URL', READY_MILLIS)
+    const tree = descendants(proc.pid)
+    for (const info of tree) seen.set(info.pid, info.command)
+    process.kill(proc.pid, 'SIGTERM')
+    await allGone(
+      tree.map((info) => info.pid),
+      STOPPED_MILLIS,
+    )
+    await waitForPortClosed(script === 'start:gateway' ? gatewayOps : petsOps, 1_000)
+    expect(proc.output()).toMatch(/"launcher":"npm \(pid \d+\) exited"[^\n]*"msg":"launcher gone while starting, exiting"/)
+  }, 2 * READY_MILLIS)
 })

@@ -82,3 +82,17 @@ async function finishedWithin(work: Promise<unknown>, millis: number): Promise<b
     clearTimeout(timer)
   }
 }
+
+/**
+ * While a service starts under its npm script (it may wait for Postgres for long), npm going away
+ * ends it too, as onShutdownSignal's watch does once it runs: a service waiting for Postgres would
+ * otherwise be left orphaned and start serving, holding its ports, once Postgres appeared.
+ * Returns the stop of the watch, for when onShutdownSignal takes over.
+ */
+export function exitWithLauncherWhileStarting(logger: Logger, npmScript: string): () => void {
+  if (process.env.npm_lifecycle_event !== npmScript) return () => undefined
+  return watchLauncher((launcher) => {
+    logger.warn({ launcher: `${launcher} exited` }, 'launcher gone while starting, exiting')
+    process.exit(1)
+  })
+}

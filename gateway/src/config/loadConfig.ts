@@ -178,8 +178,17 @@ const MAX_BUCKET_MILLIS = 2 ** 32 - 1
 /** The longest ban step: a year, far below where a ban's end stops being a date. */
 const MAX_BAN_SECONDS = 365 * 86_400
 
-/** Hosts a listener takes every address of, so another listener's port on any address clashes. */
-const ANY_ADDRESS = new Set(['0.0.0.0', '::', '[::]'])
+/**
+ * Whether two listeners on one port would take the same address: the same host, `::` (every
+ * address, IPv4 too, on a dual-stack host) beside anything, or `0.0.0.0` beside an IPv4 one.
+ * Host names are compared as written; what they resolve to is not known here.
+ */
+function sameAddress(a: string, b: string): boolean {
+  const everyAddress = (host: string) => host === '::' || host === '[::]'
+  const everyIpv4 = (host: string) => host === '0.0.0.0'
+  const ipv4 = (host: string) => /^\d{1,3}(\.\d{1,3}){3}$/.test(host)
+  return a === b || everyAddress(a) || everyAddress(b) || (everyIpv4(a) && ipv4(b)) || (everyIpv4(b) && ipv4(a))
+}
 
 /** Rules a JSON schema cannot express. */
 function crossChecks(config: GatewayConfigFile): { path: string[]; message: string }[] {
@@ -217,7 +226,7 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
     }
   }
   const { host, port, opsHost, opsPort } = config.server
-  if (port !== 0 && port === opsPort && (host === opsHost || [host, opsHost].some((address) => ANY_ADDRESS.has(address)))) {
+  if (port !== 0 && port === opsPort && sameAddress(host, opsHost)) {
     problems.push({ path: ['server', 'opsPort'], message: 'must differ from server.port: both listeners would take one address' })
   }
   for (const [name, plan] of Object.entries(config.plans)) {

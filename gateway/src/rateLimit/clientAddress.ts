@@ -1,3 +1,4 @@
+import proxyAddr from '@fastify/proxy-addr'
 import ipaddr from 'ipaddr.js'
 
 const PLAIN_IPV4 = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/
@@ -63,4 +64,14 @@ export function anonymousBucket(given: string): string {
       .map((part) => part.toString(16))
       .join(':')}::/64`
   )
+}
+
+/**
+ * Fastify's trustProxy for server.trustedProxies: each hop judged by its address alone, so a
+ * trusted load balancer that a later hop writes with its source port (`198.51.100.8:40120`, as
+ * Azure Application Gateway writes its peer) is still trusted, and the client behind it is found.
+ */
+export function trustedHops(trustedProxies: readonly string[]): (address: string, hop: number) => boolean {
+  const trusted = proxyAddr.compile([...trustedProxies])
+  return (address, hop) => trusted(addressOnly(address), hop)
 }

@@ -137,7 +137,10 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): LimitStore 
   const states = new LRUCache<string, KeyState>({
     max: options.maxKeys ?? 200_000,
     ttlAutopurge: false,
-    ...(onFull ? { dispose: (_state: KeyState, _keyId: string, reason: string) => reason === 'evict' && onFull() } : {}),
+    // A state pushed out for room while it still counts (an expired one is no loss).
+    ...(onFull
+      ? { dispose: (_state: KeyState, keyId: string, reason: string) => reason === 'evict' && states.getRemainingTTL(keyId) > 0 && onFull() }
+      : {}),
   })
 
   return {

@@ -351,4 +351,16 @@ describe('requests without a valid key are limited per client IP', () => {
     expect(expectRateLimitHeaders(neighbour, anonymous)).toMatchObject({ status: 401, remaining: 2 })
     await neighbour.arrayBuffer()
   })
+
+  it('finds the client behind a chain of trusted load balancers, one of which a later hop wrote with its source port', async () => {
+    // Client → CDN (trusted 198.51.100.0/24) → a load balancer that writes its peer with the port → gateway.
+    const g = await gateway(['127.0.0.1', '198.51.100.0/24'])
+    const from = (forwardedFor: string) => g.request('/v1/pets', { headers: { 'x-forwarded-for': forwardedFor } })
+    for (let port = 40_120; port < 40_123; port++) await expectErrorResponse(await from(`203.0.113.3, 198.51.100.8:${port}`), 401, 'missing_api_key')
+    await expectTooManyRequests(await from('203.0.113.3, 198.51.100.8:40200'))
+    // Another client behind the same CDN address has its own count, not the CDN's.
+    const other = await from('203.0.113.4, 198.51.100.8:40201')
+    expect(expectRateLimitHeaders(other, anonymous)).toMatchObject({ status: 401, remaining: 2 })
+    await other.arrayBuffer()
+  })
 })

@@ -32,3 +32,30 @@ describe('in-process memory store, on the real clock', () => {
     await store.close()
   })
 })
+
+describe('in-process memory store, full', () => {
+  const request = (keyId: string, windowMillis: number) => ({
+    keyId,
+    minute: { limit: 10, windowMillis, bucketMillis: windowMillis / 2 },
+    day: { limit: 100, windowMillis, bucketMillis: windowMillis / 2 },
+    bans: { strikes: 5, ladderMillis: [300], memoryMillis: 0 },
+  })
+
+  it('says so when it pushes out a key whose windows still count, so that key goes unlimited', async () => {
+    let full = 0
+    const store = createMemoryStore({ maxKeys: 2, onFull: () => full++ })
+    for (const keyId of ['a', 'b', 'c']) await store.consume(request(keyId, 60_000))
+    expect(full).toBe(1)
+    await store.close()
+  })
+
+  it('says nothing when what it pushes out had already expired: nothing in use was forgotten', async () => {
+    let full = 0
+    const store = createMemoryStore({ maxKeys: 2, onFull: () => full++ })
+    for (const keyId of ['a', 'b']) await store.consume(request(keyId, 200))
+    await sleep(600) // past both states' time-to-live
+    await store.consume(request('c', 200))
+    expect(full).toBe(0)
+    await store.close()
+  })
+})
