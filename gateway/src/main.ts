@@ -49,6 +49,7 @@ async function main(): Promise<void> {
   const drainMillis = drainMillisFromEnv()
 
   const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', logger })
+  registerPoolMetrics(registry, pool)
   const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
   // The ops port first: while Postgres is awaited the process is alive (/healthz) and not ready.
   let started = false
@@ -90,7 +91,6 @@ async function main(): Promise<void> {
   const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
   purge.unref()
 
-  registerPoolMetrics(registry, pool)
   metrics.observeKeyCache(keys)
   metrics.observeBans(limiter.bans)
   metrics.store.expect(limiter.storeKind)
