@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymousLimiter.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
@@ -177,6 +177,82 @@ describe('requests without a valid key are limited per client IP', () => {
       expect(g.cache.stats.misses - lookups).toBe(1)
     } finally {
       release()
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
+  /**
+   * Holds the first `count` key lookups the gateway makes before they reach Postgres, until the
+   * returned function is called; later lookups go straight through.
+   */
+  function holdLookups(g: RunningGateway, count: number): { held: () => number; release: () => void } {
+    const findByHash = g.keys.findByHash.bind(g.keys)
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    let calls = 0
+    const spy = vi.spyOn(g.keys, 'findByHash').mockImplementation(async (hash) => {
+      if (++calls <= count) await gate
+      return findByHash(hash)
+    })
+    return {
+      held: () => Math.min(calls, count),
+      release: () => {
+        release()
+        spy.mockRestore()
+      },
+    }
+  }
+
+  // A colleague behind the same NAT as a guesser: the address has spent its window, and their
+  // client opens twenty connections at once with a key this gateway does not hold yet. It is one
+  // lookup, and one of the address's places for lookups, however many requests wait for it.
+  it('admits a burst of one real key from an address that has spent its limit, sent on twenty connections while its lookup waits', async () => {
+    const g = await gateway()
+    const [key] = await uncachedKeys(g, 1)
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets'), 401, 'missing_api_key')
+    await expectTooManyRequests(await g.request('/v1/pets'))
+    const lookups = holdLookups(g, 1)
+    const authenticated = vi.spyOn(g.cache, 'cached')
+    const connections = await sendAtOnce(g, Array.from({ length: 20 }, () => get(key!)))
+    try {
+      // Every request has reached authentication while the one lookup is held.
+      await eventually(async () => authenticated.mock.calls.length >= 20 && lookups.held() === 1, 10_000, 20)
+      lookups.release()
+      const { statuses } = answersOn(connections)
+      await eventually(async () => statuses().length === 20, 10_000)
+      expect(statuses()).toEqual(connections.map(() => '200'))
+    } finally {
+      lookups.release()
+      authenticated.mockRestore()
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
+  // A request waiting for its address's lookups under way goes after a second, whether or not
+  // they ever answer: lookups that hang (Postgres stopped, a lock) hold back only themselves.
+  it('looks up a key while the address\'s lookups under way hang, instead of waiting for them', async () => {
+    const g = await gateway()
+    const keys = await uncachedKeys(g, 4)
+    const lookups = holdLookups(g, 3)
+    const connections = await sendAtOnce(g, keys.slice(0, 3).map(get))
+    let fourth: number | undefined
+    try {
+      await eventually(async () => lookups.held() === 3, 10_000, 20)
+      const answered = g.request('/v1/pets', { key: keys[3] }).then(async (response) => {
+        await response.arrayBuffer()
+        fourth = response.status
+      })
+      await eventually(async () => fourth !== undefined, 15_000, 50)
+      expect(fourth).toBe(200)
+      // The three it waited for are still held: it did not wait for them.
+      expect(answersOn(connections).statuses()).toEqual([])
+      await answered
+      lookups.release()
+      const { statuses } = answersOn(connections)
+      await eventually(async () => statuses().length === 3, 10_000)
+      expect(statuses()).toEqual(['200', '200', '200'])
+    } finally {
+      lookups.release()
       for (const connection of connections) connection.socket.destroy()
     }
   })
