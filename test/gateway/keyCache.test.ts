@@ -101,3 +101,50 @@ describe('the key cache', () => {
     expect((await inFlight)?.plan).toBe('pro')
   })
 })
+
+describe('the key cache, with a table that answers as of when it was asked (as Postgres does)', () => {
+  /** Each lookup reads the row when it is asked and answers once `release` is called. */
+  function snapshotTable() {
+    const rows = new Map<string, ApiKeyRecord>()
+    const calls = { count: 0 }
+    const waiting: Array<() => void> = []
+    return {
+      rows,
+      calls,
+      release: () => waiting.splice(0).forEach((resolve) => resolve()),
+      findByHash(hash: Buffer): Promise<ApiKeyRecord | undefined> {
+        calls.count++
+        const row = rows.get(hash.toString('hex'))
+        return new Promise((resolve) => waiting.push(() => resolve(row)))
+      },
+    }
+  }
+
+  /** Releases the table's lookups until `pending` settles. */
+  async function settle<T>(table: { release(): void }, pending: Promise<T>): Promise<T> {
+    let done = false
+    void pending.finally(() => (done = true)).catch(() => undefined)
+    while (!done) {
+      table.release()
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    return pending
+  }
+
+  // A revocation that commits while a key's lookup is on its way: the lookup read the row before
+  // it, and its answer must neither be given nor kept for the TTL (a revoked key admitted 60 s).
+  it('neither answers nor keeps a row read before a change announced while its lookup was on its way', async () => {
+    const keys = snapshotTable()
+    const key = generateApiKey()
+    const hash = hashApiKey(key)
+    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    const cache = createKeyCache(keys, options)
+    const inFlight = cache.lookup(key)
+    keys.rows.set(hash.toString('hex'), { ...record('key_a', 'free'), revokedAt: new Date() })
+    cache.invalidate(hash)
+    expect((await settle(keys, inFlight))?.revokedAt).toBeInstanceOf(Date)
+    const asked = keys.calls.count
+    expect((await settle(keys, cache.lookup(key)))?.revokedAt).toBeInstanceOf(Date)
+    expect(keys.calls.count).toBe(asked)
+  })
+})

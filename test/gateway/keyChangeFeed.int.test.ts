@@ -79,6 +79,42 @@ describe('API key change notifications', () => {
     }
   }, 30_000)
 
+  // A change is delivered once: delivered again at every periodic read, it would evict its key
+  // from every gateway's cache each second (a Postgres query per key in use) and lift an
+  // unbanned key's later bans again and again.
+  it('deliver each change once, however many periodic reads follow it', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const repository = createKeyRepository(pool)
+    const reads = { count: 0 }
+    const seen: KeyChange[] = []
+    const feed = await startKeyChangeFeed({
+      repository: {
+        changeFeedStart: () => repository.changeFeedStart(),
+        changesFromHorizon: (horizon) => (reads.count++, repository.changesFromHorizon(horizon)),
+      },
+      connectionString: database.url,
+      onChange: (change) => seen.push(change),
+      logger: pino({ level: 'silent' }),
+      pollMillis: 50,
+    })
+    try {
+      const { record } = await repository.create({ name: 'once', plan: 'free' })
+      await repository.setPlan(record.id, 'pro')
+      const changes = (await pool.query<{ id: number }>('SELECT id FROM gateway.api_key_changes WHERE key_id = $1', [record.id])).rows.map((row) => row.id)
+      await vi.waitFor(() => expect(seen.filter((change) => change.keyId === record.id).map((change) => change.id).sort()).toEqual(changes.sort()), {
+        timeout: 5_000,
+        interval: 50,
+      })
+      const readsThen = reads.count
+      await vi.waitFor(() => expect(reads.count).toBeGreaterThanOrEqual(readsThen + 5), { timeout: 10_000, interval: 50 })
+      expect(seen.filter((change) => change.keyId === record.id).map((change) => change.id).sort()).toEqual(changes.sort())
+    } finally {
+      await feed.stop()
+      await pool.end()
+    }
+  })
+
   /**
    * Two keys on a migrated schema: `slow` is revoked in a transaction left open (its change-log id
    * taken, the change not visible yet), `quick` changed meanwhile and committed at once.
