@@ -59,3 +59,24 @@ describe('in-process memory store, full', () => {
     await store.close()
   })
 })
+
+describe('the in-process store without Redis (npm start)', () => {
+  // Its bound is on memory, not on the keys a deployment uses: with as many keys in use as the
+  // key cache holds (config maxEntries: 10,000) and more, no key's count is forgotten, or a key
+  // pushed out would get a fresh minute in the middle of its window.
+  it('keeps counting every key with twenty thousand keys in use in the same minute', async () => {
+    const store = createMemoryStore()
+    const now = 1_800_000_000_000
+    const plan = {
+      minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 },
+      day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+      bans: { strikes: 1_000_000, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+    }
+    try {
+      for (let i = 0; i < 20_000; i++) expect((await store.consume({ keyId: `key_${i}`, nowMillis: now, ...plan })).outcome).toBe('admitted')
+      for (const i of [0, 1, 9_999, 19_999]) expect((await store.consume({ keyId: `key_${i}`, nowMillis: now + 1, ...plan })).outcome).toBe('limited')
+    } finally {
+      await store.close()
+    }
+  })
+})
