@@ -257,6 +257,64 @@ describe('requests without a valid key are limited per client IP', () => {
     }
   })
 
+  // The other side of limiting lookups once an address has spent its window: each real key found
+  // gives its place back, so colleagues behind a guesser's NAT are not locked out after three keys.
+  it('admits every real key it does not hold, one after another, from an address that has spent its limit', async () => {
+    const g = await gateway()
+    const keys = await uncachedKeys(g, 5)
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets'), 401, 'missing_api_key')
+    await expectTooManyRequests(await g.request('/v1/pets'))
+    for (const key of keys) {
+      const response = await g.request('/v1/pets', { key })
+      expect(response.status).toBe(200)
+      await response.arrayBuffer()
+    }
+    // The address is still refused for what it spent.
+    await expectTooManyRequests(await g.request('/v1/pets', { key: generateApiKey() }))
+  })
+
+  // Another gateway spent the address's shared window; this one refuses a key it does not look up
+  // (its address's lookups all under way) with a wait until that window frees, not "retry in 1 s".
+  it('refuses a key it does not look up, for an address Redis says has spent the shared window, with a wait until that window frees', async () => {
+    const shared = `${prefix}refusal:`
+    const [one, two] = [await gateway([], shared), await gateway([], shared)]
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await one!.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
+    // One guess here learns from Redis that the window is spent.
+    expect(await expectTooManyRequests(await two!.request('/v1/pets', { key: generateApiKey() }))).toBeGreaterThan(30)
+    const lookups = holdLookups(two!, 3)
+    const connections = await sendAtOnce(two!, Array.from({ length: 3 }, () => get(generateApiKey())))
+    try {
+      await eventually(async () => lookups.held() === 3, 10_000, 20)
+      const refused = await two!.request('/v1/pets', { key: generateApiKey() })
+      expect(expectRateLimitHeaders(refused, anonymous)).toMatchObject({ limit: 3, remaining: 0 })
+      expect(await expectTooManyRequests(refused)).toBeGreaterThan(30)
+    } finally {
+      lookups.release()
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
+  // An address's window in the gateway's memory frees like any other: a client that waited for
+  // its Retry-After is answered again (here a 2 s window).
+  it('admits an address again once its window has passed', async () => {
+    const g = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      configure: (file) => {
+        file.anonymous.perMinute = 3
+        file.windows.minute = { length: '2s', bucket: '1s' }
+      },
+    })
+    gateways.push(g)
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets'), 401, 'missing_api_key')
+    await expectTooManyRequests(await g.request('/v1/pets'))
+    await eventually(async () => {
+      const response = await g.request('/v1/pets')
+      await response.arrayBuffer()
+      return response.status === 401
+    }, 15_000, 250)
+  })
+
   // Many real keys behind one address (an office's NAT, a cold cache after a restart) are not a
   // flood: past the room its window has for lookups under way, they wait their turn, none refused.
   it('admits seven distinct real keys it does not hold, sent at once while their lookups wait, none refused', async () => {
