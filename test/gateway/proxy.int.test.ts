@@ -109,6 +109,19 @@ describe('gateway proxy to the real pets-service', () => {
     expect(fetched.headers.get('link')).toBe('</v1/pets>; rel="successor-version"')
   })
 
+  // RFC 9110 §9.3.2: HEAD answers with GET's headers, Content-Length included, and no body.
+  it('answers HEAD of a pet with the headers GET gives it, its Content-Length included, and no body', async () => {
+    const created = await gateway.request('/v1/pets', { key, ...json({ name: 'Headed', categoryId: 1 }) })
+    const pet = (await created.json()) as { id: number }
+    const get = await nodeRequest(`${gateway.url}/v1/pets/${pet.id}`, { headers: { authorization: `Bearer ${key}` } })
+    const head = await nodeRequest(`${gateway.url}/v1/pets/${pet.id}`, { method: 'HEAD', headers: { authorization: `Bearer ${key}` } })
+    expect(get.status).toBe(200)
+    expect(head.status).toBe(200)
+    expect(head.body).toBe('')
+    expect(head.headers['content-type']).toBe(get.headers['content-type'])
+    expect(head.headers['content-length']).toBe(String(Buffer.byteLength(get.body)))
+  })
+
   it('lists with a next link a client can follow through the gateway', async () => {
     for (let i = 0; i < 3; i++) await gateway.request('/v1/pets', { key, ...json({ name: `p${i}`, categoryId: 1 }) })
     const first = await gateway.request('/v1/pets?limit=2', { key })
@@ -321,6 +334,18 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
     expect(answer.status).toBe(200)
     for (const name of ['keep-alive', 'upgrade', 'te', 'proxy-connection']) expect(recorder.requests[0]![name], name).toBeUndefined()
+  })
+
+  // RFC 9110 §7.6.1: the headers a Connection header names concern that hop only.
+  it('forwards a request without the headers the client\'s Connection header names', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const answer = await nodeRequest(`${gateway.url}/v1/pets`, {
+      headers: { authorization: `Bearer ${key}`, connection: 'keep-alive, X-Hop-Secret', 'x-hop-secret': 'for-the-gateway-only', 'x-end-to-end': 'kept' },
+    })
+    expect(answer.status).toBe(200)
+    expect(recorder.requests[0]!['x-hop-secret']).toBeUndefined()
+    expect(recorder.requests[0]!['x-end-to-end']).toBe('kept')
   })
 
   it('forwards a body sent without Content-Type as application/octet-stream, never as a type the client did not claim', async () => {
@@ -562,6 +587,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     it.each([
       ['chunked, without a length', (response: http.ServerResponse) => response.writeHead(500, { 'content-type': 'application/json' }).end(leak)],
       ['over 1 MiB', (response: http.ServerResponse) => response.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ pad: 'x'.repeat(1_100_000) }))],
+      ['without a content type', (response: http.ServerResponse) => response.writeHead(500).end(`<html><pre>${leak}</pre></html>`)],
     ])('replaces an error answer that is not the Error body, %s, with 502 and no upstream detail', async (_case, answer) => {
       const { gateway, key } = await gatewayTo(await scriptedUpstream((_request, response) => answer(response)))
       const response = await gateway.request('/v1/pets', { key, contract: false })
@@ -625,6 +651,17 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(response.status).toBe(200)
       for (const name of ['x-internal-token', 'x-consumer-id', 'server', 'x-powered-by']) expect(response.headers.get(name), name).toBeNull()
       expect(response.headers.get('x-request-id')).toBe(chatty.requests[0]!.headers['x-request-id'])
+    })
+
+    it('keeps from the client the headers the upstream\'s Connection header names', async () => {
+      const hopper = await scriptedUpstream((_request, response) => {
+        response.writeHead(200, { 'content-type': 'application/json', connection: 'keep-alive, X-Upstream-Hop', 'x-upstream-hop': 'upstream-only', 'x-end-to-end': 'kept' }).end('[]')
+      })
+      const { gateway, key } = await gatewayTo(hopper)
+      const response = await gateway.request('/v1/pets', { key, contract: false })
+      expect(response.status).toBe(200)
+      expect(response.headers.get('x-upstream-hop')).toBeNull()
+      expect(response.headers.get('x-end-to-end')).toBe('kept')
     })
 
     it('drops the client\'s other spellings of its address, a proxy credential and URL overrides; adds itself to Via', async () => {
