@@ -71,6 +71,16 @@ describe('gateway config', () => {
     expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: 'eighty' })).toThrow(/GATEWAY_PORT/)
   })
 
+  // README: an upstream answers 504 after timeoutSeconds (10 s) and refuses past maxInFlight (1,024).
+  it('gives an upstream that leaves out its timeout and bound the documented 10 s and 1,024, and PETS_URL moves only the pets upstream', () => {
+    const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
+    file.upstreams.pets = { url: file.upstreams.pets.url }
+    file.upstreams.orders = { url: 'http://orders:3002' }
+    const config = resolveGatewayConfig(file, { PETS_URL: 'http://pets:3001' })
+    expect(config.upstreams.pets).toEqual({ url: 'http://pets:3001', timeoutMillis: 10_000, maxInFlight: 1_024 })
+    expect(config.upstreams.orders).toEqual({ url: 'http://orders:3002', timeoutMillis: 10_000, maxInFlight: 1_024 })
+  })
+
   it('names the line and key of an unknown key', () => {
     expect(problemsOf('unknown-key.yaml')).toEqual(['test/fixtures/config/unknown-key.yaml:6: plans.free.perHour unknown key'])
   })
@@ -137,6 +147,13 @@ describe('gateway config', () => {
   it('refuses a plan whose day limit is below its minute limit', () => {
     const text = readFileSync('config/gateway.yaml', 'utf8').replace('pro:        { perMinute: 300,  perDay: 10000 }', 'pro: { perMinute: 300, perDay: 200 }')
     expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow(/x\.yaml:\d+: plans\.pro\.perDay must be at least perMinute/)
+  })
+
+  it('accepts a plan whose day limit equals its minute limit, and refuses one a request below it', () => {
+    const withPro = (perDay: number) =>
+      readFileSync('config/gateway.yaml', 'utf8').replace('pro:        { perMinute: 300,  perDay: 10000 }', `pro: { perMinute: 300, perDay: ${perDay} }`)
+    expect(parseGatewayConfig(withPro(300), 'x.yaml').plans.pro).toEqual({ perMinute: 300, perDay: 300 })
+    expect(() => parseGatewayConfig(withPro(299), 'x.yaml')).toThrow(/plans\.pro\.perDay must be at least perMinute/)
   })
 
   it('says plainly when the file cannot be read', () => {
