@@ -187,6 +187,37 @@ describe('keys CLI (npm run keys)', () => {
     expect(await repository.findById(kept.id)).toMatchObject({ perMinute: null, perDay: null })
   })
 
+  // Moves to and from the plan whose limits are "custom" (enterprise): a key there always has
+  // limits of its own, or every gateway gives it the strictest plan's (60/min, 1,000/day).
+  it('moves a key onto the custom plan with the limits given, or those it has; never clears an enterprise key\'s limits', async () => {
+    await schema()
+    const given = (await repository.create({ name: 'given', plan: 'pro' })).record
+    const own = (await repository.create({ name: 'own', plan: 'pro', perMinute: 700, perDay: 7000 })).record
+    const enterprise = (await repository.create({ name: 'big', plan: 'enterprise', perMinute: 5000, perDay: 500000 })).record
+    const withKept = (await repository.create({ name: 'kept limits', plan: 'pro', perMinute: 50, perDay: 500 })).record
+
+    const [toEnterprise, ownToEnterprise, clear, toBusiness] = await Promise.all([
+      run('set-plan', given.id, 'enterprise', '--per-minute', '5000', '--per-day', '2000000', '--json'),
+      run('set-plan', own.id, 'enterprise', '--json'),
+      run('set-limits', enterprise.id, '--clear'),
+      run('set-plan', withKept.id, 'business'),
+    ])
+    expect(toEnterprise.code, toEnterprise.stderr).toBe(0)
+    expect(JSON.parse(toEnterprise.stdout)).toMatchObject({ plan: 'enterprise', perMinute: 5000, perDay: 2000000, customLimits: true })
+    expect(await repository.findById(given.id)).toMatchObject({ plan: 'enterprise', perMinute: 5000, perDay: 2000000 })
+
+    expect(ownToEnterprise.code, ownToEnterprise.stderr).toBe(0)
+    expect(await repository.findById(own.id)).toMatchObject({ plan: 'enterprise', perMinute: 700, perDay: 7000 })
+
+    expectUsageError(clear, /plan "enterprise" has no limits of its own \("custom"\), so the key's limits cannot be cleared/)
+    expect(await repository.findById(enterprise.id)).toMatchObject({ perMinute: 5000, perDay: 500000 })
+
+    // Moved to a plan with limits of its own, a key keeps its custom ones, and is told so.
+    expect(toBusiness.code, toBusiness.stderr).toBe(0)
+    expect(toBusiness.stdout).toMatch(/Note: the key keeps its custom limits, which take the place of plan business's/)
+    expect(await repository.findById(withKept.id)).toMatchObject({ plan: 'business', perMinute: 50, perDay: 500 })
+  })
+
   it('unbans a key through the change log, and says it is pending while no gateway has applied it; an unknown id exits 1', async () => {
     await schema()
     const { record } = await repository.create({ name: 'banned', plan: 'free' })
