@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { parseCommand } from '../../gateway/src/cli/args.ts'
-import { parseExpires, parseName } from '../../gateway/src/cli/values.ts'
+import { parseExpires, parseLimits, parseName } from '../../gateway/src/cli/values.ts'
 
 const now = new Date('2026-11-25T12:00:00Z')
 
@@ -59,7 +59,33 @@ describe('keys command line', () => {
   })
 })
 
+describe('keys --per-minute and --per-day', () => {
+  it('takes both, a day limit equal to the minute limit included', () => {
+    expect(parseLimits('100', '100')).toEqual({ perMinute: 100, perDay: 100 })
+    expect(parseLimits('1', '2147483647')).toEqual({ perMinute: 1, perDay: 2_147_483_647 })
+    expect(parseLimits(undefined, undefined)).toBeUndefined()
+  })
+
+  it.each([
+    [['0', '100'], '--per-minute must be a whole number from 1 to 2147483647, got "0"'],
+    [['10', '2147483648'], '--per-day must be a whole number from 1 to 2147483647, got "2147483648"'],
+    [['1.5', '100'], '--per-minute must be a whole number from 1 to 2147483647, got "1.5"'],
+    [['100', '99'], '--per-day (99) must be at least --per-minute (100)'],
+    [['100', undefined], '--per-minute and --per-day go together: give both'],
+  ] as const)('refuses %j, saying why', ([perMinute, perDay], message) => {
+    expect(() => parseLimits(perMinute, perDay)).toThrow(message)
+  })
+})
+
 describe('keys --name', () => {
+  it('takes a name trimmed, and refuses a blank one, one over 200 characters or one with control characters', () => {
+    expect(parseName('  acme  ')).toBe('acme')
+    expect(parseName('x'.repeat(200))).toBe('x'.repeat(200))
+    expect(() => parseName('   ')).toThrow('--name must be 1 to 200 characters, got 0')
+    expect(() => parseName('x'.repeat(201))).toThrow('--name must be 1 to 200 characters, got 201')
+    expect(() => parseName('evil\u001b[2Jname')).toThrow('--name must not contain control characters')
+  })
+
   it('counts characters as the database does: 200 emoji are a name, 201 are not', () => {
     expect(parseName('🐶'.repeat(200))).toBe('🐶'.repeat(200))
     expect(() => parseName('🐶'.repeat(201))).toThrow('--name must be 1 to 200 characters, got 201')
