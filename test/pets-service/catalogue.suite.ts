@@ -353,6 +353,25 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         expect(response.headers.get('link')).toMatch(/status=sold/)
       })
 
+      it('walks the pets of one status page by page, each once, in id order, none of another status', async () => {
+        const sold = await seed(5, 'sold')
+        await seed(2, 'pending')
+        const seen: Pet[] = []
+        let next: string | undefined = '/pets?limit=2&status=sold'
+        while (next) {
+          const response: Response = await service.request(next)
+          expect(response.status).toBe(200)
+          seen.push(...((await response.json()) as Pet[]))
+          next = /^<([^>]+)>; rel="next"$/.exec(response.headers.get('link') ?? '')?.[1]
+        }
+        const soldNow = seen.filter((pet) => sold.some((mine) => mine.id === pet.id))
+        expect(soldNow).toEqual(sold)
+        expect(seen.every((pet) => pet.status === 'sold')).toBe(true)
+        const ids = seen.map((pet) => pet.id)
+        expect(new Set(ids).size).toBe(ids.length)
+        expect(ids).toEqual([...ids].sort((a, b) => a - b))
+      })
+
       it('walks the whole catalogue without gaps or repeats while pets are being added', async () => {
         const existing = await seed(23)
         const seen: Pet[] = []
