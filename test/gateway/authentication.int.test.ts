@@ -67,7 +67,7 @@ describe('gateway authentication', () => {
     ['a truncated key', (key: string) => `Bearer ${key.slice(0, -3)}`],
     ['a key with a different prefix', (key: string) => `Bearer sk_${key.slice(KEY_PREFIX.length)}`],
     ['two tokens', (key: string) => `Bearer ${key} ${key}`],
-    ['the key run into the scheme, no space between', (key: string) => `Bearer${key}`],
+    ['the key run into the scheme, no space between (so no bearer credential)', (key: string) => `Bearer${key}`, 'other scheme'],
     // Once a regular expression that took 0.4 s of the event loop over these 16,000 spaces.
     ['a token after 16,000 spaces, then another', (key: string) => `Bearer${' '.repeat(16_000)}${key} x`],
   ])('answers 401 invalid_api_key for %s', async (_case, header, sent = 'bearer') => {
