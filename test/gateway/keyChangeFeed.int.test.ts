@@ -79,6 +79,36 @@ describe('API key change notifications', () => {
     }
   }, 30_000)
 
+  it('come back by themselves when Postgres was not reachable yet as the gateway started', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const repository = createKeyRepository(pool)
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const viaRelay = new URL(database.url)
+    viaRelay.port = String(relay.port)
+    const seen: KeyChange[] = []
+    await relay.cut()
+    // The periodic read is a minute away, so only NOTIFY can deliver a change within the test.
+    const feed = await startKeyChangeFeed({
+      repository,
+      connectionString: viaRelay.toString(),
+      onChange: (change) => seen.push(change),
+      logger: pino({ level: 'silent' }),
+      pollMillis: 60_000,
+    })
+    try {
+      await relay.restore()
+      const { record } = await repository.create({ name: 'after a late start', plan: 'free' })
+      await repository.revoke(record.id)
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(record.id), { timeout: 10_000, interval: 100 })
+    } finally {
+      await feed.stop()
+      await relay.close()
+      await pool.end()
+    }
+  }, 30_000)
+
   // A change is delivered once: delivered again at every periodic read, it would evict its key
   // from every gateway's cache each second (a Postgres query per key in use) and lift an
   // unbanned key's later bans again and again.

@@ -8,7 +8,7 @@ import type { Logger } from 'pino'
  */
 const NOT_YET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND', 'EPIPE', '57P03', '53300'])
 
-function notYet(error: unknown): boolean {
+export function postgresNotThereYet(error: unknown): boolean {
   const { code, message } = error as { code?: string; message?: string }
   // pg's own words for a connection closed or not made in time carry no code.
   return (code !== undefined && NOT_YET.has(code)) || /^Connection terminated|timeout/i.test(message ?? '')
@@ -41,7 +41,7 @@ export async function waitForPostgres(pool: pg.Pool, logger: Logger, options: Wa
       if (lastProblem !== undefined) logger.info('Postgres answers: starting')
       return
     } catch (error) {
-      if (!notYet(error)) throw new Error(`cannot use Postgres at DATABASE_URL: ${describe(error)}`, { cause: error })
+      if (!postgresNotThereYet(error)) throw new Error(`cannot use Postgres at DATABASE_URL: ${describe(error)}`, { cause: error })
       const problem = describe(error)
       if (problem !== lastProblem) logger.warn({ problem, retryEveryMillis: maxRetryMillis }, 'waiting for Postgres at DATABASE_URL')
       lastProblem = problem

@@ -1,5 +1,6 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
+import { postgresNotThereYet } from '../../../common/src/database/waitForPostgres.ts'
 import type { KeyChange, KeyRepository } from './keyRepository.ts'
 
 export interface KeyChangeFeedOptions {
@@ -75,8 +76,9 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   timer.unref()
 
   let listener: pg.Client | undefined
-  // Once LISTEN has worked, it is tried again every 5 s for as long as it is lost (Postgres down,
-  // restarted): the periodic read bounds propagation meanwhile, NOTIFY makes it instant again.
+  // Once LISTEN has worked, or while Postgres is not reachable yet, it is tried again every 5 s
+  // for as long as it is lost (Postgres down, restarted): the periodic read bounds propagation
+  // meanwhile, NOTIFY makes it instant again.
   const RELISTEN_MILLIS = 5_000
   let reported = false
   let everListened = false
@@ -95,7 +97,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       reported = true
       if (listener === client) listener = undefined
       client.end().catch(() => undefined)
-      if (everListened) listenLater()
+      if (everListened || postgresNotThereYet(error)) listenLater()
     })
     try {
       await client.connect()
@@ -103,7 +105,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       if (lost || stopped) return void client.end().catch(() => undefined)
       listener = client
       // Changes made while nobody listened are read now rather than at the next periodic read.
-      if (everListened) void catchUp()
+      if (everListened || reported) void catchUp()
       everListened = true
       if (reported) logger.info('API key change notifications restored')
       reported = false
@@ -111,8 +113,9 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       await client.end().catch(() => undefined)
       if (lost) return
       lost = true
-      // A database that never took LISTEN (a transaction pooler) is not asked again.
-      if (!everListened) return void logger.debug({ err: error }, 'LISTEN unavailable; relying on the periodic read')
+      // A database that refused LISTEN itself (a transaction pooler) is not asked again; one that
+      // was not there yet at start (restarting, out of connection slots) is, like a lost one.
+      if (!everListened && !postgresNotThereYet(error)) return void logger.debug({ err: error }, 'LISTEN unavailable; relying on the periodic read')
       if (!reported) logger.warn({ err: error }, 'LISTEN unavailable; relying on the periodic read and trying again')
       reported = true
       listenLater()
