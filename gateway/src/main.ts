@@ -40,10 +40,12 @@ async function main(): Promise<void> {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   const metrics = createGatewayMetrics(registry)
-  const configSource = createConfigSource(process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, process.env, logger, (outcome) =>
-    metrics.configReload(outcome),
-  )
+  const configSource = createConfigSource(process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, process.env, logger, (outcome, reloaded) => {
+    metrics.configReload(outcome)
+    metrics.expectBanSteps(reloaded.bans.ladderSeconds.length)
+  })
   const config = configSource.get()
+  metrics.expectBanSteps(config.bans.ladderSeconds.length)
   const databaseUrl = requiredEnv('DATABASE_URL')
   const internalToken = internalTokenFromEnv()
   const drainMillis = drainMillisFromEnv()

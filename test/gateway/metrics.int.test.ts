@@ -54,7 +54,7 @@ describe('gateway metrics', () => {
       configure: (file) => {
         file.redis.keyPrefix = prefix
         file.redis.commandTimeoutMillis = 1_000
-        file.bans = { strikes: 2, ladder: ['60s'] }
+        file.bans = { strikes: 2, ladder: ['60s', '5m'] }
       },
     })
   })
@@ -63,6 +63,11 @@ describe('gateway metrics', () => {
     await pets?.close()
     await database?.drop()
     await deleteKeysWithPrefix(prefix)
+  })
+
+  it('exports each ban step at zero before any ban, so that a rate over the counter sees a gateway\'s first bans', async () => {
+    expect(samples(await gateway.registry.metrics(), 'gateway_bans_total')).toEqual([{ step: '0' }, { step: '1' }])
+    expect(await gateway.registry.metrics()).toMatch(/gateway_bans_total\{step="0"\} 0\n/)
   })
 
   it('exports every family with bounded labels, and never a key or key id', async () => {
@@ -91,7 +96,8 @@ describe('gateway metrics', () => {
       expect(text).toMatch(/gateway_auth_failures_total\{reason="malformed"\} 1/)
       expect(text).toMatch(/gateway_auth_failures_total\{reason="unknown"\} 1/)
       expect(text).toMatch(/gateway_auth_failures_total\{reason="revoked_or_expired"\} 0/)
-      expect(samples(text, 'gateway_bans_total')).toEqual([{ step: '0' }])
+      expect(samples(text, 'gateway_bans_total')).toEqual([{ step: '0' }, { step: '1' }])
+      expect(text).toMatch(/gateway_bans_total\{step="0"\} 1\n/)
       expect(text).toMatch(/gateway_rate_limit_requests_total\{plan="enterprise",outcome="admitted",source="store"\} 5/)
       expect(text).toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="minute",outcome="exceeded"\} 1/)
       expect(text).toMatch(/gateway_rate_limit_near_limit_total\{plan="enterprise",window="minute"\} 2/)

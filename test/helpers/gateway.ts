@@ -82,6 +82,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const cache = createKeyCache(keys, config.keyCache)
   const registry = new Registry()
   const metrics = createGatewayMetrics(registry)
+  metrics.expectBanSteps(config.bans.ladderSeconds.length)
   const limiter = createLimiter({ config: () => config, logger, clock: options.clock, observer: metrics.store })
   await limiter.ready()
   const unbans = createUnbanApplier({ repository: keys, limiter, logger })

@@ -149,6 +149,10 @@ export function createGatewayMetrics(registry: Registry) {
     rateLimit,
     store,
     configReload: (outcome: 'success' | 'failure') => configReloads.inc({ outcome }),
+    /** Starts each ladder step's ban series at zero, so that increase() counts a gateway's first bans. */
+    expectBanSteps(steps: number): void {
+      for (let step = 0; step < steps; step++) bans.inc({ step: String(step) }, 0)
+    },
 
     /** Bans this gateway is answering from its local ban cache, read at scrape time. */
     observeBans(cache: BanCache): void {

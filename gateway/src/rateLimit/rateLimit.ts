@@ -157,8 +157,8 @@ export const rateLimit = fp(
         request.rateLimitHeaders = rateLimitHeaders(keyWindows(limits, closed, closed), now)
         options.observer?.decision({ plan: key.plan, outcome: 'store_unavailable', source: 'store' })
         throw gatewayErrors.create('service_unavailable', 'Rate limits cannot be checked right now; retry shortly.', {
+          // No cause: the store's failure is logged once per outage (resilientStore.ts), not once per request.
           headers: { 'retry-after': String(RETRY_AFTER_STORE_DOWN_SECONDS) },
-          cause: error,
         })
       }
       if (!decision.degraded) storeClockOffset = decision.nowMillis - Date.now()

@@ -389,3 +389,34 @@ describe('Redis down with onStoreFailure open and more keys in use than the per-
     expect(fullWarnings()).toEqual([expect.objectContaining({ level: 40, maxKeys: 2 })])
   })
 })
+
+describe('Redis down with onStoreFailure closed: the log', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let gateway: RunningGateway
+  const log = captureLog()
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: `redis://127.0.0.1:${await freePort()}` },
+      logStream: log.stream,
+      configure: (file) => void (file.onStoreFailure = 'closed'),
+    })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it('says once that the store is failing, not once per request it answers 503', async () => {
+    const { key } = await gateway.createKey()
+    for (let i = 0; i < 30; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
+    const beyondAccessLines = log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
+    expect(beyondAccessLines.map((entry) => entry.msg)).toEqual(['rate-limit store failing'])
+  })
+})
