@@ -314,6 +314,21 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(seen.authorization).toBeUndefined()
   })
 
+  it('times an upstream answer under the upstream\'s status, and one it refused to pass on only as a failure', async () => {
+    const scripted = await scriptedUpstream((request, response) => {
+      const status = request.url === '/pets/1' ? 404 : 401
+      response.writeHead(status, { 'content-type': 'application/json' })
+      response.end(JSON.stringify({ code: status === 404 ? 'not_found' : 'unauthorized', message: 'No.', status }))
+    })
+    const { gateway, key } = await gatewayTo(scripted)
+    await expectErrorResponse(await gateway.request('/v1/pets/1', { key, contract: false }), 404, 'not_found')
+    await expectErrorResponse(await gateway.request('/v1/pets/2', { key, contract: false }), 502, 'bad_gateway')
+    const text = await gateway.registry.metrics()
+    const timed = [...text.matchAll(/^gateway_upstream_duration_seconds_count\{upstream="pets",status_class="(\w+)"\} (\d+)$/gm)]
+    expect(timed.map((match) => [match[1], Number(match[2])])).toEqual([['4xx', 1]])
+    expect(text).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 1$/m)
+  })
+
   it('tells the upstream the client address a trusted load balancer gave, without the source port it may write', async () => {
     const recorder = await recordingUpstream()
     upstream = recorder
