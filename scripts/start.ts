@@ -35,6 +35,7 @@ import {
   claimDataDirectory,
   embeddedUrl,
   ensureDatabaseCreated,
+  processIdentity,
   releaseDataDirectory,
   updateDiscoveryFile,
 } from './lib/embeddedDatabase.ts'
@@ -42,6 +43,12 @@ import { issueDemoKeyOnFirstStart } from './lib/demoKey.ts'
 import { watchLauncher } from '../common/src/lifecycle/launcher.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
+
+/** This process's identity for the discovery file, where the system tells one (processIdentity). */
+function ownIdentity(): { started?: string } {
+  const started = processIdentity(process.pid)
+  return started === undefined ? {} : { started }
+}
 const EMBEDDED_HOST = '127.0.0.1'
 const EMBEDDED_DEFAULT_PORT = 54329
 const CHILD_STOP_GRACE_MILLIS = 15_000
@@ -171,7 +178,7 @@ async function startDatabase(dataDir: string, port: number): Promise<EmbeddedPos
     }
     throw error
   }
-  if (!stopping) await updateDiscoveryFile(dataDir, { url: database.url, pid: process.pid })
+  if (!stopping) await updateDiscoveryFile(dataDir, { url: database.url, pid: process.pid, ...ownIdentity() })
   return database
 }
 
@@ -218,7 +225,7 @@ async function main(): Promise<void> {
     )
     await claimDataDirectory(
       dataDir,
-      { url: embeddedUrl(EMBEDDED_HOST, embeddedPort), pid: process.pid },
+      { url: embeddedUrl(EMBEDDED_HOST, embeddedPort), pid: process.pid, ...ownIdentity() },
       {
         onStale: (previous) =>
           say(

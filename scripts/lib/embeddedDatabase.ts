@@ -8,7 +8,7 @@ import { PGlite } from '@electric-sql/pglite'
  * The embedded database's files under the data directory (`DATA_DIR`, default `./data`):
  *
  *   pglite/                   PGlite's Postgres data directory
- *   embedded-postgres.json    `{ url, pid }` while an `npm start` owns the data directory, so
+ *   embedded-postgres.json    `{ url, pid, started }` while an `npm start` owns the data directory, so
  *                             other commands (the keys CLI) can find the running database
  */
 export const DISCOVERY_FILE = 'embedded-postgres.json'
@@ -19,6 +19,24 @@ export interface EmbeddedDatabaseRecord {
   url: string
   /** The `npm start` process that owns the data directory. */
   pid: number
+  /** Which process that pid was (processIdentity), where the system tells: a pid is reused. */
+  started?: string
+}
+
+/**
+ * What tells one process from a later one given the same pid, on Linux: the boot and the
+ * process's start time since it (field 22 of /proc/<pid>/stat). Undefined where that cannot be read.
+ */
+export function processIdentity(pid: number): string | undefined {
+  try {
+    const boot = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    // "pid (comm) state ppid …": comm may hold spaces and parentheses, so count after the last ')'.
+    const startTime = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]
+    return startTime ? `${boot}:${startTime}` : undefined
+  } catch {
+    return undefined
+  }
 }
 
 export function discoveryFilePath(dataDir: string): string {
@@ -40,7 +58,7 @@ export async function readDiscoveryFile(dataDir: string): Promise<EmbeddedDataba
   try {
     const parsed = JSON.parse(text) as Partial<EmbeddedDatabaseRecord>
     if (typeof parsed.url === 'string' && Number.isInteger(parsed.pid) && (parsed.pid ?? 0) > 0) {
-      return { url: parsed.url, pid: parsed.pid as number }
+      return { url: parsed.url, pid: parsed.pid as number, ...(typeof parsed.started === 'string' ? { started: parsed.started } : {}) }
     }
   } catch {
     // A file cut short by a crash while it was written: treated like no file.
@@ -109,10 +127,27 @@ export async function claimDataDirectory(
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
     }
     const previous = await readDiscoveryFile(dataDir)
-    if (previous && previous.pid !== record.pid && processIsAlive(previous.pid)) {
-      // Alive and serving: certainly a running `npm start`. Alive but not (yet) serving: either
-      // one that is still starting (PGlite takes seconds) or an unrelated process that reused the
-      // pid after a reboot; waiting a little tells the two apart.
+    const now = previous && previous.started !== undefined ? processIdentity(previous.pid) : undefined
+    if (previous && previous.pid !== record.pid && now !== undefined && now === previous.started) {
+      // The very process that claimed the folder, serving or not: one still starting, or stopped
+      // (Ctrl-Z, a suspended machine) for however long. Taking its files over would let two
+      // processes write one database.
+      if (await answers(previous.url)) {
+        throw new DataDirectoryInUseError(
+          `another npm start (pid ${previous.pid}) is already running on ${dataDir} and serves Postgres at ${previous.url}; ` +
+            'stop it first, or set DATA_DIR to use another folder',
+        )
+      }
+      throw new DataDirectoryInUseError(
+        `another npm start (pid ${previous.pid}) owns ${dataDir} and is still starting, or is stopped (Ctrl-Z); ` +
+          'let it finish or stop it first, or set DATA_DIR to use another folder',
+      )
+    }
+    if (previous && previous.pid !== record.pid && now === undefined && processIsAlive(previous.pid)) {
+      // Where the process cannot be told apart from a later one with its pid (no /proc, or a file
+      // from an older version): alive and serving is certainly a running `npm start`; alive but
+      // not (yet) serving is either one still starting (PGlite takes seconds) or an unrelated
+      // process that reused the pid after a reboot, and waiting a little tells the two apart.
       const deadline = Date.now() + (options.startingGraceMillis ?? 15_000)
       for (;;) {
         if (await answers(previous.url)) {

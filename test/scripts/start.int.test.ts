@@ -96,7 +96,8 @@ describe('npm start on the embedded default', () => {
 
       // Other commands find the running embedded database through this file.
       const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
-      expect(record).toEqual({ url: expect.stringContaining(`:${stack.postgresPort}/`), pid: first.pid })
+      // `started` tells this process from a later one given its pid (Linux: boot id and start time).
+      expect(record).toEqual({ url: expect.stringContaining(`:${stack.postgresPort}/`), pid: first.pid, started: expect.stringMatching(/^[0-9a-f-]+:\d+$/) })
       // The database and that file are for this user's eyes only.
       expect(statSync(stack.dataDir).mode & 0o777).toBe(0o700)
 
@@ -178,6 +179,33 @@ describe('npm start on the embedded default', () => {
       expect(response.status).toBe(200)
       const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
       expect(record.pid).toBe(first.pid)
+      expect(await sigterm(first)).toEqual({ code: 0, signal: null })
+    },
+    3 * READY_MILLIS,
+  )
+
+  it(
+    'a second npm start refuses the data folder of a first one that is stopped (Ctrl-Z) before it serves, however long it stays stopped',
+    async () => {
+      const stack = await newStack()
+      const first = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+      const claim = path.join(stack.dataDir, 'embedded-postgres.json')
+      while (!existsSync(claim)) {
+        if (first.hasExited()) throw new Error(`the first npm start exited:\n${first.output()}`)
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+      process.kill(first.pid, 'SIGSTOP')
+      try {
+        const other: Stack = { ...stack, petsPort: await freePort(), opsPort: await freePort(), postgresPort: await freePort() }
+        // Waiting past the 15 s a start may take used to hand the folder, and its files, to the second.
+        const second = startNode('scripts/start.ts', stackEnv(other), { detached: true })
+        expect(await exitWithin(second, STOP_MILLIS)).toEqual({ code: 1, signal: null })
+        expect(second.output()).toMatch(/another npm start \(pid \d+\) (owns .* and is still starting, or is stopped|is already running)/)
+        expect(JSON.parse(await readFile(claim, 'utf8')).pid).toBe(first.pid)
+      } finally {
+        process.kill(first.pid, 'SIGCONT')
+      }
+      await waitForReady(`http://127.0.0.1:${stack.opsPort}/readyz`, first, READY_MILLIS)
       expect(await sigterm(first)).toEqual({ code: 0, signal: null })
     },
     3 * READY_MILLIS,
