@@ -13,6 +13,7 @@
 import { randomBytes } from 'node:crypto'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { inspect } from 'node:util'
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
 import { portFromEnv } from '../common/src/env.ts'
 import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
@@ -293,7 +294,9 @@ async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Pro
   if (!gateway) return
   const key = await issueDemoKeyOnFirstStart(databaseUrl)
   if (!key) {
-    say('more keys: npm run keys -- create --plan free --name <who>   (list them: npm run keys -- list)')
+    // The CLI finds this database through DATA_DIR: a shell without it would look in ./data.
+    const keys = process.env.DATA_DIR ? `DATA_DIR=${shellQuoted(process.env.DATA_DIR)} npm run keys --` : 'npm run keys --'
+    say(`more keys: ${keys} create --plan free --name <who>   (list them: ${keys} list)`)
     return
   }
   say('first start: issued a Free-plan demo key. It is shown this once; keep it:')
@@ -302,8 +305,14 @@ async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Pro
   console.log(`\n    curl -i -H "Authorization: Bearer ${key}" ${reachableUrl(gateway.api)}/v1/pets\n`)
 }
 
+/** A value as one POSIX shell word. */
+function shellQuoted(value: string): string {
+  return /^[\w./:-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`
+}
+
 main().catch((error: unknown) => {
   if (stopping) return
-  fail(error instanceof Error ? error.message : String(error))
+  // Not every failure is an Error (PGlite rejects with plain objects): never "[object Object]".
+  fail(error instanceof Error ? error.message : inspect(error, { depth: 3, breakLength: Infinity }))
   void shutdown(1)
 })

@@ -114,6 +114,8 @@ describe('npm start on the embedded default', () => {
       await waitForPortClosed(stack.petsPort, 5_000)
 
       const second = await npmStart(stack)
+      // No second demo key; the way to more keys names this data folder, where the CLI finds the database.
+      await waitForOutput(second, `more keys: DATA_DIR=${stack.dataDir} npm run keys -- create`, 10_000)
       expect(await (await pets.list()).json()).toEqual([rex])
       expect(await sigterm(second)).toEqual({ code: 0, signal: null })
     },

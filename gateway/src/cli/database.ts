@@ -17,7 +17,8 @@ export interface DatabaseLocation {
 
 const NO_DATABASE =
   'no database: set DATABASE_URL to the Postgres the gateway uses, or run `npm start` ' +
-  '(without DATABASE_URL it serves an embedded database that this command finds on its own)'
+  '(without DATABASE_URL it serves an embedded database that this command finds on its own, ' +
+  'in DATA_DIR when npm start was given one)'
 
 function isAlive(pid: number): boolean {
   try {
