@@ -177,7 +177,13 @@ async function startDatabase(dataDir: string, port: number): Promise<EmbeddedPos
         { cause: error },
       )
     }
-    throw error
+    // PGlite's own words for damaged files ("Aborted()", "failed to initialize") name no folder.
+    const reason = error instanceof Error ? error.message : inspect(error, { depth: 3, breakLength: Infinity })
+    throw new Error(
+      `cannot open the embedded database in ${pgliteDir}: ${reason} (if its files are damaged, move the folder aside to start ` +
+        'afresh, or set DATA_DIR to use another folder)',
+      { cause: error },
+    )
   }
   if (!stopping) await updateDiscoveryFile(dataDir, { url: database.url, pid: process.pid, ...ownIdentity() })
   return database
