@@ -132,12 +132,7 @@ export async function claimDataDirectory(
       // The very process that claimed the folder, serving or not: one still starting, or stopped
       // (Ctrl-Z, a suspended machine) for however long. Taking its files over would let two
       // processes write one database.
-      if (await answers(previous.url)) {
-        throw new DataDirectoryInUseError(
-          `another npm start (pid ${previous.pid}) is already running on ${dataDir} and serves Postgres at ${previous.url}; ` +
-            'stop it first, or set DATA_DIR to use another folder',
-        )
-      }
+      if (await answers(previous.url)) throw alreadyServing(previous, dataDir)
       throw new DataDirectoryInUseError(
         `another npm start (pid ${previous.pid}) owns ${dataDir} and is still starting, or is stopped (Ctrl-Z); ` +
           'let it finish or stop it first, or set DATA_DIR to use another folder',
@@ -150,12 +145,7 @@ export async function claimDataDirectory(
       // process that reused the pid after a reboot, and waiting a little tells the two apart.
       const deadline = Date.now() + (options.startingGraceMillis ?? 15_000)
       for (;;) {
-        if (await answers(previous.url)) {
-          throw new DataDirectoryInUseError(
-            `another npm start (pid ${previous.pid}) is already running on ${dataDir} and serves Postgres at ${previous.url}; ` +
-              'stop it first, or set DATA_DIR to use another folder',
-          )
-        }
+        if (await answers(previous.url)) throw alreadyServing(previous, dataDir)
         if (Date.now() > deadline || !processIsAlive(previous.pid)) break
         await sleep(250)
       }
@@ -166,6 +156,13 @@ export async function claimDataDirectory(
     if (previous) await rm(`${file}.${previous.pid}.tmp`, { force: true })
   }
   throw new DataDirectoryInUseError(`could not take ownership of ${dataDir}: ${file} keeps coming back`)
+}
+
+function alreadyServing(owner: EmbeddedDatabaseRecord, dataDir: string): DataDirectoryInUseError {
+  return new DataDirectoryInUseError(
+    `another npm start (pid ${owner.pid}) is already running on ${dataDir} and serves Postgres at ${owner.url}; ` +
+      'stop it first, or set DATA_DIR to use another folder',
+  )
 }
 
 /** Rewrites the discovery file in place (write then rename, so readers never see half a file). */

@@ -42,7 +42,11 @@ describe('API key change notifications', () => {
     }
   })
 
-  it('come back by themselves after Postgres was unreachable for longer than one retry', async () => {
+  /**
+   * A feed whose LISTEN connection goes through a relay the test can cut (its periodic read is a
+   * minute away, so only NOTIFY can deliver a change within a test), with what it delivered.
+   */
+  async function feedThroughRelay(options: { cutBeforeStart?: boolean } = {}) {
     const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
     await migrate(pool, GATEWAY_MIGRATIONS)
     const repository = createKeyRepository(pool)
@@ -50,8 +54,8 @@ describe('API key change notifications', () => {
     const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
     const viaRelay = new URL(database.url)
     viaRelay.port = String(relay.port)
+    if (options.cutBeforeStart) await relay.cut()
     const seen: KeyChange[] = []
-    // The periodic read is a minute away, so only NOTIFY can deliver a change within the test.
     const feed = await startKeyChangeFeed({
       repository,
       connectionString: viaRelay.toString(),
@@ -59,53 +63,43 @@ describe('API key change notifications', () => {
       logger: pino({ level: 'silent' }),
       pollMillis: 60_000,
     })
+    return {
+      relay,
+      /** Revokes a new key and waits until the feed has delivered that change. */
+      async revocationArrives(name: string, timeout: number) {
+        const { record } = await repository.create({ name, plan: 'free' })
+        await repository.revoke(record.id)
+        await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(record.id), { timeout, interval: 50 })
+      },
+      async stop() {
+        await feed.stop()
+        await relay.close()
+        await pool.end()
+      },
+    }
+  }
+
+  it('come back by themselves after Postgres was unreachable for longer than one retry', async () => {
+    const subject = await feedThroughRelay()
     try {
-      const { record: first } = await repository.create({ name: 'before', plan: 'free' })
-      await repository.revoke(first.id)
-      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(first.id), { timeout: 2_000, interval: 50 })
-
+      await subject.revocationArrives('before', 2_000)
       // Longer than the 5 s between attempts, so at least one attempt to listen again fails too.
-      await relay.cut()
+      await subject.relay.cut()
       await new Promise((resolve) => setTimeout(resolve, 7_000))
-      await relay.restore()
-
-      const { record: second } = await repository.create({ name: 'after', plan: 'free' })
-      await repository.revoke(second.id)
-      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(second.id), { timeout: 8_000, interval: 100 })
+      await subject.relay.restore()
+      await subject.revocationArrives('after', 8_000)
     } finally {
-      await feed.stop()
-      await relay.close()
-      await pool.end()
+      await subject.stop()
     }
   }, 30_000)
 
   it('come back by themselves when Postgres was not reachable yet as the gateway started', async () => {
-    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
-    await migrate(pool, GATEWAY_MIGRATIONS)
-    const repository = createKeyRepository(pool)
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    const viaRelay = new URL(database.url)
-    viaRelay.port = String(relay.port)
-    const seen: KeyChange[] = []
-    await relay.cut()
-    // The periodic read is a minute away, so only NOTIFY can deliver a change within the test.
-    const feed = await startKeyChangeFeed({
-      repository,
-      connectionString: viaRelay.toString(),
-      onChange: (change) => seen.push(change),
-      logger: pino({ level: 'silent' }),
-      pollMillis: 60_000,
-    })
+    const subject = await feedThroughRelay({ cutBeforeStart: true })
     try {
-      await relay.restore()
-      const { record } = await repository.create({ name: 'after a late start', plan: 'free' })
-      await repository.revoke(record.id)
-      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(record.id), { timeout: 10_000, interval: 100 })
+      await subject.relay.restore()
+      await subject.revocationArrives('after a late start', 10_000)
     } finally {
-      await feed.stop()
-      await relay.close()
-      await pool.end()
+      await subject.stop()
     }
   }, 30_000)
 

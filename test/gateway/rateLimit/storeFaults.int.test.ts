@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import type { GatewayConfigFile } from '../../../gateway/src/config/schema.ts'
 import type { LimitRequest } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
@@ -339,35 +340,41 @@ describe('Redis faults: every request is answered within the budget, open or clo
   })
 })
 
-describe('Redis down with onStoreFailure open and more keys in use than the per-process limits hold', () => {
+describe('a gateway whose Redis is down from the start (nothing listens at REDIS_URL)', () => {
   let database: TestDatabase
   let pets: RunningPetsService
-  let gateway: RunningGateway
-  const log = captureLog()
+  const gateways: RunningGateway[] = []
 
   beforeAll(async () => {
     database = await freshDatabase()
     pets = await startPetsService(database.url)
-    gateway = await startGateway({
-      databaseUrl: database.url,
-      petsUrl: pets.url,
-      // Nothing listens there: every decision is the per-process fallback's.
-      env: { REDIS_URL: `redis://127.0.0.1:${await freePort()}` },
-      logStream: log.stream,
-      configure: (file) => {
-        file.keyCache.maxEntries = 2
-        file.onStoreFailure = 'open'
-        file.plans.free = { perMinute: 3, perDay: 1_000 }
-      },
-    })
   })
   afterAll(async () => {
-    await gateway?.close()
+    for (const gateway of gateways) await gateway.close()
     await pets?.close()
     await database?.drop()
   })
 
-  it('limits as many keys as keyCache.maxEntries, and says in the log when more are in use and go unlimited', async () => {
+  /** Such a gateway, and what it logs. */
+  async function onDeadRedis(configure: (file: GatewayConfigFile) => void) {
+    const log = captureLog()
+    const gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: `redis://127.0.0.1:${await freePort()}` },
+      logStream: log.stream,
+      configure,
+    })
+    gateways.push(gateway)
+    return { gateway, log }
+  }
+
+  it('open: limits as many keys as keyCache.maxEntries, and says in the log when more are in use and go unlimited', async () => {
+    const { gateway, log } = await onDeadRedis((file) => {
+      file.keyCache.maxEntries = 2
+      file.onStoreFailure = 'open'
+      file.plans.free = { perMinute: 3, perDay: 1_000 }
+    })
     const [first, second, third] = await Promise.all([gateway.createKey(), gateway.createKey(), gateway.createKey()])
     const statuses = async (key: string, count: number) => {
       const seen: number[] = []
@@ -388,32 +395,9 @@ describe('Redis down with onStoreFailure open and more keys in use than the per-
     expect(await statuses(first!.key, 1)).toEqual([200])
     expect(fullWarnings()).toEqual([expect.objectContaining({ level: 40, maxKeys: 2 })])
   })
-})
 
-describe('Redis down with onStoreFailure closed: the log', () => {
-  let database: TestDatabase
-  let pets: RunningPetsService
-  let gateway: RunningGateway
-  const log = captureLog()
-
-  beforeAll(async () => {
-    database = await freshDatabase()
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({
-      databaseUrl: database.url,
-      petsUrl: pets.url,
-      env: { REDIS_URL: `redis://127.0.0.1:${await freePort()}` },
-      logStream: log.stream,
-      configure: (file) => void (file.onStoreFailure = 'closed'),
-    })
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
-    await database?.drop()
-  })
-
-  it('says once that the store is failing, not once per request it answers 503', async () => {
+  it('closed: says once that the store is failing, not once per request it answers 503', async () => {
+    const { gateway, log } = await onDeadRedis((file) => void (file.onStoreFailure = 'closed'))
     const { key } = await gateway.createKey()
     for (let i = 0; i < 30; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
     const beyondAccessLines = log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
