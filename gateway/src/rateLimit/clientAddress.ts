@@ -43,11 +43,11 @@ function embeddedIpv4(address: ipaddr.IPv6): string | undefined {
 }
 
 /**
- * What the per-IP anonymous limit counts a client address under, its port left out. IPv4: the address, also when an
- * IPv6 address embeds it (see embeddedIpv4). Other IPv6: its /64, the smallest block a subscriber
- * is given, so one client cannot mint a fresh count from each of the 2^64 addresses of its own
- * network, nor from other spellings of one address (`2001:DB8:0:0::1` and `2001:db8::1` are one
- * client).
+ * What the per-IP anonymous limit counts a client address under, its port left out. IPv4: the
+ * address, also when an IPv6 address embeds it (see embeddedIpv4). Other IPv6: its /64, the
+ * smallest block a subscriber is given, so one client cannot mint a fresh count from each of the
+ * 2^64 addresses of its own network, nor from other spellings of one address (`2001:DB8:0:0::1`
+ * and `2001:db8::1` are one client).
  */
 export function anonymousBucket(given: string): string {
   if (PLAIN_IPV4.test(given)) return given
