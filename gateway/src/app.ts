@@ -13,6 +13,7 @@ import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
+import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
 import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import { privateResponses } from './auth/privateResponses.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
@@ -64,6 +65,7 @@ export interface GatewayDependencies {
 export async function buildGateway(deps: GatewayDependencies): Promise<FastifyInstance> {
   const boot = deps.config()
   const timeouts = deps.clientTimeouts ?? CLIENT_TIMEOUTS
+  const countRefusal = countParserRefusals(deps.registry)
   const app = Fastify({
     // Only the configured load balancers may speak for the client's address.
     trustProxy: boot.server.trustedProxies.length > 0 ? trustedHops(boot.server.trustedProxies) : false,
@@ -75,7 +77,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     // A request without Host is refused by requestFraming, with the Error body, not by Node's bare 400.
     http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts), requireHostHeader: false },
     connectionTimeout: 60_000,
-    clientErrorHandler: clientErrorHandler(gatewayClientErrors, deps.logger),
+    clientErrorHandler: clientErrorHandler(gatewayClientErrors, deps.logger, countRefusal),
     keepAliveTimeout: 72_000,
     // gracefulClose answers requests that arrive while closing, with the Error body.
     return503OnClosing: false,
@@ -83,7 +85,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     rewriteUrl: routeRequestTarget,
   })
   app.server.headersTimeout = timeouts.headersTimeoutMillis
-  app.server.on('connect', refuseConnect(gatewayClientErrors, deps.logger))
+  app.server.on('connect', refuseConnect(gatewayClientErrors, deps.logger, countRefusal))
   acceptOpaqueBodies(app)
 
   // 1

@@ -9,6 +9,7 @@ import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
+import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
 import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
 import { firstNumberRoundedToInteger } from './http/exactNumbers.ts'
@@ -44,7 +45,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     requestTimeout: CLIENT_TIMEOUTS.requestTimeoutMillis,
     http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(CLIENT_TIMEOUTS) },
     connectionTimeout: 60_000,
-    clientErrorHandler: clientErrorHandler(petsClientErrors, deps.logger),
+    clientErrorHandler: clientErrorHandler(petsClientErrors, deps.logger, countParserRefusals(deps.registry)),
     keepAliveTimeout: 72_000,
     // gracefulClose answers requests that arrive while closing, with the Error body.
     return503OnClosing: false,

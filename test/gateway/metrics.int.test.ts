@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { openRaw } from '../helpers/rawClient.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
@@ -11,6 +12,7 @@ import { freshDatabase } from '../helpers/testDatabase.ts'
 /** Each metric family the gateway promises, with the labels its samples carry. */
 const FAMILIES: Record<string, string[]> = {
   http_requests_total: ['method', 'route', 'status_class', 'plan'],
+  http_requests_refused_total: ['status'],
   http_request_duration_seconds_bucket: ['method', 'route', 'status_class', 'plan', 'le'],
   gateway_auth_failures_total: ['reason'],
   gateway_rate_limit_requests_total: ['plan', 'outcome', 'source'],
@@ -68,6 +70,20 @@ describe('gateway metrics', () => {
   it('exports each ban step at zero before any ban, so that a rate over the counter sees a gateway\'s first bans', async () => {
     expect(samples(await gateway.registry.metrics(), 'gateway_bans_total')).toEqual([{ step: '0' }, { step: '1' }])
     expect(await gateway.registry.metrics()).toMatch(/gateway_bans_total\{step="0"\} 0\n/)
+  })
+
+  it('counts the requests the HTTP parser refused before any route saw them, by status', async () => {
+    const refused = async () =>
+      Object.fromEntries([...(await gateway.registry.metrics()).matchAll(/^http_requests_refused_total\{status="(\d+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]))
+    const before = await refused()
+    expect(before).toEqual({ 400: 0, 408: 0, 414: 0, 431: 0, 501: 0 })
+    for (const bytes of ['not http at all\r\n\r\n', `GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 'FOO /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n']) {
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(bytes)
+      await connection.closed
+      expect(connection.answer()).toMatch(/^HTTP\/1\.1 (400|431|501) /)
+    }
+    expect(await refused()).toEqual({ 400: 1, 408: 0, 414: 0, 431: 1, 501: 1 })
   })
 
   it('exports every family with bounded labels, and never a key or key id', async () => {

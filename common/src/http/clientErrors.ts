@@ -37,7 +37,7 @@ const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^\s]+ HTTP\/\d\.\d\r?\n/
  * spec's Error body instead of Node's bare status line, and one log line like every answer
  * (no request id or route exists yet: the client's address and the parser's reason instead).
  */
-export function clientErrorHandler(codes: ClientErrorCodes, log?: Pick<FastifyBaseLogger, 'info'>) {
+export function clientErrorHandler(codes: ClientErrorCodes, log?: Pick<FastifyBaseLogger, 'info'>, onRefused?: (status: number) => void) {
   const refusing = new WeakSet<Socket>()
   return (error: NodeJS.ErrnoException, socket: Socket): void => {
     if (error.code === 'ECONNRESET' || !socket.writable || refusing.has(socket)) return
@@ -49,7 +49,7 @@ export function clientErrorHandler(codes: ClientErrorCodes, log?: Pick<FastifyBa
       if (!socket.writable) return
       // Bytes after a request that said `Connection: close` are not a request (RFC 9112 §9.6).
       if (error.code === 'HPE_CLOSED_CONNECTION') return void socket.end()
-      refuse(codes, error, socket, log)
+      refuse(codes, error, socket, log, onRefused)
     })
   }
 }
@@ -75,11 +75,12 @@ function afterAnswersOwed(socket: Socket, then: () => void): void {
  * listens for it. Neither service is a forward proxy, so CONNECT is a method they do not
  * implement: 501 with the Error body (RFC 9110 §9.1), then the connection closes.
  */
-export function refuseConnect(codes: ClientErrorCodes, log?: Pick<FastifyBaseLogger, 'info'>) {
+export function refuseConnect(codes: ClientErrorCodes, log?: Pick<FastifyBaseLogger, 'info'>, onRefused?: (status: number) => void) {
   return (request: IncomingMessage, socket: Socket): void => {
     afterAnswersOwed(socket, () => {
       if (!socket.writable) return
       const apiError = (codes.methodNotImplemented ?? codes.badRequest)()
+      onRefused?.(apiError.status)
       answer(apiError, socket, log, 'CONNECT', `request refused: ${request.method} is not supported`)
     })
   }
@@ -111,11 +112,19 @@ function refusedRequestLine({ rawPacket, bytesParsed }: ParseError): string {
   return rawPacket.toString('latin1', start, start + 8_192)
 }
 
-function refuse(codes: ClientErrorCodes, error: NodeJS.ErrnoException, socket: Socket, log?: Pick<FastifyBaseLogger, 'info'>): void {
+function refuse(
+  codes: ClientErrorCodes,
+  error: NodeJS.ErrnoException,
+  socket: Socket,
+  log?: Pick<FastifyBaseLogger, 'info'>,
+  onRefused?: (status: number) => void,
+): void {
   const refusal = refusalFor(codes, error, socket)
-  // A request whose body never came whole: this refusal is its answer and its line.
+  // A request whose body never came whole: this refusal is its answer and its line, and it is
+  // counted with the routed requests. Any other never reached a route: counted apart.
   const cutShort = (socket as WithAnswerInFlight)._httpMessage
   if (cutShort && !cutShort.writableFinished) markRefusedByParser(cutShort, refusal.status)
+  else onRefused?.(refusal.status)
   answer(refusal, socket, log, error.code, 'request refused by the HTTP parser')
 }
 
