@@ -27,6 +27,28 @@ export interface ReadyzBody {
  * free loopback ports, so signals, readiness and shutdown are the production code paths.
  * `configure` edits a copy of config/gateway.yaml that GATEWAY_CONFIG then names.
  */
+/**
+ * The environment `gateway/src/main.ts` runs with in these tests: its own free loopback ports, no
+ * Redis unless `extra` names one, the ops tests' internal credential.
+ */
+export async function gatewayProcessEnv(options: { databaseUrl: string; petsUrl: string; internalToken?: string; extra?: NodeJS.ProcessEnv }) {
+  const [apiPort, opsPort] = [await freePort(), await freePort()]
+  const env: NodeJS.ProcessEnv = {
+    ...baseEnv(),
+    REDIS_URL: '',
+    REDIS_CLUSTER_NODES: '',
+    ...options.extra,
+    DATABASE_URL: options.databaseUrl,
+    INTERNAL_TOKEN: options.internalToken ?? OPS_TEST_TOKEN,
+    PETS_URL: options.petsUrl,
+    GATEWAY_HOST: '127.0.0.1',
+    GATEWAY_PORT: String(apiPort),
+    GATEWAY_OPS_HOST: '127.0.0.1',
+    GATEWAY_OPS_PORT: String(opsPort),
+  }
+  return { env, apiPort, opsPort }
+}
+
 export async function startGatewayProcess(options: {
   databaseUrl: string
   petsUrl: string
@@ -37,26 +59,18 @@ export async function startGatewayProcess(options: {
   notReady?: boolean
   internalToken?: string
 }): Promise<GatewayProcess & { cleanup(): void }> {
-  const [apiPort, opsPort] = [await freePort(), await freePort()]
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-ops-'))
   const configPath = path.join(directory, 'gateway.yaml')
   const file = parse(readFileSync('config/gateway.yaml', 'utf8')) as GatewayConfigFile
   options.configure?.(file)
   writeFileSync(configPath, stringify(file))
-  const proc = startNode('gateway/src/main.ts', {
-    ...baseEnv(),
-    REDIS_URL: '',
-    REDIS_CLUSTER_NODES: '',
-    ...options.env,
-    DATABASE_URL: options.databaseUrl,
-    INTERNAL_TOKEN: options.internalToken ?? OPS_TEST_TOKEN,
-    PETS_URL: options.petsUrl,
-    GATEWAY_CONFIG: configPath,
-    GATEWAY_HOST: '127.0.0.1',
-    GATEWAY_PORT: String(apiPort),
-    GATEWAY_OPS_HOST: '127.0.0.1',
-    GATEWAY_OPS_PORT: String(opsPort),
+  const { env, apiPort, opsPort } = await gatewayProcessEnv({
+    databaseUrl: options.databaseUrl,
+    petsUrl: options.petsUrl,
+    internalToken: options.internalToken,
+    extra: { ...options.env, GATEWAY_CONFIG: configPath },
   })
+  const proc = startNode('gateway/src/main.ts', env)
   const opsUrl = `http://127.0.0.1:${opsPort}`
   const timeoutMillis = options.readyTimeoutMillis ?? 15_000
   const readyz = async () => {

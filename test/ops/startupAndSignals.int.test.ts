@@ -6,7 +6,7 @@ import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { freshDatabase } from '../helpers/testDatabase.ts'
 import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { baseEnv, exitWithin, freePort, killAll, startNode, waitForOutput, waitForReady, type NodeProcess } from '../scripts/processes.ts'
-import { OPS_TEST_TOKEN } from './gatewayProcess.ts'
+import { OPS_TEST_TOKEN, gatewayProcessEnv } from './gatewayProcess.ts'
 
 /** What the ops port answers: the status of /healthz and /readyz and /readyz's body, or the connection error. */
 async function probe(opsPort: number, path: '/healthz' | '/readyz') {
@@ -32,23 +32,7 @@ describe('starting before Postgres, and signals at the edges of a process life',
     await database?.drop()
   })
 
-  async function gatewayEnv(databaseUrl: string, extra: NodeJS.ProcessEnv = {}) {
-    const opsPort = await freePort()
-    const env = {
-      ...baseEnv(),
-      REDIS_URL: '',
-      REDIS_CLUSTER_NODES: '',
-      DATABASE_URL: databaseUrl,
-      INTERNAL_TOKEN: OPS_TEST_TOKEN,
-      PETS_URL: upstream.url,
-      GATEWAY_HOST: '127.0.0.1',
-      GATEWAY_PORT: String(await freePort()),
-      GATEWAY_OPS_HOST: '127.0.0.1',
-      GATEWAY_OPS_PORT: String(opsPort),
-      ...extra,
-    }
-    return { env, opsPort }
-  }
+  const gatewayEnv = (databaseUrl: string, extra: NodeJS.ProcessEnv = {}) => gatewayProcessEnv({ databaseUrl, petsUrl: upstream.url, extra })
 
   async function petsEnv(databaseUrl: string) {
     const opsPort = await freePort()

@@ -256,15 +256,14 @@ describe.skipIf(process.platform !== 'linux')('npm run start:gateway and start:p
     await database?.drop()
   })
 
-  // Regression: npm passed SIGTERM to sh alone, and the service (under tsx) kept listening,
-  // orphaned, with /readyz still 200: a supervisor stopping `npm run start:gateway` leaked it.
-  it.each(['SIGTERM', 'SIGHUP'] as const)('%s to npm stops the service it runs: its ports released, no process left', async (signal) => {
+  /** Both services' environment on free loopback ports, against `databaseUrl`; info lines name a stop's cause. */
+  async function servicesEnv(databaseUrl: string) {
     const [pets, petsOps, gateway, gatewayOps] = [await freePort(), await freePort(), await freePort(), await freePort()]
-    const env = {
+    const env: NodeJS.ProcessEnv = {
       ...baseEnv(),
-      // The "shutting down" line names the cause.
       LOG_LEVEL: 'info',
-      DATABASE_URL: database.url,
+      REDIS_URL: '',
+      DATABASE_URL: databaseUrl,
       INTERNAL_TOKEN: TOKEN,
       PETS_PORT: String(pets),
       PETS_OPS_PORT: String(petsOps),
@@ -274,6 +273,13 @@ describe.skipIf(process.platform !== 'linux')('npm run start:gateway and start:p
       GATEWAY_OPS_HOST: '127.0.0.1',
       GATEWAY_OPS_PORT: String(gatewayOps),
     }
+    return { env, pets, petsOps, gateway, gatewayOps }
+  }
+
+  // Regression: npm passed SIGTERM to sh alone, and the service (under tsx) kept listening,
+  // orphaned, with /readyz still 200: a supervisor stopping `npm run start:gateway` leaked it.
+  it.each(['SIGTERM', 'SIGHUP'] as const)('%s to npm stops the service it runs: its ports released, no process left', async (signal) => {
+    const { env, pets, petsOps, gateway, gatewayOps } = await servicesEnv(database.url)
     const started = [
       { proc: startProcess('npm', ['run', 'start:pets'], env, { detached: true }), ports: [pets, petsOps] },
       { proc: startProcess('npm', ['run', 'start:gateway'], env, { detached: true }), ports: [gateway, gatewayOps] },
@@ -298,28 +304,10 @@ describe.skipIf(process.platform !== 'linux')('npm run start:gateway and start:p
   // A service may wait long for Postgres at start: npm going away meanwhile must end it too, or it
   // would start serving, orphaned, once Postgres appeared.
   it.each(['start:gateway', 'start:pets'] as const)('SIGTERM to npm while %s waits for Postgres ends the service, no process left', async (script) => {
-    const [pets, petsOps, gateway, gatewayOps] = [await freePort(), await freePort(), await freePort(), await freePort()]
     const nobodyListens = new URL(database.url)
     nobodyListens.host = `127.0.0.1:${await freePort()}`
-    const proc = startProcess(
-      'npm',
-      ['run', script],
-      {
-        ...baseEnv(),
-        LOG_LEVEL: 'info',
-        REDIS_URL: '',
-        DATABASE_URL: nobodyListens.toString(),
-        INTERNAL_TOKEN: TOKEN,
-        PETS_PORT: String(pets),
-        PETS_OPS_PORT: String(petsOps),
-        PETS_URL: `http://127.0.0.1:${pets}`,
-        GATEWAY_HOST: '127.0.0.1',
-        GATEWAY_PORT: String(gateway),
-        GATEWAY_OPS_HOST: '127.0.0.1',
-        GATEWAY_OPS_PORT: String(gatewayOps),
-      },
-      { detached: true },
-    )
+    const { env, petsOps, gatewayOps } = await servicesEnv(nobodyListens.toString())
+    const proc = startProcess('npm', ['run', script], env, { detached: true })
     await waitForOutput(proc, 'waiting for Postgres at DATABASE_URL', READY_MILLIS)
     const tree = descendants(proc.pid)
     for (const info of tree) seen.set(info.pid, info.command)

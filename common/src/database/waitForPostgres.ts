@@ -19,10 +19,8 @@ const describe = (error: unknown) => {
   return [code, message?.split('\n')[0]?.slice(0, 200)].filter(Boolean).join(': ') || String(error)
 }
 
-export interface WaitForPostgresOptions {
-  firstRetryMillis?: number
-  maxRetryMillis?: number
-}
+const FIRST_RETRY_MILLIS = 500
+const MAX_RETRY_MILLIS = 5_000
 
 /**
  * Waits until Postgres answers, retrying with a capped backoff while it is not there yet, so a
@@ -31,9 +29,8 @@ export interface WaitForPostgresOptions {
  * logged once. A refusal that waiting cannot mend (wrong password, no such database) is thrown
  * at once, naming Postgres.
  */
-export async function waitForPostgres(pool: pg.Pool, logger: Logger, options: WaitForPostgresOptions = {}): Promise<void> {
-  let retryMillis = options.firstRetryMillis ?? 500
-  const maxRetryMillis = options.maxRetryMillis ?? 5_000
+export async function waitForPostgres(pool: pg.Pool, logger: Logger): Promise<void> {
+  let retryMillis = FIRST_RETRY_MILLIS
   let lastProblem: string | undefined
   for (;;) {
     try {
@@ -43,10 +40,10 @@ export async function waitForPostgres(pool: pg.Pool, logger: Logger, options: Wa
     } catch (error) {
       if (!postgresNotThereYet(error)) throw new Error(`cannot use Postgres at DATABASE_URL: ${describe(error)}`, { cause: error })
       const problem = describe(error)
-      if (problem !== lastProblem) logger.warn({ problem, retryEveryMillis: maxRetryMillis }, 'waiting for Postgres at DATABASE_URL')
+      if (problem !== lastProblem) logger.warn({ problem, retryEveryMillis: MAX_RETRY_MILLIS }, 'waiting for Postgres at DATABASE_URL')
       lastProblem = problem
       await new Promise((resolve) => setTimeout(resolve, retryMillis))
-      retryMillis = Math.min(retryMillis * 2, maxRetryMillis)
+      retryMillis = Math.min(retryMillis * 2, MAX_RETRY_MILLIS)
     }
   }
 }

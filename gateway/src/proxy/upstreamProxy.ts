@@ -255,14 +255,15 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     await pool.close()
   })
 
-  // Upstream latency: request handed to the upstream → its response headers back, with the
-  // upstream's status. An answer the gateway refused to pass on (fail) is counted as a failure only.
-  const waited = new WeakMap<object, { seconds: number; status: number }>()
+  // Upstream latency: request handed to the upstream → its response headers back, under the
+  // upstream's status (answerHead gave it to the reply). An answer the gateway refused to pass on
+  // (fail) is counted as a failure only.
+  const waited = new WeakMap<object, number>()
   const observer = options.observer
   if (observer) {
-    app.addHook('onResponse', (request, _reply, done) => {
-      const seen = waited.get(request)
-      if (seen !== undefined) observer.response(name, seen.status, seen.seconds)
+    app.addHook('onResponse', (request, reply, done) => {
+      const seconds = waited.get(request)
+      if (seconds !== undefined) observer.response(name, reply.statusCode, seconds)
       done()
     })
   }
@@ -411,7 +412,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
         if (status < 200) return true // 1xx: informational, the final answer follows
         if (dropped) return true // too late: answered 504 already; read and dropped
         statusCode = status
-        if (observer) waited.set(request, { seconds: (performance.now() - sentAt) / 1_000, status })
+        if (observer) waited.set(request, (performance.now() - sentAt) / 1_000)
         const answer = undiciUtil.parseHeaders(rawHeaders) as Record<string, string | string[] | undefined>
         delete answer['transfer-encoding']
         const length = answer['content-length']

@@ -6,7 +6,7 @@ const IPV4_WITH_PORT = /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d{1,5}$/
 const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
 
 /** Where every client address that is no IP address at all is counted: together, not one count each. */
-export const UNPARSEABLE_BUCKET = 'unparseable'
+const UNPARSEABLE_BUCKET = 'unparseable'
 
 /**
  * The address alone: a trusted load balancer may write the client with its source port
@@ -14,6 +14,8 @@ export const UNPARSEABLE_BUCKET = 'unparseable'
  * otherwise make every connection a client of its own.
  */
 export function addressOnly(address: string): string {
+  // A socket's IPv4 address, on every request without a trusted proxy: no colon, no port.
+  if (!address.includes(':')) return address
   return IPV4_WITH_PORT.exec(address)?.[1] ?? BRACKETED_IPV6.exec(address)?.[1] ?? address
 }
 

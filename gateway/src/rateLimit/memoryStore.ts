@@ -123,7 +123,7 @@ function stateFor(previous: KeyState | undefined, request: LimitRequest, now: nu
   return { minute, strikes, day, banUntil: previous.banUntil, level: previous.level, levelUntil: previous.levelUntil }
 }
 
-export interface MemoryStoreOptions {
+interface MemoryStoreOptions {
   maxKeys?: number
   clock?: () => number
   /** Called when a key's state is dropped for room: that key starts again from empty windows. */
