@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis'
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymousLimiter.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
@@ -16,9 +16,10 @@ describe('requests without a valid key are limited per client IP', () => {
   let database: TestDatabase
   let pets: RunningPetsService
   const gateways: RunningGateway[] = []
+  let created = 0
 
   /** A gateway with its own Redis prefix, so every test starts with untouched per-IP buckets. */
-  async function gateway(trustedProxies: string[] = [], keyPrefix = `${prefix}${gateways.length}:`): Promise<RunningGateway> {
+  async function gateway(trustedProxies: string[] = [], keyPrefix = `${prefix}${created++}:`): Promise<RunningGateway> {
     const started = await startGateway({
       databaseUrl: database.url,
       petsUrl: pets.url,
@@ -38,8 +39,12 @@ describe('requests without a valid key are limited per client IP', () => {
     database = await freshDatabase()
     pets = await startPetsService(database.url)
   })
+  // Each test's gateways go with it: kept to the end of the file, their pools and change-feed
+  // connections added up to Postgres's max_connections beside the other files running meanwhile.
+  afterEach(async () => {
+    for (const started of gateways.splice(0)) await started.close()
+  })
   afterAll(async () => {
-    for (const started of gateways) await started.close()
     await pets?.close()
     await database?.drop()
     await deleteKeysWithPrefix(prefix)
@@ -64,7 +69,7 @@ describe('requests without a valid key are limited per client IP', () => {
 
   it('refuses an address past its limit from memory: 20 more guesses leave its Redis count where the limit left it', async () => {
     const g = await gateway()
-    const gatewayPrefix = `${prefix}${gateways.length - 1}:`
+    const gatewayPrefix = g.config.redis.keyPrefix
     for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
     for (let i = 0; i < 20; i++) {
       const refused = await g.request('/v1/pets', { key: generateApiKey() })
@@ -360,7 +365,7 @@ describe('requests without a valid key are limited per client IP', () => {
   // so this gateway's own count is enough to hold a flood of them back.
   it('counts missing and malformed keys in the gateway\'s memory: the fourth is 429, and Redis was never written', async () => {
     const g = await gateway()
-    const gatewayPrefix = `${prefix}${gateways.length - 1}:`
+    const gatewayPrefix = g.config.redis.keyPrefix
     const real = generateApiKey()
     const badChecksum = real.slice(0, -1) + (real.endsWith('0') ? '1' : '0')
     const attempts = [{}, { key: 'aas_not-a-real-key' }, { key: badChecksum }]
