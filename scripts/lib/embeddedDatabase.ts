@@ -1,5 +1,5 @@
 import { readFileSync, rmSync } from 'node:fs'
-import { access, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
@@ -120,12 +120,7 @@ export async function claimDataDirectory(
   await mkdir(dataDir, { recursive: true, mode: 0o700 })
   const file = discoveryFilePath(dataDir)
   for (let attempt = 0; attempt < 3; attempt += 1) {
-    try {
-      await writeFile(file, JSON.stringify(record), { flag: 'wx', mode: 0o600 })
-      return
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
-    }
+    if (await createWhole(file, JSON.stringify(record))) return
     const previous = await readDiscoveryFile(dataDir)
     const now = previous && previous.started !== undefined ? processIdentity(previous.pid) : undefined
     if (previous && previous.pid !== record.pid && now !== undefined && now === previous.started) {
@@ -156,6 +151,25 @@ export async function claimDataDirectory(
     if (previous) await rm(`${file}.${previous.pid}.tmp`, { force: true })
   }
   throw new DataDirectoryInUseError(`could not take ownership of ${dataDir}: ${file} keeps coming back`)
+}
+
+/**
+ * Creates `file` with `text` unless it exists, in one step: written beside it, then linked under
+ * its name. A file created and then written (`wx`) is empty for a moment, and another start
+ * reading it then would take the claim for a stale one and take the folder over.
+ */
+async function createWhole(file: string, text: string): Promise<boolean> {
+  const temporary = `${file}.${process.pid}.claim`
+  await writeFile(temporary, text, { mode: 0o600 })
+  try {
+    await link(temporary, file)
+    return true
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+    return false
+  } finally {
+    await rm(temporary, { force: true })
+  }
 }
 
 function alreadyServing(owner: EmbeddedDatabaseRecord, dataDir: string): DataDirectoryInUseError {
