@@ -157,6 +157,7 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
       ['key in X-Forwarded-For', '/v1/pets', { key: valid.key, headers: { 'x-forwarded-for': valid.key }, authenticated: true }, 200],
       ['key in X-Consumer-Id', '/v1/pets', { key: valid.key, headers: { 'x-consumer-id': valid.key }, authenticated: true }, 200],
       ['key as the request id', '/v1/pets', { key: valid.key, headers: { 'x-request-id': valid.key }, authenticated: true }, 200],
+      ['key without its prefix as the request id', '/v1/pets', { key: valid.key, headers: { 'x-request-id': valid.key.slice(4) }, authenticated: true }, 200],
       ['orders, not implemented', '/v1/store/orders', { key: valid.key, authenticated: true }, 501],
       ['missing pet', '/v1/pets/999999', { key: valid.key, authenticated: true }, 404],
       ['key in the query only', `/v1/pets?api_key=${valid.key}`, {}, 401],
@@ -165,7 +166,9 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
     ]
     for (const [what, path, init, status] of expectations) expect((await send(what, path, init)).status, what).toBe(status)
     // A well-formed X-Request-Id is echoed and logged; one that looks like a key is replaced.
-    expect(answers.find((answer) => answer.what === 'key as the request id')?.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+    for (const what of ['key as the request id', 'key without its prefix as the request id']) {
+      expect(answers.find((answer) => answer.what === what)?.headers.get('x-request-id'), what).toMatch(/^[0-9a-f-]{36}$/)
+    }
 
     // 2. Keys the gateway must refuse: malformed, unknown, revoked, expired.
     const revokedRun = await keysCli(database.url, 'revoke', revoked.id, '--json')

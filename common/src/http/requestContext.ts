@@ -11,13 +11,28 @@ const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 const KEY_LIKE = /aas_[0-9a-z]{16}/i
 
 /**
+ * A key's 32 random characters are the whole credential without the prefix (its checksum is
+ * computed from them), so any run of 32+ base62 characters counts as key material, unless it is
+ * hex only: trace ids (W3C, 32 hex digits) and digests are, a key's body almost never (22⁄62 per
+ * character, 32 times).
+ */
+const LONG_RUN = /[0-9A-Za-z]{32,}/g
+const HEX_ONLY = /^[0-9A-Fa-f]+$/
+
+function carriesKeyMaterial(id: string): boolean {
+  if (KEY_LIKE.test(id)) return true
+  for (const [run] of id.matchAll(LONG_RUN)) if (!HEX_ONLY.test(run)) return true
+  return false
+}
+
+/**
  * Reuses a well-formed `X-Request-Id` from the caller (the gateway) so one id follows a request,
- * unless it looks like an API key: a client that sends its key there gets a fresh id, and the key
- * reaches no log line and no upstream.
+ * unless it may hold an API key, with or without its prefix: a client that sends its key there
+ * gets a fresh id, and the key reaches no log line and no upstream.
  */
 export function requestIdFrom(request: { headers: Record<string, string | string[] | undefined> }): string {
   const incoming = request.headers['x-request-id']
-  return typeof incoming === 'string' && REQUEST_ID.test(incoming) && !KEY_LIKE.test(incoming) ? incoming : randomUUID()
+  return typeof incoming === 'string' && REQUEST_ID.test(incoming) && !carriesKeyMaterial(incoming) ? incoming : randomUUID()
 }
 
 /** Turns off Fastify's two lines per request; `requestContext` writes one instead. */
