@@ -267,6 +267,22 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
         expect(admitted).toBe(5)
       })
 
+      // Converting to the shorter ring drops what only the longer window still counted, so while
+      // both lengths are in use the key is held to its limit over the shorter window (README).
+      it('holds the key to the limit over the shorter window while gateways with the old and the new window length alternate', async () => {
+        const keyId = newKeyId()
+        const short = { minute: { limit: 10, windowMillis: 20_000, bucketMillis: 5_000 } }
+        const long = { minute: { limit: 10, windowMillis: 60_000, bucketMillis: 5_000 } }
+        const admittedAt: number[] = []
+        for (let t = 0; t < 180_000; t += 250) {
+          const decision = await subject.store.consume(request(keyId, T0 + t, Math.floor(t / 1_000) % 2 === 0 ? long : short))
+          if (decision.outcome === 'admitted') admittedAt.push(t)
+        }
+        const mostInAnySpan = Math.max(...admittedAt.map((end) => admittedAt.filter((t) => t > end - 20_000 && t <= end).length))
+        expect(mostInAnySpan).toBe(10)
+        expect(admittedAt.length).toBeGreaterThanOrEqual(50)
+      })
+
       it('keeps a ban in force', async () => {
         const keyId = newKeyId()
         const bans = { strikes: 1, ladderMillis: [20_000], memoryMillis: 86_400_000 }
