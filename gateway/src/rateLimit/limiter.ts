@@ -5,7 +5,7 @@ import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
 import type { LimitStore } from './limitStore.ts'
 import { banPolicy, limitsFor } from './planLimits.ts'
-import { RedisBudgetExceededError, connectRedis, createRedisStore, redisReady } from './redisStore.ts'
+import { RedisBudgetExceededError, connectRedis, createRedisStore, redisConnectionProblem, redisReady } from './redisStore.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
 export interface Limiter {
@@ -92,7 +92,10 @@ export function createLimiter(options: LimiterOptions): Limiter {
     storeKind,
     ready: () => (redis ? redisReady(redis, 2_000) : Promise.resolve(true)),
     async probe() {
-      if (redis && !(await redisReady(redis, 1_000))) throw new Error('Redis is not connected')
+      // At once, not after a wait: the ops server gives a check 1 s, and a probe that outwaited it
+      // would be reported as "no answer" instead of why (a refused connection, a DNS failure).
+      const problem = redis && redisConnectionProblem(redis)
+      if (problem) throw new Error(problem)
       // Unobserved: probes are not requests, and would blur the store's latency and error metrics.
       await unobserved.consume({ keyId: READINESS_PROBE_KEY_ID, ...limitsFor(PROBE_KEY, options.config()), bans: banPolicy(options.config()) })
     },

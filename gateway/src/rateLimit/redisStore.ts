@@ -121,8 +121,9 @@ export function connectRedis(connection: RedisConnection): RedisClient {
         { redisOptions: options, keyPrefix: connection.keyPrefix, enableOfflineQueue: false, clusterRetryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 1_000) },
       )
     : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
-  // Errors surface on the commands that hit them; the connection-level event only needs a listener.
-  client.on('error', () => undefined)
+  // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
+  client.on('error', (error: Error) => lastConnectionErrors.set(client, error.message))
+  client.on('ready', () => lastConnectionErrors.delete(client))
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (after a restart or failover).
   client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
   client.defineCommand('unbanKey', { numberOfKeys: 1, lua: UNBAN_LUA })
@@ -290,6 +291,15 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
 }
 
 /** Resolves once the client can take commands; false if it could not within the timeout. */
+const lastConnectionErrors = new WeakMap<RedisClient, string>()
+
+/** Why the client has no usable connection, in ioredis's and the socket's words. */
+export function redisConnectionProblem(client: RedisClient): string | undefined {
+  if (client.status === 'ready') return undefined
+  const error = lastConnectionErrors.get(client)
+  return `Redis is not connected (${client.status})${error ? `: ${error}` : ''}`
+}
+
 export async function redisReady(client: RedisClient, timeoutMillis = 5_000): Promise<boolean> {
   if (client.status === 'ready') return true
   return new Promise((resolve) => {
