@@ -46,7 +46,11 @@ async function main(): Promise<void> {
   const app = await buildPetsService({ pets, internalToken: config.internalToken, previousInternalToken: config.previousInternalToken, logger, registry })
 
   // At start too: a service restarted more often than hourly would otherwise never purge.
-  const purgeKeys = () => void pets.purgeIdempotencyKeys().catch((error: unknown) => logger.warn({ err: error }, 'idempotency purge failed'))
+  const purgeKeys = () =>
+    void pets.purgeIdempotencyKeys().then(
+      (purged) => purged > 0 && logger.info({ purged }, 'idempotency keys past their 24 h purged'),
+      (error: unknown) => logger.warn({ err: error }, 'idempotency purge failed'),
+    )
   purgeKeys()
   const purge = setInterval(purgeKeys, 3_600_000)
   purge.unref()

@@ -326,6 +326,26 @@ describe('pets-service operations', () => {
     }
   })
 
+  // Regression: one DELETE of the whole backlog ran past the statement timeout, was rolled back,
+  // and every later purge had more to delete: the table grew without bound.
+  it('purges a backlog of expired idempotency keys that no single statement could delete within the timeout', async () => {
+    const setup = createPool({ connectionString: database.url, applicationName: 'purge-setup', max: 1, statementTimeoutMillis: 120_000 })
+    const pool = createPool({ connectionString: database.url, applicationName: 'purge-test', max: 1, statementTimeoutMillis: 50 })
+    try {
+      await migrate(setup, PETS_MIGRATIONS)
+      await setup.query(
+        `INSERT INTO pets.idempotency_keys (consumer, key, fingerprint, created_at)
+         SELECT 'bulk', 'key-' || g, 'fp', now() - interval '25 hours' FROM generate_series(1, 250000) g`,
+      )
+      await setup.query(`INSERT INTO pets.idempotency_keys (consumer, key, fingerprint) VALUES ('bulk', 'recent', 'fp')`)
+      expect(await createPetRepository(pool).purgeIdempotencyKeys()).toBe(250_000)
+      const { rows } = await setup.query<{ key: string }>(`SELECT key FROM pets.idempotency_keys WHERE consumer = 'bulk'`)
+      expect(rows).toEqual([{ key: 'recent' }])
+    } finally {
+      await Promise.all([setup.end(), pool.end()])
+    }
+  })
+
   it('refuses a create with 400 before touching Postgres when the body is invalid', async () => {
     // With no Postgres at all, a 400 (not 503) shows that validation ran without a connection.
     const { app, pool } = await serviceOn(await refusedPostgresUrl())

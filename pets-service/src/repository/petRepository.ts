@@ -36,6 +36,8 @@ const FIND_BY_ID = `SELECT ${COLUMNS} FROM pets.pets WHERE id = $1`
 
 /** How long an Idempotency-Key is remembered. */
 export const IDEMPOTENCY_RETENTION_HOURS = 24
+/** Rows one purge statement deletes: a few milliseconds of work, well inside the statement timeout. */
+const IDEMPOTENCY_PURGE_BATCH_ROWS = 5_000
 
 export interface PetRepositoryOptions {
   /** Name the read queries so each connection prepares them once. Default true. */
@@ -116,13 +118,27 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
       }
     },
 
-    /** Forgets idempotency keys older than the retention period; returns how many. */
-    async purgeIdempotencyKeys(): Promise<number> {
-      const { rowCount } = await pool.query(
-        `DELETE FROM pets.idempotency_keys WHERE created_at < now() - make_interval(hours => $1)`,
-        [IDEMPOTENCY_RETENTION_HOURS],
-      )
-      return rowCount ?? 0
+    /**
+     * Forgets idempotency keys older than the retention period; returns how many. In batches,
+     * each its own statement: one DELETE of a backlog too big for the statement timeout would be
+     * rolled back whole, every hour, while the backlog only grew. Rows a claim holds are skipped
+     * (the claim renews them), as are those another replica's purge holds.
+     */
+    async purgeIdempotencyKeys(batchRows = IDEMPOTENCY_PURGE_BATCH_ROWS): Promise<number> {
+      let purged = 0
+      for (;;) {
+        const { rowCount } = await pool.query(
+          // Oldest first, through the created_at index: the rows already deleted are not read again
+          // (a sequential scan would step over all of them on every batch).
+          `DELETE FROM pets.idempotency_keys WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM pets.idempotency_keys
+              WHERE created_at < now() - make_interval(hours => $1)
+              ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+          [IDEMPOTENCY_RETENTION_HOURS, batchRows],
+        )
+        purged += rowCount ?? 0
+        if ((rowCount ?? 0) < batchRows) return purged
+      }
     },
 
     async ping(): Promise<void> {
