@@ -85,7 +85,15 @@ export function frameworkErrorHandler(codes: FrameworkErrorCodes) {
  * not for the method asked is a 405 with these in `Allow`, not a 404 that says the path is gone.
  */
 function methodsAnswering(app: FastifyInstance, url: string): string[] {
-  return app.supportedMethods.filter((method) => app.findRoute({ method: method as HTTPMethods, url }) !== null).sort()
+  return app.supportedMethods.filter((method) => answers(app.findRoute({ method: method as HTTPMethods, url }))).sort()
+}
+
+/**
+ * A match with an empty named parameter is not a route for this path ("/pets/" matches
+ * "/pets/:petId" with petId ""; the route answers it 404), so it must not put GET into `Allow`.
+ */
+function answers(match: { params: Record<string, string | undefined> } | null): boolean {
+  return match !== null && Object.entries(match.params).every(([name, value]) => name === '*' || value !== '')
 }
 
 function notFoundAnswer(app: FastifyInstance, request: FastifyRequest, codes: FrameworkErrorCodes): ApiError {
