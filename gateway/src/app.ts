@@ -131,7 +131,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(undecodablePathRoute)
   await app.register(storeOrdersRoute, { upstream: boot.upstreams.orders, internalToken: deps.internalToken })
   // The OpenAPI document and the docs page (public routes: stage 3 limits them per IP)
-  await app.register(apiDocs, { config: deps.config })
+  await app.register(apiDocs, { config: deps.config, ordersUpstream: boot.upstreams.orders !== undefined })
   // 6 (after every other onSend hook)
   await app.register(coalescedWrites)
   return app

@@ -3,7 +3,7 @@ import { createConfig, lintFromString } from '@redocly/openapi-core'
 import { describe, expect, it } from 'vitest'
 import { DEFAULT_API_SERVERS, parseGatewayConfig, resolveGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import { gatewayErrors } from '../../gateway/src/errors.ts'
-import { OPENAPI_SOURCE, loadOpenApiDocument, withServers } from '../../gateway/src/openapi/document.ts'
+import { OPENAPI_SOURCE, loadOpenApiDocument, withOrdersUpstream, withServers } from '../../gateway/src/openapi/document.ts'
 import { petsErrors } from '../../pets-service/src/errors.ts'
 import { CLIENT_TYPES_PATH, renderClientTypes } from '../../scripts/lib/clientTypes.ts'
 
@@ -150,6 +150,17 @@ describe('the OpenAPI document (gateway/openapi/openapi.yaml)', () => {
     }
     const sunset = resolve((getPet['200']!.headers as Record<string, Node>).Sunset!)
     expect((sunset.schema as Node).const).toBe('Thu, 05 Dec 2030 00:00:00 GMT')
+  })
+
+  it('documents the orders service\'s answers instead of 501 when config names an orders upstream, and still passes the lint', async () => {
+    const served = withOrdersUpstream(document)
+    const responses = (served.paths['/store/orders']!.get as { responses: Record<string, unknown> }).responses
+    expect(Object.keys(responses).sort()).toEqual(['2XX', '400', '401', '408', '413', '414', '429', '431', '500', '502', '503', '504'])
+    expect({ ...served, paths: { ...served.paths, '/store/orders': document.paths['/store/orders'] } }).toEqual(document)
+    const config = await createConfig({ extends: ['recommended-strict'] })
+    const problems = await lintFromString({ source: JSON.stringify(served), absoluteRef: OPENAPI_SOURCE, config })
+    const ordersFindings = problems.filter((problem) => problem.location[0]?.pointer?.startsWith('#/paths/~1store~1orders'))
+    expect(ordersFindings.map((problem) => `${problem.ruleId}: ${problem.message}`)).toEqual([])
   })
 
   it('is served with the servers of the running config', () => {

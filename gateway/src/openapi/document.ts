@@ -35,3 +35,39 @@ export function withServers(document: OpenApiDocument, servers: { production: st
     ],
   }
 }
+
+/**
+ * The document as served by a gateway that passes /v1/store/orders to an orders service
+ * (upstreams.orders): 501 no longer applies, and the answers are that service's, passed through
+ * unchanged, beside the gateway's own failures on the way to it.
+ */
+export function withOrdersUpstream(document: OpenApiDocument): OpenApiDocument {
+  const listOrders = document.paths['/store/orders']?.get as { responses: Record<string, unknown> } | undefined
+  if (!listOrders) return document
+  const { '501': _notImplemented, ...gatewayAnswers } = listOrders.responses
+  const ref = (name: string) => ({ $ref: `#/components/responses/${name}` })
+  return {
+    ...document,
+    paths: {
+      ...document.paths,
+      '/store/orders': {
+        ...document.paths['/store/orders'],
+        get: {
+          ...listOrders,
+          summary: 'List store orders',
+          description:
+            'Passed to the orders service after authentication and rate limiting; its answers ' +
+            'reach the client unchanged, with the rate-limit headers added. Orders and their ' +
+            "fields are that service's to document; the gateway's own answers are listed.",
+          responses: {
+            '2XX': { description: "The orders service's answer." },
+            ...gatewayAnswers,
+            '413': ref('PayloadTooLarge'),
+            '502': ref('BadGateway'),
+            '504': ref('GatewayTimeout'),
+          },
+        },
+      },
+    },
+  }
+}

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url'
 import { gzipSync } from 'node:zlib'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { GatewayConfig } from '../config/loadConfig.ts'
-import { loadOpenApiDocument, withServers } from '../openapi/document.ts'
+import { loadOpenApiDocument, withOrdersUpstream, withServers } from '../openapi/document.ts'
 
 const PAGE_DIRECTORY = fileURLToPath(new URL('../../openapi/docs/', import.meta.url))
 const SWAGGER_UI = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'))
@@ -70,8 +70,8 @@ const CONTENT_SECURITY_POLICY = [
  *   GET /v1/openapi.json  gateway/openapi/openapi.yaml as JSON, naming the configured servers;
  *   GET /docs             Swagger UI on that document, every file served from here.
  */
-export async function apiDocs(app: FastifyInstance, options: { config: () => GatewayConfig }): Promise<void> {
-  const source = loadOpenApiDocument()
+export async function apiDocs(app: FastifyInstance, options: { config: () => GatewayConfig; ordersUpstream: boolean }): Promise<void> {
+  const source = options.ordersUpstream ? withOrdersUpstream(loadOpenApiDocument()) : loadOpenApiDocument()
   let served: { servers: GatewayConfig['openapi']['servers']; json: string } | undefined
   // The servers follow config reloads; the JSON is rebuilt only when they change.
   const documentFor = (servers: GatewayConfig['openapi']['servers']) => {
