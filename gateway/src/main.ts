@@ -6,7 +6,7 @@ import { drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, require
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
-  exitWithLauncherWhileStarting,
+  exitWhenStoppedWhileStarting,
   onShutdownSignal,
 } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
@@ -36,7 +36,7 @@ const holdReload = () => void (reloadHeld = true)
 process.on('SIGHUP', holdReload)
 
 async function main(): Promise<void> {
-  const stopStartWatch = exitWithLauncherWhileStarting(logger, 'start:gateway')
+  const stopStartWatch = exitWhenStoppedWhileStarting(logger, 'start:gateway')
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   const metrics = createGatewayMetrics(registry)

@@ -7,7 +7,7 @@ import { reportStartupFailure } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
-  exitWithLauncherWhileStarting,
+  exitWhenStoppedWhileStarting,
   onShutdownSignal,
 } from '../../common/src/lifecycle/shutdown.ts'
 import { createLogger } from '../../common/src/logger.ts'
@@ -21,7 +21,7 @@ import { createPetRepository } from './repository/petRepository.ts'
 const logger = createLogger('pets-service')
 
 async function main(): Promise<void> {
-  const stopStartWatch = exitWithLauncherWhileStarting(logger, 'start:pets')
+  const stopStartWatch = exitWhenStoppedWhileStarting(logger, 'start:pets')
   const config = loadPetsConfig()
   const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', logger })
   const registry = new Registry()

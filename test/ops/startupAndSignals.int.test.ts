@@ -73,6 +73,30 @@ describe('starting before Postgres, and signals at the edges of a process life',
     }
   }, 90_000)
 
+  // As PID 1 in a container without an init process, a signal the process has no handler for is
+  // dropped: without one, `docker stop` waited out its grace period. Here the handler shows as exit
+  // code 0 instead of a death by the signal.
+  it.each([
+    ['gateway', 'gateway/src/main.ts', gatewayEnv],
+    ['pets-service', 'pets-service/src/main.ts', petsEnv],
+  ] as const)('a %s still waiting for Postgres stops at once on SIGTERM, by its own handler', async (_service, script, envFor) => {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    await relay.cut()
+    const unreachable = new URL(database.url)
+    unreachable.host = `127.0.0.1:${relay.port}`
+    const { env } = await envFor(unreachable.toString())
+    const service = startNode(script, { ...env, LOG_LEVEL: 'info' })
+    try {
+      await waitForOutput(service, 'waiting for Postgres at DATABASE_URL', 30_000)
+      service.child.kill('SIGTERM')
+      expect(await exitWithin(service, 5_000)).toEqual({ code: 0, signal: null })
+      expect(service.output()).toContain('stopped while starting')
+    } finally {
+      await relay.close()
+    }
+  }, 60_000)
+
   it('a gateway whose Postgres refuses it for good (no such database) exits 1 at once, naming Postgres', async () => {
     const missing = new URL(database.url)
     missing.pathname = '/no_such_database_for_this_test'

@@ -84,15 +84,31 @@ async function finishedWithin(work: Promise<unknown>, millis: number): Promise<b
 }
 
 /**
- * While a service starts under its npm script (it may wait for Postgres for long), npm going away
- * ends it too, as onShutdownSignal's watch does once it runs: a service waiting for Postgres would
- * otherwise be left orphaned and start serving, holding its ports, once Postgres appeared.
- * Returns the stop of the watch, for when onShutdownSignal takes over.
+ * Until onShutdownSignal takes over, a service that is still starting (it may wait for Postgres
+ * for long) stops at once when asked:
+ * - on SIGTERM or SIGINT: as PID 1 in a container without an init process, a signal without a
+ *   handler is dropped, so `docker stop` or the kubelet would wait out its grace period;
+ * - when npm goes away, under its npm script: a service waiting for Postgres would otherwise be
+ *   left orphaned and start serving, holding its ports, once Postgres appeared.
+ * Nothing is served yet, so there is nothing to drain. Returns the stop of these watches.
  */
-export function exitWithLauncherWhileStarting(logger: Logger, npmScript: string): () => void {
-  if (process.env.npm_lifecycle_event !== npmScript) return () => undefined
-  return watchLauncher((launcher) => {
-    logger.warn({ launcher: `${launcher} exited` }, 'launcher gone while starting, exiting')
-    process.exit(1)
-  })
+export function exitWhenStoppedWhileStarting(logger: Logger, npmScript: string): () => void {
+  const onSignal = (signal: NodeJS.Signals) => {
+    logger.info({ signal }, 'stopped while starting')
+    process.exit(0)
+  }
+  process.on('SIGTERM', onSignal)
+  process.on('SIGINT', onSignal)
+  const stopLauncherWatch =
+    process.env.npm_lifecycle_event === npmScript
+      ? watchLauncher((launcher) => {
+          logger.warn({ launcher: `${launcher} exited` }, 'launcher gone while starting, exiting')
+          process.exit(1)
+        })
+      : () => undefined
+  return () => {
+    process.off('SIGTERM', onSignal)
+    process.off('SIGINT', onSignal)
+    stopLauncherWatch()
+  }
 }
