@@ -1,4 +1,5 @@
 import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:timers/promises'
+import type { ServerResponse } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ApiError } from './apiError.ts'
@@ -21,6 +22,16 @@ declare module 'fastify' {
  * says `Connection: close`). A new request that still arrives on an open connection gets the
  * service's 503 Error body (Fastify's own would not be the spec's shape).
  */
+/**
+ * Node gives a pipelined request's answer the socket only once the answers ahead of it are sent.
+ * While draining, the answer ahead says `Connection: close` and the connection closes after it,
+ * so this one would never be sent: the request is not carried out either (RFC 9112 §9.6), or a
+ * create would store a pet its client is never told about. Its 503 is logged, never delivered.
+ */
+function queuedBehindAnotherAnswer(response: ServerResponse): boolean {
+  return response.socket === null
+}
+
 export const gracefulClose = fp(
   async (app: FastifyInstance, options: { unavailable: () => ApiError }) => {
     let closing = false
@@ -33,8 +44,8 @@ export const gracefulClose = fp(
       // left, and close() would wait for that.
       await setImmediatePromise()
     })
-    app.addHook('onRequest', (_request, _reply, done) => {
-      done(closing ? options.unavailable() : undefined)
+    app.addHook('onRequest', (_request, reply, done) => {
+      done(closing || (draining && queuedBehindAnotherAnswer(reply.raw)) ? options.unavailable() : undefined)
     })
     app.addHook('onSend', (_request, reply, payload, done) => {
       if (draining || closing) reply.header('connection', 'close')

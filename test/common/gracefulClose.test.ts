@@ -1,0 +1,66 @@
+import Fastify, { type FastifyInstance } from 'fastify'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { ApiError } from '../../common/src/http/apiError.ts'
+import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
+import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
+import { openRaw } from '../helpers/rawClient.ts'
+
+let app: FastifyInstance | undefined
+
+afterEach(async () => {
+  await app?.close()
+  app = undefined
+})
+
+/** A service with a route that answers only when released, and one that records that it ran. */
+async function serve() {
+  const ran: string[] = []
+  let release = () => undefined as void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  app = Fastify()
+  await app.register(gracefulClose, { unavailable: () => new ApiError('service_unavailable', 503, 'Shutting down.') })
+  app.get('/slow', async () => {
+    ran.push('slow')
+    await released
+    return { slow: true }
+  })
+  app.post('/create', async () => {
+    ran.push('create')
+    return { created: true }
+  })
+  await app.register(coalescedWrites)
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  return { url, ran, release }
+}
+
+const PIPELINED = 'GET /slow HTTP/1.1\r\nHost: test\r\n\r\nPOST /create HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n'
+
+describe('requests pipelined on one connection while the service drains', () => {
+  it('answers both in order when not draining', async () => {
+    const { url, ran, release } = await serve()
+    const connection = await openRaw(url)
+    connection.socket.write(PIPELINED)
+    await vi.waitFor(() => expect(ran).toEqual(['slow', 'create']))
+    release()
+    await vi.waitFor(() => expect(connection.answer()).toContain('{"created":true}'))
+    expect(connection.answer().indexOf('{"slow":true}')).toBeLessThan(connection.answer().indexOf('{"created":true}'))
+    connection.socket.destroy()
+  })
+
+  // The answer ahead says Connection: close, and the connection closes after it: an answer behind
+  // it is never sent, so the request must not be carried out either (RFC 9112 §9.6), or a create
+  // would store a pet its client is never told about.
+  it('does not carry out a request queued behind an answer that will close the connection', async () => {
+    const { url, ran, release } = await serve()
+    void app!.drain(60_000)
+    const connection = await openRaw(url)
+    connection.socket.write(PIPELINED)
+    await vi.waitFor(() => expect(ran).toContain('slow'))
+    await sleep(200)
+    release()
+    await connection.closed
+    expect(connection.answer()).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*connection: close\r\n[\s\S]*\{"slow":true\}$/i)
+    expect(ran).toEqual(['slow'])
+  })
+})
