@@ -71,6 +71,17 @@ describe('gateway config', () => {
     expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: 'eighty' })).toThrow(/GATEWAY_PORT/)
   })
 
+  it('takes REDIS_CLUSTER_NODES as host:port seeds, IPv6 in brackets, and refuses anything else by name', () => {
+    const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
+    const seeds = resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: '10.0.0.5:7000,[::1]:7001, redis-c.internal:7002 ' })
+    expect(seeds.redis.clusterNodes).toEqual(['10.0.0.5:7000', '[::1]:7001', 'redis-c.internal:7002'])
+    for (const wrong of ['redis://127.0.0.1:7000', '127.0.0.1', '::1:7000', 'redis-a:0', 'redis-a:70000', 'redis-a:port']) {
+      expect(() => resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: `redis-b:7000,${wrong}` }), wrong).toThrow(
+        `REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${wrong}"`,
+      )
+    }
+  })
+
   // README: an upstream answers 504 after timeoutSeconds (10 s) and refuses past maxInFlight (1,024).
   it('gives an upstream that leaves out its timeout and bound the documented 10 s and 1,024, and PETS_URL moves only the pets upstream', () => {
     const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
-import { portFromEnv } from '../../../common/src/env.ts'
+import { EnvError, portFromEnv } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 
@@ -302,13 +302,31 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
     onStoreFailure: file.onStoreFailure,
     redis: {
       ...(env.REDIS_URL ? { url: env.REDIS_URL } : {}),
-      ...(env.REDIS_CLUSTER_NODES ? { clusterNodes: env.REDIS_CLUSTER_NODES.split(',').map((node) => node.trim()).filter(Boolean) } : {}),
+      ...(env.REDIS_CLUSTER_NODES ? { clusterNodes: clusterNodesFrom(env.REDIS_CLUSTER_NODES) } : {}),
       commandTimeoutMillis: file.redis.commandTimeoutMillis,
       keyPrefix: file.redis.keyPrefix,
     },
     openapi: { servers: { ...(file.openapi?.servers ?? DEFAULT_API_SERVERS) } },
   }
   return deepFreeze(config)
+}
+
+const CLUSTER_NODE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/
+
+/**
+ * REDIS_CLUSTER_NODES: `host:port` seeds separated by commas (`[::1]:7000` for IPv6). A URL, the
+ * form REDIS_URL takes, would otherwise be split into host "redis" and no port, and the gateway
+ * would run on its fallback for good with nothing but "not reachable" to show for it.
+ */
+function clusterNodesFrom(raw: string): string[] {
+  const nodes = raw.split(',').map((node) => node.trim()).filter(Boolean)
+  for (const node of nodes) {
+    const port = Number(CLUSTER_NODE.exec(node)?.[1] ?? 0)
+    if (port < 1 || port > 65_535) {
+      throw new EnvError(`REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${node}"`)
+    }
+  }
+  return nodes
 }
 
 export function loadGatewayConfig(path = process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, env = process.env): GatewayConfig {

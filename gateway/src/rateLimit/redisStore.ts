@@ -115,8 +115,9 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   const client = connection.clusterNodes?.length
     ? new Cluster(
         connection.clusterNodes.map((node) => {
-          const [host, port] = node.split(':')
-          return { host: host ?? '127.0.0.1', port: Number(port ?? 6379) }
+          // host:port or [v6]:port, as the config has checked.
+          const colon = node.lastIndexOf(':')
+          return { host: node.slice(0, colon).replace(/^\[(.*)\]$/, '$1'), port: Number(node.slice(colon + 1)) }
         }),
         { redisOptions: options, keyPrefix: connection.keyPrefix, enableOfflineQueue: false, clusterRetryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 1_000) },
       )
