@@ -111,6 +111,10 @@ export const requestContext = fp(
     }
     // Callback-style hooks: on the hot path they cost less than async ones (no promise per call).
     app.addHook('onRequest', (request, reply, done) => {
+      // Read while the connection is surely open: Node keeps a socket's peer address once read,
+      // and has none to give a later stage (the gateway's X-Forwarded-For, after an await) for a
+      // client that has left by then.
+      void request.socket.remoteAddress
       reply.header('x-request-id', request.id)
       whenAnswerCutShort(reply, ACCESS_LINE, (status, message) => log(request, reply, status, message))
       done()

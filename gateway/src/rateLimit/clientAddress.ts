@@ -8,12 +8,17 @@ const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
 /** Where every client address that is no IP address at all is counted: together, not one count each. */
 const UNPARSEABLE_BUCKET = 'unparseable'
 
+/** The client of a request whose socket has no address left (X-Forwarded-For's customary word). */
+const UNKNOWN_ADDRESS = 'unknown'
+
 /**
  * The address alone: a trusted load balancer may write the client with its source port
  * (`203.0.113.9:40123`, `[2001:db8::1]:443`, as Azure Application Gateway does), which would
  * otherwise make every connection a client of its own.
  */
-export function addressOnly(address: string): string {
+export function addressOnly(address: string | undefined): string {
+  // No address: a socket closed before anything read it (requestContext reads it first thing).
+  if (address === undefined) return UNKNOWN_ADDRESS
   // A socket's IPv4 address, on every request without a trusted proxy: no colon, no port.
   if (!address.includes(':')) return address
   return IPV4_WITH_PORT.exec(address)?.[1] ?? BRACKETED_IPV6.exec(address)?.[1] ?? address
@@ -51,7 +56,8 @@ function embeddedIpv4(address: ipaddr.IPv6): string | undefined {
  * 2^64 addresses of its own network, nor from other spellings of one address (`2001:DB8:0:0::1`
  * and `2001:db8::1` are one client).
  */
-export function anonymousBucket(given: string): string {
+export function anonymousBucket(given: string | undefined): string {
+  if (given === undefined) return UNPARSEABLE_BUCKET
   if (PLAIN_IPV4.test(given)) return given
   const address = addressOnly(given)
   if (PLAIN_IPV4.test(address)) return address

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { anonymousBucket } from '../../../gateway/src/rateLimit/clientAddress.ts'
+import { addressOnly, anonymousBucket } from '../../../gateway/src/rateLimit/clientAddress.ts'
 
 describe('the address the anonymous limit counts a client under', () => {
   it.each([
@@ -24,5 +24,10 @@ describe('the address the anonymous limit counts a client under', () => {
 
   it('counts everything that is not an IP address together, so junk from a trusted proxy mints no fresh counts', () => {
     expect(['unknown', 'garbage:1', '[nope]:80'].map(anonymousBucket)).toEqual(['unparseable', 'unparseable', 'unparseable'])
+  })
+
+  it('counts a request whose socket has no address left (closed before it was read) with them, and forwards it as unknown', () => {
+    expect(anonymousBucket(undefined)).toBe('unparseable')
+    expect(addressOnly(undefined)).toBe('unknown')
   })
 })
