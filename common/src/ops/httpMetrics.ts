@@ -10,6 +10,17 @@ export function statusClass(status: number): string {
 }
 
 /**
+ * The methods an HTTP API is asked with keep their own label; every other one a client sends
+ * (Node's parser knows 34: PROPFIND, M-SEARCH, PURGE …) is counted as "other", so a client
+ * cannot multiply the series by cycling through them.
+ */
+const LABELLED_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
+
+export function methodLabel(method: string): string {
+  return LABELLED_METHODS.has(method) ? method : 'other'
+}
+
+/**
  * Request count and latency by route template (never the raw path: ids would make the label
  * set unbounded), method and status class, and by plan where the service knows one (the gateway:
  * plans come from its config, a bounded set).
@@ -32,9 +43,9 @@ export const httpMetrics = fp(
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: [options.registry],
     })
-    // The label sets are bounded: route templates × methods × status classes (× configured plans).
+    // The label sets are bounded: route templates × 8 method labels × status classes (× configured plans).
     function count(request: FastifyRequest, reply: FastifyReply, status: number): void {
-      const method = request.method
+      const method = methodLabel(request.method)
       const route = request.routeOptions.url ?? 'unmatched'
       const statusLabel = statusClass(status)
       const seconds = reply.elapsedTime / 1000
