@@ -119,7 +119,17 @@ export function connectRedis(connection: RedisConnection): RedisClient {
           const colon = node.lastIndexOf(':')
           return { host: node.slice(0, colon).replace(/^\[(.*)\]$/, '$1'), port: Number(node.slice(colon + 1)) }
         }),
-        { redisOptions: options, keyPrefix: connection.keyPrefix, enableOfflineQueue: false, clusterRetryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 1_000) },
+        {
+          redisOptions: options,
+          keyPrefix: connection.keyPrefix,
+          enableOfflineQueue: false,
+          // The ready check asks a master found a moment ago, before its connection is up; without
+          // an offline queue that fails and the client starts over from the seeds, again and again
+          // when REDIS_CLUSTER_NODES names only some masters (up to 10 s of starts on the fallback).
+          // Each command is bounded by the budget anyway, and a cluster that is down says so on it.
+          enableReadyCheck: false,
+          clusterRetryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 1_000),
+        },
       )
     : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
