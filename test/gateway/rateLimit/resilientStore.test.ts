@@ -63,6 +63,32 @@ describe('onStoreFailure open: when Redis fails, requests are decided by per-pro
   })
 })
 
+describe('onStoreFailure open: a stall that fails the calls in flight together', () => {
+  it('counts as one failure, not one per call: Redis is asked again by the next request', async () => {
+    let release = () => undefined as void
+    const stalled = new Promise<void>((resolve) => (release = resolve))
+    let calls = 0
+    let stalling = true
+    const inner = createMemoryStore()
+    const primary: LimitStore = {
+      ...inner,
+      async consume(input) {
+        calls++
+        if (!stalling) return inner.consume(input)
+        await stalled
+        throw new Error('Redis did not answer within 50 ms')
+      },
+    }
+    const store = createResilientStore({ primary, fallback: createMemoryStore(), logger: pino({ level: 'silent' }), clock: () => 1_000_000 })
+    const together = Array.from({ length: 5 }, () => store.consume(request))
+    release()
+    expect((await Promise.all(together)).map((decision) => decision.degraded)).toEqual([true, true, true, true, true])
+    stalling = false
+    expect((await store.consume(request)).degraded).toBe(false)
+    expect(calls).toBe(6)
+  })
+})
+
 describe('Redis Cluster: one failed master sets aside only its own keys', () => {
   it('keys on healthy masters stay on Redis while a dead master\'s keys are paused, and each master logs its own failure and recovery', async () => {
     const inner = createMemoryStore()
