@@ -38,10 +38,10 @@ export function createResilientStore(options: ResilientStoreOptions) {
    * aside only its own keys, and the others' successes neither hide its failure nor announce its
    * recovery.
    */
-  const health = new Map<string, { skipUntil: number; failing: boolean; failuresInARow: number; failuresSeen: number }>()
+  const health = new Map<string, { skipUntil: number; failing: boolean; failuresInARow: number; failuresCounted: number }>()
   const healthOf = (domain: string) => {
     let known = health.get(domain)
-    if (!known) health.set(domain, (known = { skipUntil: 0, failing: false, failuresInARow: 0, failuresSeen: 0 }))
+    if (!known) health.set(domain, (known = { skipUntil: 0, failing: false, failuresInARow: 0, failuresCounted: 0 }))
     return known
   }
   const where = (domain: string) => ({ store: options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
@@ -56,7 +56,7 @@ export function createResilientStore(options: ResilientStoreOptions) {
       const domain = options.primary.failureDomain?.(request.keyId) ?? options.primary.kind
       const state = healthOf(domain)
       if (clock() < state.skipUntil) return fallbackOr(new Error('primary paused after a failure'), request)
-      const failuresBefore = state.failuresSeen
+      const countedBefore = state.failuresCounted
       try {
         const decision = await options.primary.consume(request)
         state.failuresInARow = 0
@@ -66,10 +66,12 @@ export function createResilientStore(options: ResilientStoreOptions) {
         }
         return { ...decision, degraded: false }
       } catch (error) {
-        // In a row means one after another: calls that were in flight together and failed in the
-        // same stall (a busy moment's late replies) count once, not once each.
-        if (state.failuresSeen++ === failuresBefore && ++state.failuresInARow >= failuresBeforePause) {
-          state.skipUntil = clock() + pause
+        // In a row means one after another: a failure counts only if none was counted while its
+        // call was in flight, so the calls one stall fails together (a busy moment's late replies)
+        // count once, and a stall that lasts is counted once per budget, three times in a row.
+        if (state.failuresCounted === countedBefore) {
+          state.failuresCounted++
+          if (++state.failuresInARow >= failuresBeforePause) state.skipUntil = clock() + pause
         }
         options.onFailure?.(error)
         if (!state.failing) {

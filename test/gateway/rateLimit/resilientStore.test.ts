@@ -89,6 +89,43 @@ describe('onStoreFailure open: a stall that fails the calls in flight together',
   })
 })
 
+describe('onStoreFailure open: a Redis that stays later than the budget under steady traffic', () => {
+  it('is set aside after three failures one after another, not asked by every request', async () => {
+    // Each call waits until the test fails it; traffic is steady, so every batch of calls is sent
+    // while the one before is still waiting, as ten requests in flight at any time would be.
+    const waiting: (() => void)[][] = []
+    let calls = 0
+    const primary: LimitStore = {
+      ...createMemoryStore(),
+      consume() {
+        calls++
+        return new Promise((_resolve, reject) => waiting.at(-1)!.push(() => reject(new Error('Redis did not answer within 50 ms'))))
+      },
+    }
+    const store = createResilientStore({ primary, fallback: createMemoryStore(), logger: pino({ level: 'silent' }) })
+    const decisions: Promise<unknown>[] = []
+    const sendBatch = () => {
+      waiting.push([])
+      for (let i = 0; i < 10; i++) decisions.push(store.consume(request))
+    }
+    const failOldestBatch = async () => {
+      for (const fail of waiting.shift()!) fail()
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    sendBatch()
+    for (let batch = 0; batch < 5; batch++) {
+      sendBatch()
+      await failOldestBatch()
+    }
+    expect(calls).toBe(60)
+    // The third failure in a row (batches 1, 3 and 5: the ones sent after a counted failure) set it aside.
+    sendBatch()
+    expect(calls).toBe(60)
+    await failOldestBatch()
+    await Promise.all(decisions)
+  })
+})
+
 describe('Redis Cluster: one failed master sets aside only its own keys', () => {
   it('keys on healthy masters stay on Redis while a dead master\'s keys are paused, and each master logs its own failure and recovery', async () => {
     const inner = createMemoryStore()
