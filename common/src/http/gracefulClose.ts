@@ -1,6 +1,6 @@
 import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:timers/promises'
 import type { ServerResponse } from 'node:http'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ApiError } from './apiError.ts'
 
@@ -24,12 +24,17 @@ declare module 'fastify' {
  */
 /**
  * Node gives a pipelined request's answer the socket only once the answers ahead of it are sent.
- * While draining, the answer ahead says `Connection: close` and the connection closes after it,
- * so this one would never be sent: the request is not carried out either (RFC 9112 §9.6), or a
- * create would store a pet its client is never told about. Its 503 is logged, never delivered.
+ * While draining, an answer ahead that has not sent its head yet will say `Connection: close`,
+ * and the connection closes after it, so this one would never be sent: the request is not carried
+ * out either (RFC 9112 §9.6), or a create would store a pet its client is never told about. Its
+ * 503 is logged, never delivered. Behind an answer already under way with keep-alive (begun
+ * before the drain), it is served as usual, and its own answer says close.
  */
-function queuedBehindAnotherAnswer(response: ServerResponse): boolean {
-  return response.socket === null
+function queuedBehindClosingAnswer(request: FastifyRequest, response: ServerResponse): boolean {
+  if (response.socket !== null) return false
+  // Node's own record of the answer the socket is writing (internal, stable since Node 0.x).
+  const ahead = (request.raw.socket as { _httpMessage?: ServerResponse | null })._httpMessage
+  return !ahead || !ahead.headersSent || !ahead.shouldKeepAlive
 }
 
 export const gracefulClose = fp(
@@ -44,8 +49,8 @@ export const gracefulClose = fp(
       // left, and close() would wait for that.
       await setImmediatePromise()
     })
-    app.addHook('onRequest', (_request, reply, done) => {
-      done(closing || (draining && queuedBehindAnotherAnswer(reply.raw)) ? options.unavailable() : undefined)
+    app.addHook('onRequest', (request, reply, done) => {
+      done(closing || (draining && queuedBehindClosingAnswer(request, reply.raw)) ? options.unavailable() : undefined)
     })
     app.addHook('onSend', (_request, reply, payload, done) => {
       if (draining || closing) reply.header('connection', 'close')
