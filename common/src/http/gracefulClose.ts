@@ -12,17 +12,6 @@ declare module 'fastify' {
 }
 
 /**
- * Closing without dropping anything. First the drain (`app.drain`, while the ops port already
- * says not ready): the service still answers everything, but with `Connection: close`, so a load
- * balancer has time to see /readyz fail and stop routing here, and keep-alive clients take their
- * next request elsewhere instead of sending it on a socket that `close()` is about to destroy (a
- * reset). It lasts its whole length: a quiet moment on the API port says nothing about whether
- * the load balancer has noticed yet. Then `close()`: Fastify closes the connections that are
- * idle, and a connection whose request was still in flight is closed after its answer (which
- * says `Connection: close`). A new request that still arrives on an open connection gets the
- * service's 503 Error body (Fastify's own would not be the spec's shape).
- */
-/**
  * Node gives a pipelined request's answer the socket only once the answers ahead of it are sent.
  * While draining, an answer ahead that has not sent its head yet will say `Connection: close`,
  * and the connection closes after it, so this one would never be sent: the request is not carried
@@ -37,6 +26,17 @@ function queuedBehindClosingAnswer(request: FastifyRequest, response: ServerResp
   return !ahead || !ahead.headersSent || !ahead.shouldKeepAlive
 }
 
+/**
+ * Closing without dropping anything. First the drain (`app.drain`, while the ops port already
+ * says not ready): the service still answers everything, but with `Connection: close`, so a load
+ * balancer has time to see /readyz fail and stop routing here, and keep-alive clients take their
+ * next request elsewhere instead of sending it on a socket that `close()` is about to destroy (a
+ * reset). It lasts its whole length: a quiet moment on the API port says nothing about whether
+ * the load balancer has noticed yet. Then `close()`: Fastify closes the connections that are
+ * idle, and a connection whose request was still in flight is closed after its answer (which
+ * says `Connection: close`). A new request that still arrives on an open connection gets the
+ * service's 503 Error body (Fastify's own would not be the spec's shape).
+ */
 export const gracefulClose = fp(
   async (app: FastifyInstance, options: { unavailable: () => ApiError }) => {
     let closing = false
