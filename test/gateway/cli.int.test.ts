@@ -1,6 +1,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
+import { pathToFileURL } from 'node:url'
 import type pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate } from '../../common/src/database/migrate.ts'
@@ -133,7 +134,7 @@ describe('keys CLI (npm run keys)', () => {
     const live = await repository.create({ name: 'five minutes left', plan: 'free', expiresInMillis: 300_000 })
     const gone = await repository.create({ name: 'expired', plan: 'free', expiresInMillis: -1_000 })
     const skewed = (millis: number, id: string) =>
-      keys(['show', id, '--json'], cleanEnv({ DATABASE_URL: database.url, SKEWED_CLOCK_MILLIS: String(millis), NODE_OPTIONS: `--import ${path.resolve('test/helpers/skewedClock.mjs')}` }))
+      keys(['show', id, '--json'], cleanEnv({ DATABASE_URL: database.url, SKEWED_CLOCK_MILLIS: String(millis), NODE_OPTIONS: `--import ${pathToFileURL(path.resolve('test/helpers/skewedClock.mjs')).href}` }))
     const [fast, slow] = await Promise.all([skewed(600_000, live.record.id), skewed(-600_000, gone.record.id)])
     expect(fast.code, fast.stderr).toBe(0)
     expect(JSON.parse(fast.stdout)).toMatchObject({ id: live.record.id, state: 'active' })

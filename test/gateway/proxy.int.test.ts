@@ -454,11 +454,15 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
   it('answers 504 upstream_timeout when the upstream stays silent past the timeout', async () => {
     const { gateway, key } = await gatewayTo(await silentUpstream(), 0.5)
+    // Warm the key cache and the rate-limit script on a route that never reaches the upstream, so
+    // the time measured is the upstream timeout's, not a cold first request's.
+    await expectErrorResponse(await gateway.request('/v1/store/orders', { key }), 501, 'not_implemented')
     const started = Date.now()
     await expectErrorResponse(await gateway.request('/v1/pets', { key }), 504, 'upstream_timeout')
     const millis = Date.now() - started
     expect(millis).toBeGreaterThanOrEqual(450)
-    expect(millis).toBeLessThan(800)
+    // Well under the default 10 s, with room for a loaded machine.
+    expect(millis).toBeLessThan(1_500)
     recordScenario({
       area: 'pets-service',
       scenario: 'upstream accepting connections and never answering (timeoutSeconds 0.5)',

@@ -77,16 +77,23 @@ export async function startGatewayProcess(options: {
     const response = await fetch(`${opsUrl}/readyz`, { signal: AbortSignal.timeout(3_000) })
     return { status: response.status, body: (await response.json()) as ReadyzBody }
   }
-  if (options.notReady) {
-    // The ops port answers from the start of start-up; the process has started when /readyz stops saying so.
-    await waitForReady(`${opsUrl}/healthz`, proc, timeoutMillis)
-    const deadline = Date.now() + timeoutMillis
-    while ((await readyz()).body.status === 'starting') {
-      if (Date.now() > deadline) throw new Error(`the gateway was still starting after ${timeoutMillis} ms:\n${proc.output()}`)
-      await new Promise((resolve) => setTimeout(resolve, 100))
+  try {
+    if (options.notReady) {
+      // The ops port answers from the start of start-up; the process has started when /readyz stops saying so.
+      await waitForReady(`${opsUrl}/healthz`, proc, timeoutMillis)
+      const deadline = Date.now() + timeoutMillis
+      while ((await readyz()).body.status === 'starting') {
+        if (Date.now() > deadline) throw new Error(`the gateway was still starting after ${timeoutMillis} ms:\n${proc.output()}`)
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+    } else {
+      await waitForReady(`${opsUrl}/readyz`, proc, timeoutMillis)
     }
-  } else {
-    await waitForReady(`${opsUrl}/readyz`, proc, timeoutMillis)
+  } catch (error) {
+    // No handle reaches the test, so nothing else would stop the process or remove its config.
+    proc.child.kill('SIGKILL')
+    rmSync(directory, { recursive: true, force: true })
+    throw error
   }
   return {
     proc,

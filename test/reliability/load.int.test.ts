@@ -1,6 +1,7 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { Redis } from 'ioredis'
 import { Pool } from 'undici'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -89,7 +90,7 @@ describe('load held by three gateways sharing one Redis', () => {
           readyTimeoutMillis: 60_000,
           env: {
             REDIS_URL: TEST_REDIS_URL,
-            NODE_OPTIONS: `--expose-gc --import tsx --import ${HEAP_PROBE}`,
+            NODE_OPTIONS: `--expose-gc --import tsx --import ${pathToFileURL(HEAP_PROBE).href}`,
             HEAP_PROBE_FILE: heapFile,
           },
           configure: (file) => {

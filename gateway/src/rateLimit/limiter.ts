@@ -96,8 +96,14 @@ export function createLimiter(options: LimiterOptions): Limiter {
       // would be reported as "no answer" instead of why (a refused connection, a DNS failure).
       const problem = redis && redisConnectionProblem(redis)
       if (problem) throw new Error(problem)
-      // Unobserved: probes are not requests, and would blur the store's latency and error metrics.
-      await unobserved.consume({ keyId: READINESS_PROBE_KEY_ID, ...limitsFor(PROBE_KEY, options.config()), bans: banPolicy(options.config()) })
+      try {
+        // Unobserved: probes are not requests, and would blur the store's latency and error metrics.
+        await unobserved.consume({ keyId: READINESS_PROBE_KEY_ID, ...limitsFor(PROBE_KEY, options.config()), bans: banPolicy(options.config()) })
+      } catch (error) {
+        // The connection may have dropped while the probe was under way: then that is the reason.
+        const dropped = redis && redisConnectionProblem(redis)
+        throw dropped ? new Error(dropped) : error
+      }
     },
     close: () => store.close(),
   }
