@@ -92,4 +92,38 @@ describe('requests pipelined on one connection while the service drains', () => 
     await connection.closed
     expect(connection.answer()).toMatch(/part two\n\r\n0\r\n\r\nHTTP\/1\.1 200 OK\r\n[\s\S]*connection: close\r\n[\s\S]*\{"next":true\}$/i)
   })
+
+  it('does not carry out a request queued behind one let through during the drain, whose answer will say close', async () => {
+    const ran: string[] = []
+    let finish = () => undefined as void
+    app = Fastify()
+    await app.register(gracefulClose, { unavailable: () => new ApiError('service_unavailable', 503, 'Shutting down.') })
+    app.get('/stream', (_request, reply) => {
+      ran.push('stream')
+      reply.hijack()
+      reply.raw.writeHead(200, { 'content-type': 'text/plain', 'transfer-encoding': 'chunked' })
+      reply.raw.write('part one\n')
+      finish = () => reply.raw.end('part two\n')
+    })
+    app.get('/next', async () => {
+      ran.push('next')
+      return { next: true }
+    })
+    app.post('/create', async () => {
+      ran.push('create')
+      return { created: true }
+    })
+    await app.register(coalescedWrites)
+    const connection = await openRaw(await app.listen({ port: 0, host: '127.0.0.1' }))
+    connection.socket.write('GET /stream HTTP/1.1\r\nHost: test\r\n\r\n')
+    await vi.waitFor(() => expect(connection.answer()).toContain('part one'))
+    void app.drain(60_000)
+    connection.socket.write('GET /next HTTP/1.1\r\nHost: test\r\n\r\nPOST /create HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n')
+    await vi.waitFor(() => expect(ran).toContain('next'))
+    await sleep(200)
+    finish()
+    await connection.closed
+    expect(connection.answer()).toMatch(/\{"next":true\}$/)
+    expect(ran).toEqual(['stream', 'next'])
+  })
 })

@@ -13,17 +13,24 @@ declare module 'fastify' {
 
 /**
  * Node gives a pipelined request's answer the socket only once the answers ahead of it are sent.
- * While draining, an answer ahead that has not sent its head yet will say `Connection: close`,
- * and the connection closes after it, so this one would never be sent: the request is not carried
- * out either (RFC 9112 §9.6), or a create would store a pet its client is never told about. Its
- * 503 is logged, never delivered. Behind an answer already under way with keep-alive (begun
- * before the drain), it is served as usual, and its own answer says close.
+ * While draining, every answer says `Connection: close`, and the connection closes after it: a
+ * request queued behind one whose answer has not begun, or behind another request let through
+ * during the drain, would never be answered, so it is not carried out either (RFC 9112 §9.6), or
+ * a create would store a pet its client is never told about. Its 503 is logged, never delivered.
+ * Behind an answer already under way with keep-alive (begun before the drain), it is served, and
+ * its own answer says close. `letThrough` holds the sockets that had a request let through while
+ * draining (only called then).
  */
-function queuedBehindClosingAnswer(request: FastifyRequest, response: ServerResponse): boolean {
-  if (response.socket !== null) return false
-  // Node's own record of the answer the socket is writing (internal, stable since Node 0.x).
-  const ahead = (request.raw.socket as { _httpMessage?: ServerResponse | null })._httpMessage
-  return !ahead || !ahead.headersSent || !ahead.shouldKeepAlive
+function queuedBehindClosingAnswer(request: FastifyRequest, response: ServerResponse, letThrough: WeakSet<object>): boolean {
+  const socket = request.raw.socket
+  if (response.socket !== null || !letThrough.has(socket)) {
+    // Node's own record of the answer the socket is writing (internal, stable since Node 0.x).
+    const ahead = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+    if (response.socket === null && (!ahead || !ahead.headersSent || !ahead.shouldKeepAlive)) return true
+    letThrough.add(socket)
+    return false
+  }
+  return true
 }
 
 /**
@@ -49,8 +56,10 @@ export const gracefulClose = fp(
       // left, and close() would wait for that.
       await setImmediatePromise()
     })
+    const letThroughWhileDraining = new WeakSet<object>()
     app.addHook('onRequest', (request, reply, done) => {
-      done(closing || (draining && queuedBehindClosingAnswer(request, reply.raw)) ? options.unavailable() : undefined)
+      const refuse = closing || (draining && queuedBehindClosingAnswer(request, reply.raw, letThroughWhileDraining))
+      done(refuse ? options.unavailable() : undefined)
     })
     app.addHook('onSend', (_request, reply, payload, done) => {
       if (draining || closing) reply.header('connection', 'close')
