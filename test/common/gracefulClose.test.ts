@@ -64,36 +64,11 @@ describe('requests pipelined on one connection while the service drains', () => 
     expect(ran).toEqual(['slow'])
   })
 
-  it('serves a request queued behind an answer already under way with keep-alive, begun before the drain', async () => {
-    const ran: string[] = []
-    let finish = () => undefined as void
-    app = Fastify()
-    await app.register(gracefulClose, { unavailable: () => new ApiError('service_unavailable', 503, 'Shutting down.') })
-    app.get('/stream', (_request, reply) => {
-      ran.push('stream')
-      reply.hijack()
-      reply.raw.writeHead(200, { 'content-type': 'text/plain', 'transfer-encoding': 'chunked' })
-      reply.raw.write('part one\n')
-      finish = () => reply.raw.end('part two\n')
-    })
-    app.get('/next', async () => {
-      ran.push('next')
-      return { next: true }
-    })
-    await app.register(coalescedWrites)
-    const connection = await openRaw(await app.listen({ port: 0, host: '127.0.0.1' }))
-    connection.socket.write('GET /stream HTTP/1.1\r\nHost: test\r\n\r\n')
-    await vi.waitFor(() => expect(connection.answer()).toContain('part one'))
-    expect(connection.answer()).toMatch(/keep-alive/i)
-    void app.drain(60_000)
-    connection.socket.write('GET /next HTTP/1.1\r\nHost: test\r\n\r\n')
-    await vi.waitFor(() => expect(ran).toEqual(['stream', 'next']))
-    finish()
-    await connection.closed
-    expect(connection.answer()).toMatch(/part two\n\r\n0\r\n\r\nHTTP\/1\.1 200 OK\r\n[\s\S]*connection: close\r\n[\s\S]*\{"next":true\}$/i)
-  })
-
-  it('does not carry out a request queued behind one let through during the drain, whose answer will say close', async () => {
+  /**
+   * A connection whose first answer (GET /stream) is under way with keep-alive when the drain
+   * begins; `finish` ends it. /next and /create record that they ran.
+   */
+  async function streamingThenDraining() {
     const ran: string[] = []
     let finish = () => undefined as void
     app = Fastify()
@@ -117,7 +92,22 @@ describe('requests pipelined on one connection while the service drains', () => 
     const connection = await openRaw(await app.listen({ port: 0, host: '127.0.0.1' }))
     connection.socket.write('GET /stream HTTP/1.1\r\nHost: test\r\n\r\n')
     await vi.waitFor(() => expect(connection.answer()).toContain('part one'))
+    expect(connection.answer()).toMatch(/keep-alive/i)
     void app.drain(60_000)
+    return { ran, connection, finish: () => finish() }
+  }
+
+  it('serves a request queued behind an answer already under way with keep-alive, begun before the drain', async () => {
+    const { ran, connection, finish } = await streamingThenDraining()
+    connection.socket.write('GET /next HTTP/1.1\r\nHost: test\r\n\r\n')
+    await vi.waitFor(() => expect(ran).toEqual(['stream', 'next']))
+    finish()
+    await connection.closed
+    expect(connection.answer()).toMatch(/part two\n\r\n0\r\n\r\nHTTP\/1\.1 200 OK\r\n[\s\S]*connection: close\r\n[\s\S]*\{"next":true\}$/i)
+  })
+
+  it('does not carry out a request queued behind one let through during the drain, whose answer will say close', async () => {
+    const { ran, connection, finish } = await streamingThenDraining()
     connection.socket.write('GET /next HTTP/1.1\r\nHost: test\r\n\r\nPOST /create HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n')
     await vi.waitFor(() => expect(ran).toContain('next'))
     await sleep(200)
