@@ -36,7 +36,7 @@ import {
   claimDataDirectory,
   embeddedUrl,
   ensureDatabaseCreated,
-  processIdentity,
+  ownerRecord,
   releaseDataDirectory,
   updateDiscoveryFile,
 } from './lib/embeddedDatabase.ts'
@@ -45,11 +45,6 @@ import { watchLauncher } from '../common/src/lifecycle/launcher.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 
-/** This process's identity for the discovery file, where the system tells one (processIdentity). */
-function ownIdentity(): { started?: string } {
-  const started = processIdentity(process.pid)
-  return started === undefined ? {} : { started }
-}
 const EMBEDDED_HOST = '127.0.0.1'
 const EMBEDDED_DEFAULT_PORT = 54329
 const CHILD_STOP_GRACE_MILLIS = 15_000
@@ -178,14 +173,13 @@ async function startDatabase(dataDir: string, port: number): Promise<EmbeddedPos
       )
     }
     // PGlite's own words for damaged files ("Aborted()", "failed to initialize") name no folder.
-    const reason = error instanceof Error ? error.message : inspect(error, { depth: 3, breakLength: Infinity })
     throw new Error(
-      `cannot open the embedded database in ${pgliteDir}: ${reason} (if its files are damaged, move the folder aside to start ` +
+      `cannot open the embedded database in ${pgliteDir}: ${messageOf(error)} (if its files are damaged, move the folder aside to start ` +
         'afresh, or set DATA_DIR to use another folder)',
       { cause: error },
     )
   }
-  if (!stopping) await updateDiscoveryFile(dataDir, { url: database.url, pid: process.pid, ...ownIdentity() })
+  if (!stopping) await updateDiscoveryFile(dataDir, ownerRecord(database.url))
   return database
 }
 
@@ -232,7 +226,7 @@ async function main(): Promise<void> {
     )
     await claimDataDirectory(
       dataDir,
-      { url: embeddedUrl(EMBEDDED_HOST, embeddedPort), pid: process.pid, ...ownIdentity() },
+      ownerRecord(embeddedUrl(EMBEDDED_HOST, embeddedPort)),
       {
         onStale: (previous) =>
           say(
@@ -311,6 +305,11 @@ async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Pro
   console.log(`\n    curl -i -H "Authorization: Bearer ${key}" ${reachableUrl(gateway.api)}/v1/pets\n`)
 }
 
+/** What failed, in words: not every failure is an Error (PGlite rejects with plain objects), never "[object Object]". */
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : inspect(error, { depth: 3, breakLength: Infinity })
+}
+
 /** A value as one POSIX shell word. */
 function shellQuoted(value: string): string {
   return /^[\w./:-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`
@@ -318,7 +317,6 @@ function shellQuoted(value: string): string {
 
 main().catch((error: unknown) => {
   if (stopping) return
-  // Not every failure is an Error (PGlite rejects with plain objects): never "[object Object]".
-  fail(error instanceof Error ? error.message : inspect(error, { depth: 3, breakLength: Infinity }))
+  fail(messageOf(error))
   void shutdown(1)
 })

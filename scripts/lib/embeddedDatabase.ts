@@ -39,6 +39,12 @@ export function processIdentity(pid: number): string | undefined {
   }
 }
 
+/** This process as the owner of a data directory whose database answers at `url`. */
+export function ownerRecord(url: string): EmbeddedDatabaseRecord {
+  const started = processIdentity(process.pid)
+  return { url, pid: process.pid, ...(started === undefined ? {} : { started }) }
+}
+
 export function discoveryFilePath(dataDir: string): string {
   return path.join(dataDir, DISCOVERY_FILE)
 }

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { createConfigSource } from '../../gateway/src/config/configSource.ts'
 import {
   ConfigError,
+  clusterSeed,
   loadGatewayConfig,
   parseGatewayConfig,
   resolveGatewayConfig,
@@ -75,6 +76,11 @@ describe('gateway config', () => {
     const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
     const seeds = resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: '10.0.0.5:7000,[::1]:7001, redis-c.internal:7002 ' })
     expect(seeds.redis.clusterNodes).toEqual(['10.0.0.5:7000', '[::1]:7001', 'redis-c.internal:7002'])
+    expect(seeds.redis.clusterNodes!.map(clusterSeed)).toEqual([
+      { host: '10.0.0.5', port: 7000 },
+      { host: '::1', port: 7001 },
+      { host: 'redis-c.internal', port: 7002 },
+    ])
     for (const wrong of ['redis://127.0.0.1:7000', '127.0.0.1', '::1:7000', 'redis-a:0', 'redis-a:70000', 'redis-a:port']) {
       expect(() => resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: `redis-b:7000,${wrong}` }), wrong).toThrow(
         `REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${wrong}"`,

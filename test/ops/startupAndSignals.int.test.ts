@@ -48,19 +48,34 @@ describe('starting before Postgres, and signals at the edges of a process life',
     return { env, opsPort }
   }
 
-  it.each([
-    ['gateway', 'gateway/src/main.ts', gatewayEnv],
-    ['pets-service', 'pets-service/src/main.ts', petsEnv],
-  ] as const)('a %s started while Postgres is unreachable waits for it, alive and not ready, and becomes ready once it appears', async (_service, script, envFor) => {
+  /** A service started with its Postgres behind a cut relay, once it says it waits for Postgres. */
+  async function waitingForPostgres(
+    script: string,
+    envFor: (databaseUrl: string) => Promise<{ env: NodeJS.ProcessEnv; opsPort: number }>,
+    extra: NodeJS.ProcessEnv = {},
+  ) {
     const target = new URL(database.url)
     const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
     await relay.cut()
     const unreachable = new URL(database.url)
     unreachable.host = `127.0.0.1:${relay.port}`
     const { env, opsPort } = await envFor(unreachable.toString())
-    const service = startNode(script, env)
+    const service = startNode(script, { ...env, ...extra })
     try {
       await waitForOutput(service, 'waiting for Postgres at DATABASE_URL', 30_000)
+    } catch (error) {
+      await relay.close()
+      throw error
+    }
+    return { relay, service, opsPort }
+  }
+
+  it.each([
+    ['gateway', 'gateway/src/main.ts', gatewayEnv],
+    ['pets-service', 'pets-service/src/main.ts', petsEnv],
+  ] as const)('a %s started while Postgres is unreachable waits for it, alive and not ready, and becomes ready once it appears', async (_service, script, envFor) => {
+    const { relay, service, opsPort } = await waitingForPostgres(script, envFor)
+    try {
       await eventually(async () => (await probe(opsPort, '/healthz')).status === 200, 10_000)
       expect(await probe(opsPort, '/readyz')).toMatchObject({ status: 503, body: { status: 'starting', dependencies: { postgres: 'down' } } })
       expect(service.hasExited()).toBe(false)
@@ -80,15 +95,8 @@ describe('starting before Postgres, and signals at the edges of a process life',
     ['gateway', 'gateway/src/main.ts', gatewayEnv],
     ['pets-service', 'pets-service/src/main.ts', petsEnv],
   ] as const)('a %s still waiting for Postgres stops at once on SIGTERM, by its own handler', async (_service, script, envFor) => {
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    await relay.cut()
-    const unreachable = new URL(database.url)
-    unreachable.host = `127.0.0.1:${relay.port}`
-    const { env } = await envFor(unreachable.toString())
-    const service = startNode(script, { ...env, LOG_LEVEL: 'info' })
+    const { relay, service } = await waitingForPostgres(script, envFor, { LOG_LEVEL: 'info' })
     try {
-      await waitForOutput(service, 'waiting for Postgres at DATABASE_URL', 30_000)
       service.child.kill('SIGTERM')
       expect(await exitWithin(service, 5_000)).toEqual({ code: 0, signal: null })
       expect(service.output()).toContain('stopped while starting')

@@ -23,14 +23,14 @@ declare module 'fastify' {
  */
 function queuedBehindClosingAnswer(request: FastifyRequest, response: ServerResponse, letThrough: WeakSet<object>): boolean {
   const socket = request.raw.socket
-  if (response.socket !== null || !letThrough.has(socket)) {
+  if (response.socket === null) {
+    if (letThrough.has(socket)) return true
     // Node's own record of the answer the socket is writing (internal, stable since Node 0.x).
     const ahead = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
-    if (response.socket === null && (!ahead || !ahead.headersSent || !ahead.shouldKeepAlive)) return true
-    letThrough.add(socket)
-    return false
+    if (!ahead || !ahead.headersSent || !ahead.shouldKeepAlive) return true
   }
-  return true
+  letThrough.add(socket)
+  return false
 }
 
 /**

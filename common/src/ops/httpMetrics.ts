@@ -16,7 +16,7 @@ export function statusClass(status: number): string {
  */
 const LABELLED_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
 
-export function methodLabel(method: string): string {
+function methodLabel(method: string): string {
   return LABELLED_METHODS.has(method) ? method : 'other'
 }
 

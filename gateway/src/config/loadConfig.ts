@@ -311,7 +311,14 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
   return deepFreeze(config)
 }
 
-const CLUSTER_NODE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/
+const CLUSTER_SEED = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/
+
+/** A Redis Cluster seed, `host:port` or `[v6]:port`, as host and port; undefined for anything else. */
+export function clusterSeed(node: string): { host: string; port: number } | undefined {
+  const match = CLUSTER_SEED.exec(node)
+  const port = Number(match?.[3] ?? 0)
+  return match && port >= 1 && port <= 65_535 ? { host: (match[1] ?? match[2]) as string, port } : undefined
+}
 
 /**
  * REDIS_CLUSTER_NODES: `host:port` seeds separated by commas (`[::1]:7000` for IPv6). A URL, the
@@ -321,8 +328,7 @@ const CLUSTER_NODE = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/
 function clusterNodesFrom(raw: string): string[] {
   const nodes = raw.split(',').map((node) => node.trim()).filter(Boolean)
   for (const node of nodes) {
-    const port = Number(CLUSTER_NODE.exec(node)?.[1] ?? 0)
-    if (port < 1 || port > 65_535) {
+    if (!clusterSeed(node)) {
       throw new EnvError(`REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${node}"`)
     }
   }

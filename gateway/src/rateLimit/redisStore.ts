@@ -3,6 +3,7 @@ import { Cluster, Redis, type RedisOptions, type Result } from 'ioredis'
 import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './limitStore.ts'
 import { limitKey } from './limitStore.ts'
 import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
+import { clusterSeed } from '../config/loadConfig.ts'
 
 type RedisClient = Redis | Cluster
 
@@ -115,9 +116,9 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   const client = connection.clusterNodes?.length
     ? new Cluster(
         connection.clusterNodes.map((node) => {
-          // host:port or [v6]:port, as the config has checked.
-          const colon = node.lastIndexOf(':')
-          return { host: node.slice(0, colon).replace(/^\[(.*)\]$/, '$1'), port: Number(node.slice(colon + 1)) }
+          const seed = clusterSeed(node)
+          if (!seed) throw new Error(`not a Redis Cluster seed (host:port): "${node}"`)
+          return seed
         }),
         {
           redisOptions: options,
