@@ -17,6 +17,7 @@ if (!upstream) throw new Error('UPSTREAM_URL must be set')
 const app = Fastify()
 app.decorateRequest('apiKey', null)
 await app.register(upstreamProxy, {
+  name: 'pets',
   url: upstream,
   timeoutMillis: 10_000,
   maxInFlight: DEFAULT_MAX_IN_FLIGHT,

@@ -93,6 +93,7 @@ async function run(variant: ProxyPlugin): Promise<Array<{ name: string; upstream
   })
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })
   await app.register(variant, {
+    name: 'pets',
     url: `http://127.0.0.1:${upstreamPort}`,
     timeoutMillis: 500,
     maxInFlight: DEFAULT_MAX_IN_FLIGHT,

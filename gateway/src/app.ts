@@ -123,13 +123,18 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(expectContinue, { bodyLimitBytes: BODY_LIMIT_BYTES })
   await app.register(upstreamProxy, {
     ...boot.upstreams.pets,
+    name: 'pets',
     internalToken: deps.internalToken,
     observer: deps.metrics?.upstream,
     publicPath: '/v1/pets',
     upstreamPath: '/pets',
   })
   await app.register(undecodablePathRoute)
-  await app.register(storeOrdersRoute, { upstream: boot.upstreams.orders, internalToken: deps.internalToken })
+  await app.register(storeOrdersRoute, {
+    upstream: boot.upstreams.orders,
+    internalToken: deps.internalToken,
+    observer: deps.metrics?.upstream,
+  })
   // The OpenAPI document and the docs page (public routes: stage 3 limits them per IP)
   await app.register(apiDocs, { config: deps.config, ordersUpstream: boot.upstreams.orders !== undefined })
   // 6 (after every other onSend hook)

@@ -2,6 +2,7 @@ import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { openRaw } from '../helpers/rawClient.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
@@ -130,5 +131,46 @@ describe('gateway metrics', () => {
     } finally {
       await ops.close()
     }
+  })
+})
+
+describe('gateway metrics with an orders upstream configured', () => {
+  let database: TestDatabase
+  let pets: RunningPetsService
+  let orders: TestUpstream
+  let gateway: RunningGateway
+
+  beforeAll(async () => {
+    database = await freshDatabase()
+    pets = await startPetsService(database.url)
+    orders = await refusingUpstream()
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      configure: (file) => void (file.upstreams.orders = { url: orders.url }),
+    })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await orders?.close()
+    await pets?.close()
+    await database?.drop()
+  })
+
+  it("exports the orders upstream's series under upstream=\"orders\", at zero before its first request, and counts its failures there", async () => {
+    const before = await gateway.registry.metrics()
+    for (const upstream of ['pets', 'orders']) {
+      for (const kind of ['timeout', 'connect', 'protocol', 'saturated']) {
+        expect(before).toContain(`gateway_upstream_errors_total{upstream="${upstream}",kind="${kind}"} 0\n`)
+      }
+      expect(before).toContain(`gateway_upstream_max_in_flight{upstream="${upstream}"} 1024\n`)
+    }
+
+    const { key } = await gateway.createKey()
+    const answer = await gateway.request('/v1/store/orders', { key, contract: false })
+    expect(answer.status).toBe(502)
+    const after = await gateway.registry.metrics()
+    expect(after).toContain('gateway_upstream_errors_total{upstream="orders",kind="connect"} 1\n')
+    expect(after).toContain('gateway_upstream_errors_total{upstream="pets",kind="connect"} 0\n')
   })
 })

@@ -3,7 +3,7 @@ import { statusClass } from '../../../common/src/ops/httpMetrics.ts'
 import { HotPathCounter, HotPathHistogram } from '../../../common/src/ops/hotPathMetrics.ts'
 import type { AuthFailureReason } from '../auth/authenticate.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
-import type { UpstreamFailureKind, UpstreamObserver } from '../proxy/upstreamProxy.ts'
+import { UPSTREAM_FAILURE_KINDS, type UpstreamFailureKind, type UpstreamObserver } from '../proxy/upstreamProxy.ts'
 import type { BanCache } from '../rateLimit/banCache.ts'
 import type { StoreObserver } from '../rateLimit/limiter.ts'
 import type { RateLimitObserver } from '../rateLimit/rateLimit.ts'
@@ -112,7 +112,6 @@ export function createGatewayMetrics(registry: Registry) {
 
   // Known label sets start at zero, so dashboards and alerts see the series before the first event.
   for (const reason of ['missing', 'malformed', 'unknown', 'revoked_or_expired', 'over_ip_limit']) authFailures.labels(reason).inc(0)
-  for (const kind of ['timeout', 'connect', 'protocol', 'saturated']) upstreamErrors.inc({ upstream: 'pets', kind }, 0)
 
   // Each upstream's outstanding requests, read when scraped, beside the bound past which the
   // gateway refuses with 503: their ratio is how close a slow or hung upstream is to that.
@@ -140,7 +139,10 @@ export function createGatewayMetrics(registry: Registry) {
   const upstream: UpstreamObserver = {
     response: (name, status, seconds) => upstreamDuration.labels(name, statusClass(status)).observe(seconds),
     failure: (name, kind: UpstreamFailureKind) => upstreamErrors.inc({ upstream: name, kind }),
-    inFlight: (name, count, limit) => outstanding.set(name, { count, limit }),
+    inFlight(name, count, limit) {
+      outstanding.set(name, { count, limit })
+      for (const kind of UPSTREAM_FAILURE_KINDS) upstreamErrors.inc({ upstream: name, kind }, 0)
+    },
   }
 
   return {

@@ -8,6 +8,8 @@ import { gatewayErrors } from '../errors.ts'
 import { addressOnly } from '../rateLimit/clientAddress.ts'
 
 export interface UpstreamOptions {
+  /** The upstream's name in config (upstreams.<name>): its metrics label and the name in its 503. */
+  name: string
   /** e.g. http://127.0.0.1:3001 */
   url: string
   timeoutMillis: number
@@ -20,13 +22,14 @@ export interface UpstreamOptions {
   observer?: UpstreamObserver
 }
 
-export type UpstreamFailureKind = 'timeout' | 'connect' | 'protocol' | 'saturated'
+export const UPSTREAM_FAILURE_KINDS = ['timeout', 'connect', 'protocol', 'saturated'] as const
+export type UpstreamFailureKind = (typeof UPSTREAM_FAILURE_KINDS)[number]
 
 /** Upstream latency (request sent → response headers) and failures, for the metrics. */
 export interface UpstreamObserver {
   response(upstream: string, status: number, seconds: number): void
   failure(upstream: string, kind: UpstreamFailureKind): void
-  /** The upstream's requests outstanding (read at scrape time) and their bound, maxInFlight. */
+  /** Once per upstream, at start: its requests outstanding (read at scrape time) and their bound, maxInFlight. */
   inFlight?(upstream: string, outstanding: () => number, limit: number): void
 }
 
@@ -236,7 +239,7 @@ export function acceptOpaqueBodies(app: FastifyInstance): void {
  */
 export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptions): Promise<void> {
   acceptOpaqueBodies(app)
-  const name = options.upstreamPath.split('/')[1] || 'upstream'
+  const name = options.name
   const origin = new URL(options.url)
   const base = options.url
   const baseHref = origin.href

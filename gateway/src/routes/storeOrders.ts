@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { UpstreamConfig } from '../config/loadConfig.ts'
 import { gatewayErrors } from '../errors.ts'
-import { upstreamProxy } from '../proxy/upstreamProxy.ts'
+import { upstreamProxy, type UpstreamObserver } from '../proxy/upstreamProxy.ts'
 
 /**
  * GET /v1/store/orders: the spec names it and nothing more. It is authenticated (and limited)
@@ -9,12 +9,14 @@ import { upstreamProxy } from '../proxy/upstreamProxy.ts'
  */
 export async function storeOrdersRoute(
   app: FastifyInstance,
-  options: { upstream?: UpstreamConfig; internalToken: string },
+  options: { upstream?: UpstreamConfig; internalToken: string; observer?: UpstreamObserver },
 ): Promise<void> {
   if (options.upstream) {
     await app.register(upstreamProxy, {
       ...options.upstream,
+      name: 'orders',
       internalToken: options.internalToken,
+      observer: options.observer,
       publicPath: '/v1/store/orders',
       upstreamPath: '/store/orders',
     })
