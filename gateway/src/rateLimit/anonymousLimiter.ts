@@ -1,7 +1,7 @@
 import type { Cluster, Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible'
-import { budgetedSender } from './redisStore.ts'
+import { RedisBudgetExceededError, budgetedSender } from './redisStore.ts'
 
 export interface AnonymousDecision {
   admitted: boolean
@@ -72,6 +72,8 @@ export function createAnonymousLimiter(options: {
    * address keeps what it has spent, so a reload gives a key guesser no fresh allowance.
    */
   replacing?: AnonymousCounts
+  /** Every Redis call for a guess, for the store's metrics and the operator's log. */
+  onStoreCall?: (seconds: number, result: 'ok' | 'timeout' | 'error', error?: unknown) => void
 }) {
   const { perMinute: limit, windowSeconds, budgetMillis } = options
   const windowMillis = windowSeconds * 1_000
@@ -199,10 +201,14 @@ export function createAnonymousLimiter(options: {
       const refused = spentWindow(clientIp)
       if (refused) return tighter(local, refused)
       if (!local.admitted) return local
+      const started = performance.now()
       try {
-        return tighter(local, await consumeShared(shared, clientIp))
-      } catch {
+        const decided = tighter(local, await consumeShared(shared, clientIp))
+        options.onStoreCall?.((performance.now() - started) / 1_000, 'ok')
+        return decided
+      } catch (error) {
         // Redis failed, or is slower than the budget: this process's count decides.
+        options.onStoreCall?.((performance.now() - started) / 1_000, error instanceof RedisBudgetExceededError ? 'timeout' : 'error', error)
         return local
       }
     },

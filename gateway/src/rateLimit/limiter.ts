@@ -37,7 +37,6 @@ export interface StoreObserver {
 export interface LimiterOptions {
   config: () => GatewayConfig
   logger: Logger
-  onStoreFailure?: (error: unknown) => void
   observer?: StoreObserver
   /** Local monotonic clock for the ban cache (tests skew it). */
   clock?: () => number
@@ -65,8 +64,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
     // Bounded like the key cache: a long Redis outage with many keys cannot grow the heap past it.
     fallback: redis && boot.onStoreFailure === 'open' ? fallbackStore(boot.keyCache.maxEntries, options.logger) : undefined,
     logger: options.logger,
-    onFailure: options.onStoreFailure,
   })
+  const onGuessCall = redis ? guessCallReporter(storeKind, options.observer, options.logger) : undefined
 
   let anonymousShape = ''
   let anonymous: AnonymousLimiter | undefined
@@ -84,6 +83,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
           redis,
           budgetMillis: commandTimeoutMillis,
           replacing: anonymous?.counts,
+          onStoreCall: onGuessCall,
         })
         anonymousShape = shape
       }
@@ -106,6 +106,26 @@ export function createLimiter(options: LimiterOptions): Limiter {
       }
     },
     close: () => store.close(),
+  }
+}
+
+/**
+ * The per-IP count of key guesses in Redis: its calls in the store's metrics beside the keyed
+ * decisions (so RateLimitStoreErrors sees them), and a log line when they start failing and one
+ * when they recover. Meanwhile each gateway counts guesses alone, so N gateways let N times the
+ * limit through, and an outage that keyed traffic does not happen to meet would otherwise go unseen.
+ */
+function guessCallReporter(kind: Limiter['storeKind'], observer: StoreObserver | undefined, logger: Logger) {
+  let failing = false
+  return (seconds: number, result: 'ok' | 'timeout' | 'error', error?: unknown): void => {
+    observer?.call(kind, seconds, result)
+    if (result === 'ok') {
+      if (failing) logger.info('per-IP count of key guesses recovered: shared in Redis again')
+      failing = false
+    } else if (!failing) {
+      failing = true
+      logger.error({ err: error }, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers')
+    }
   }
 }
 

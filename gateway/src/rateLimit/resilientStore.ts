@@ -17,7 +17,6 @@ export interface ResilientStoreOptions {
   retryAfterFailureMillis?: number
   /** Failures in a row that set the primary aside; one late reply on a busy machine is not an outage. */
   failuresBeforePause?: number
-  onFailure?: (error: unknown) => void
   clock?: () => number
 }
 
@@ -73,7 +72,6 @@ export function createResilientStore(options: ResilientStoreOptions) {
           state.failuresCounted++
           if (++state.failuresInARow >= failuresBeforePause) state.skipUntil = clock() + pause
         }
-        options.onFailure?.(error)
         if (!state.failing) {
           state.failing = true
           options.logger.error({ err: error, ...where(domain) }, 'rate-limit store failing')

@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { GatewayConfigFile } from '../../../gateway/src/config/schema.ts'
+import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import type { LimitRequest } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
@@ -402,5 +403,18 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
     for (let i = 0; i < 30; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
     const beyondAccessLines = log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
     expect(beyondAccessLines.map((entry) => entry.msg)).toEqual(['rate-limit store failing'])
+  })
+
+  it('key guesses: says once that their shared per-IP count is failing, and counts each failed call with the store errors', async () => {
+    const { gateway, log } = await onDeadRedis((file) => void (file.anonymous.perMinute = 100))
+    for (let i = 0; i < 5; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
+    const beyondAccessLines = log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
+    expect(beyondAccessLines.map((entry) => entry.msg)).toEqual([
+      'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers',
+    ])
+    const metrics = await gateway.registry.metrics()
+    const failed = [...metrics.matchAll(/^gateway_rate_limit_store_errors_total\{store="redis",kind="(?:timeout|error)"\} (\d+)$/gm)]
+    expect(failed.reduce((sum, match) => sum + Number(match[1]), 0)).toBe(5)
+    expect(metrics).toMatch(/^gateway_rate_limit_store_duration_seconds_count\{store="redis"\} 5$/m)
   })
 })
