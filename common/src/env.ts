@@ -1,3 +1,4 @@
+import { isIP } from 'node:net'
 import type { Logger } from 'pino'
 
 /** A setting the environment gives wrongly or not at all: the process cannot start, and the message says why. */
@@ -25,6 +26,43 @@ export function portFromEnv(name: string, fallback: number, env: NodeJS.ProcessE
     throw new EnvError(`${name} must be a port number between 0 and 65535, got "${raw}"`)
   }
   return port
+}
+
+/** A host name: dot-separated labels of letters, digits, inner hyphens and underscores (which container networks' service names may carry). */
+const HOST_NAME = /^(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$/
+
+/**
+ * What is wrong with `host` as an address to listen on, or undefined: it must be an IP address
+ * (IPv6 without brackets) or a host name. Anything else (`0.0.0.0:8080`, `[::1]`) would stop the
+ * service at start with getaddrinfo ENOTFOUND and no word of which setting it came from.
+ */
+export function listenHostProblem(host: string): string | undefined {
+  if (isIP(host) !== 0 || HOST_NAME.test(host)) return undefined
+  if (host.startsWith('[')) return 'must be an IP address or a host name; an IPv6 address takes no brackets here'
+  return host.includes(':') ? 'must be an IP address or a host name; a port goes in its own setting' : 'must be an IP address or a host name'
+}
+
+/**
+ * What is wrong with `url` as an http(s) URL, or undefined. The WHATWG parser judges, as it is the
+ * one that refuses the value later (a port over 65535, an unclosed IPv6 bracket).
+ */
+export function httpUrlProblem(url: string): string | undefined {
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return 'must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)'
+  }
+  return parsed.protocol === 'http:' || parsed.protocol === 'https:' ? undefined : 'must be an http:// or https:// URL'
+}
+
+/** A host name or address to listen on from the environment; a malformed value stops the process at boot. */
+export function listenHostFromEnv(name: string, fallback: string, env: NodeJS.ProcessEnv = process.env): string {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return fallback
+  const problem = listenHostProblem(raw)
+  if (problem) throw new EnvError(`${name} ${problem} (got "${raw}")`)
+  return raw
 }
 
 export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env): string {

@@ -1,4 +1,4 @@
-import { drainMillisFromEnv, internalTokenFromEnv, portFromEnv, previousInternalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
+import { drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, portFromEnv, previousInternalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
@@ -17,9 +17,9 @@ export interface PetsServiceConfig {
 export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServiceConfig {
   return Object.freeze({
     databaseUrl: requiredEnv('DATABASE_URL', env),
-    host: env.PETS_HOST || '127.0.0.1',
+    host: listenHostFromEnv('PETS_HOST', '127.0.0.1', env),
     port: portFromEnv('PETS_PORT', 3001, env),
-    opsHost: env.PETS_OPS_HOST || '127.0.0.1',
+    opsHost: listenHostFromEnv('PETS_OPS_HOST', '127.0.0.1', env),
     opsPort: portFromEnv('PETS_OPS_PORT', 9465, env),
     internalToken: internalTokenFromEnv(env),
     previousInternalToken: previousInternalTokenFromEnv(env),

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { internalTokenFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { httpUrlProblem, internalTokenFromEnv, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
 describe('environment the services read at boot', () => {
   it('refuses to start either service on a missing or short INTERNAL_TOKEN, naming it', () => {
@@ -12,5 +13,29 @@ describe('environment the services read at boot', () => {
     expect(portFromEnv('P', 8080, { P: '9000' })).toBe(9000)
     expect(portFromEnv('P', 8080, {})).toBe(8080)
     expect(() => portFromEnv('P', 8080, { P: '70000' })).toThrow('P must be a port number between 0 and 65535, got "70000"')
+  })
+
+  it('listens on an IP address or a host name, and refuses a host with a port or IPv6 in brackets by name instead of failing later with ENOTFOUND', () => {
+    for (const host of ['0.0.0.0', '::', '::1', 'localhost', 'pets-service', 'pets_service', 'gateway.internal.example.com']) {
+      expect(listenHostFromEnv('H', '127.0.0.1', { H: host }), host).toBe(host)
+    }
+    expect(listenHostFromEnv('H', '127.0.0.1', {})).toBe('127.0.0.1')
+    expect(() => listenHostFromEnv('H', '127.0.0.1', { H: '0.0.0.0:8080' })).toThrow(
+      'H must be an IP address or a host name; a port goes in its own setting (got "0.0.0.0:8080")',
+    )
+    expect(() => listenHostFromEnv('H', '127.0.0.1', { H: '[::]' })).toThrow(
+      'H must be an IP address or a host name; an IPv6 address takes no brackets here (got "[::]")',
+    )
+    expect(() => listenHostFromEnv('H', '127.0.0.1', { H: 'http://host' })).toThrow(/^H must be an IP address or a host name/)
+    const pets = { DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456' }
+    expect(() => loadPetsConfig({ ...pets, PETS_HOST: '0.0.0.0:3001' })).toThrow(/^PETS_HOST must be an IP address or a host name/)
+    expect(() => loadPetsConfig({ ...pets, PETS_OPS_HOST: '[::1]' })).toThrow(/^PETS_OPS_HOST must be an IP address or a host name/)
+  })
+
+  it('takes an http or https URL the WHATWG parser accepts, and says what to look at otherwise', () => {
+    for (const url of ['http://127.0.0.1:3001', 'https://pets.internal', 'http://[::1]:3001/base']) expect(httpUrlProblem(url), url).toBeUndefined()
+    expect(httpUrlProblem('http://127.0.0.1:99999')).toBe('must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)')
+    expect(httpUrlProblem('http://[::1:3001')).toBe('must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)')
+    expect(httpUrlProblem('ftp://127.0.0.1/')).toBe('must be an http:// or https:// URL')
   })
 })

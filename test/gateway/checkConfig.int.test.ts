@@ -64,6 +64,19 @@ describe('npm run check-config', () => {
     expect(lines[1]).toMatch(/^test\/fixtures\/config\/bad-trusted-proxies\.yaml:9: server\.trustedProxies\.2 must be .*10\.0\.0\.0\/33\)$/)
   })
 
+  it('names each listener address and URL the gateway could not use at its next start, with its line, and exits 1', () => {
+    const run = checkConfig('test/fixtures/config/bad-addresses.yaml')
+    expect(run.status).toBe(1)
+    expect(run.stdout).toBe('')
+    const invalidUrl = 'must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)'
+    expect(run.stderr.trim().split('\n')).toEqual([
+      'test/fixtures/config/bad-addresses.yaml:2: server.host must be an IP address or a host name; a port goes in its own setting',
+      'test/fixtures/config/bad-addresses.yaml:4: server.opsHost must be an IP address or a host name; an IPv6 address takes no brackets here',
+      `test/fixtures/config/bad-addresses.yaml:7: upstreams.pets.url ${invalidUrl}`,
+      `test/fixtures/config/bad-addresses.yaml:8: upstreams.orders.url ${invalidUrl}`,
+    ])
+  })
+
   it('names a plan the config leaves out and exits 1', () => {
     const run = checkConfig('test/fixtures/config/bad-plans.yaml')
     expect(run.status).toBe(1)

@@ -70,6 +70,11 @@ describe('gateway config', () => {
     const clustered = resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: 'redis-a:7000, redis-b:7000', REDIS_URL: 'redis://r:6379' })
     expect(clustered.redis).toMatchObject({ url: 'redis://r:6379', clusterNodes: ['redis-a:7000', 'redis-b:7000'] })
     expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: 'eighty' })).toThrow(/GATEWAY_PORT/)
+    expect(() => resolveGatewayConfig(file, { GATEWAY_HOST: '0.0.0.0:8080' })).toThrow(/^GATEWAY_HOST must be an IP address or a host name/)
+    expect(() => resolveGatewayConfig(file, { GATEWAY_OPS_HOST: '[::1]' })).toThrow(/^GATEWAY_OPS_HOST must be an IP address or a host name/)
+    expect(() => resolveGatewayConfig(file, { PETS_URL: 'http://pets:99999' })).toThrow(
+      'PETS_URL must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?) (got "http://pets:99999")',
+    )
   })
 
   it('takes REDIS_CLUSTER_NODES as host:port seeds, IPv6 in brackets, and refuses anything else by name', () => {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
-import { EnvError, portFromEnv } from '../../../common/src/env.ts'
+import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, portFromEnv } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 
@@ -226,6 +226,18 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
     }
   }
   const { host, port, opsHost, opsPort } = config.server
+  for (const [name, value] of [['host', host], ['opsHost', opsHost]] as const) {
+    const problem = listenHostProblem(value)
+    if (problem) problems.push({ path: ['server', name], message: problem })
+  }
+  const urls: [string[], string][] = [
+    ...Object.entries(config.upstreams).flatMap(([name, upstream]) => (upstream ? [[['upstreams', name, 'url'], upstream.url] as [string[], string]] : [])),
+    ...Object.entries(config.openapi?.servers ?? {}).map(([name, url]) => [['openapi', 'servers', name], url] as [string[], string]),
+  ]
+  for (const [path, url] of urls) {
+    const problem = httpUrlProblem(url)
+    if (problem) problems.push({ path, message: problem })
+  }
   if (port !== 0 && port === opsPort && sameAddress(host, opsHost)) {
     problems.push({ path: ['server', 'opsPort'], message: 'must differ from server.port: both listeners would take one address' })
   }
@@ -276,14 +288,14 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
   })
   const config: GatewayConfig = {
     server: {
-      host: env.GATEWAY_HOST || file.server.host,
+      host: listenHostFromEnv('GATEWAY_HOST', file.server.host, env),
       port: portFromEnv('GATEWAY_PORT', file.server.port, env),
-      opsHost: env.GATEWAY_OPS_HOST || file.server.opsHost,
+      opsHost: listenHostFromEnv('GATEWAY_OPS_HOST', file.server.opsHost, env),
       opsPort: portFromEnv('GATEWAY_OPS_PORT', file.server.opsPort, env),
       trustedProxies: file.server.trustedProxies ?? [],
     },
     upstreams: {
-      pets: upstream(file.upstreams.pets, env.PETS_URL),
+      pets: upstream(file.upstreams.pets, petsUrlFromEnv(env)),
       ...(file.upstreams.orders ? { orders: upstream(file.upstreams.orders) } : {}),
     },
     keyCache: {
@@ -309,6 +321,13 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
     openapi: { servers: { ...(file.openapi?.servers ?? DEFAULT_API_SERVERS) } },
   }
   return deepFreeze(config)
+}
+
+function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
+  const raw = env.PETS_URL
+  const problem = raw ? httpUrlProblem(raw) : undefined
+  if (problem) throw new EnvError(`PETS_URL ${problem} (got "${raw}")`)
+  return raw || undefined
 }
 
 const CLUSTER_SEED = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/
