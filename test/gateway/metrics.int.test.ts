@@ -1,7 +1,9 @@
 import { pino } from 'pino'
+import { Registry } from 'prom-client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
 import { refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { openRaw } from '../helpers/rawClient.ts'
@@ -30,6 +32,7 @@ const FAMILIES: Record<string, string[]> = {
   gateway_upstream_max_in_flight: ['upstream'],
   gateway_rate_limit_store_errors_total: ['store', 'kind'],
   gateway_config_reloads_total: ['outcome'],
+  gateway_config_last_reload_successful: [],
   pg_pool_connections: ['state'],
   process_cpu_seconds_total: [],
 }
@@ -71,6 +74,17 @@ describe('gateway metrics', () => {
   it('exports each ban step at zero before any ban, so that a rate over the counter sees a gateway\'s first bans', async () => {
     expect(samples(await gateway.registry.metrics(), 'gateway_bans_total')).toEqual([{ step: '0' }, { step: '1' }])
     expect(await gateway.registry.metrics()).toMatch(/gateway_bans_total\{step="0"\} 0\n/)
+  })
+
+  it('says whether the file on disk is the config in force: 0 after a refused reload until a valid one', async () => {
+    const registry = new Registry()
+    const metrics = createGatewayMetrics(registry)
+    const gauge = async () => /^gateway_config_last_reload_successful (\d+)$/m.exec(await registry.metrics())?.[1]
+    expect(await gauge()).toBe('1')
+    metrics.configReload('failure')
+    expect(await gauge()).toBe('0')
+    metrics.configReload('success')
+    expect(await gauge()).toBe('1')
   })
 
   it('counts the requests the HTTP parser refused before any route saw them, by status', async () => {

@@ -14,6 +14,14 @@ export interface ConfigSource {
 const WATCH_INTERVAL_MILLIS = 500
 
 /**
+ * How long a file found missing or empty is given to come back before a reload reads it. Tools
+ * that replace a file pass through those states (an editor truncating then writing, `rm` then
+ * `cp`, a directory swapped by two renames); read then, each would be a refused reload, an error
+ * line and the ConfigReloadFailed alert, with the final file valid and in force.
+ */
+const SETTLE_MILLIS = 2_000
+
+/**
  * The sections the gateway reads once, at start: listeners and trusted proxies (the Fastify
  * server), upstreams (the proxy routes), the key cache, onStoreFailure and redis (the limiter's
  * stores). Plans, windows, bans, anonymous and openapi are read per request and follow a reload.
@@ -56,12 +64,16 @@ export function createConfigSource(
   logger: Logger,
   onReload?: (outcome: 'success' | 'failure', config: GatewayConfig) => void,
 ): ConfigSource {
-  const version = () => {
+  const stats = () => {
     try {
-      return fileVersion(statSync(path))
+      return statSync(path)
     } catch {
       return undefined
     }
+  }
+  const version = () => {
+    const found = stats()
+    return found && fileVersion(found)
   }
   // Which version of the file was last read, valid or not.
   let readAt = version()
@@ -94,26 +106,48 @@ export function createConfigSource(
     }
   }
 
+  // A reload put off while the file was missing or empty (SETTLE_MILLIS).
+  let settling: NodeJS.Timeout | undefined
+  /** Reloads now, or once the file had SETTLE_MILLIS to come back if it is missing or empty: then it counts, either way. */
+  const reloadOnceSettled = () => {
+    const found = stats()
+    if (found === undefined || found.size === 0) {
+      if (settling === undefined) {
+        logger.info({ path }, `gateway config file is missing or empty; read again in ${SETTLE_MILLIS} ms (a tool replacing it?)`)
+        settling = setTimeout(() => {
+          settling = undefined
+          reload()
+        }, SETTLE_MILLIS)
+        settling.unref()
+      }
+      return
+    }
+    clearTimeout(settling)
+    settling = undefined
+    reload()
+  }
+
   return {
     get: () => current,
     reload,
     watch() {
-      const onSignal = () => void reload()
+      const onSignal = () => reloadOnceSettled()
       process.on('SIGHUP', onSignal)
       // Polling the file's stat survives editors that replace the file and bind mounts alike.
       const onChange = (now: Stats, before: Stats) => {
-        if (fileVersion(now) !== fileVersion(before)) reload()
+        if (fileVersion(now) !== fileVersion(before)) reloadOnceSettled()
       }
       watchFile(path, { interval: WATCH_INTERVAL_MILLIS }, onChange)
       // watchFile takes its first stat asynchronously and compares later ones with it: a change
       // made after the last read but before that first stat would never be seen. One comparison
       // with the version last read, once the watcher has its baseline, closes that gap.
       const firstCheck = setTimeout(() => {
-        if (version() !== readAt) reload()
+        if (version() !== readAt) reloadOnceSettled()
       }, WATCH_INTERVAL_MILLIS)
       firstCheck.unref()
       return () => {
         clearTimeout(firstCheck)
+        clearTimeout(settling)
         process.off('SIGHUP', onSignal)
         unwatchFile(path, onChange)
       }

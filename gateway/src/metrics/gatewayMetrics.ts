@@ -45,6 +45,12 @@ export function createGatewayMetrics(registry: Registry) {
     labelNames: ['outcome'],
     registers,
   })
+  const lastReloadSuccessful = new Gauge({
+    name: 'gateway_config_last_reload_successful',
+    help: '1 when the config file was valid at the last reload (or none happened since start), 0 while a refused one has not been followed by a valid one: the file on disk is not the config in force.',
+    registers,
+  })
+  lastReloadSuccessful.set(1)
 
   // Every request records a decision; plans, outcomes, sources and windows are bounded sets.
   const requests = new HotPathCounter({
@@ -150,7 +156,10 @@ export function createGatewayMetrics(registry: Registry) {
     upstream,
     rateLimit,
     store,
-    configReload: (outcome: 'success' | 'failure') => configReloads.inc({ outcome }),
+    configReload(outcome: 'success' | 'failure') {
+      configReloads.inc({ outcome })
+      lastReloadSuccessful.set(outcome === 'success' ? 1 : 0)
+    },
     /** Starts each ladder step's ban series at zero, so that increase() counts a gateway's first bans. */
     expectBanSteps(steps: number): void {
       for (let step = 0; step < steps; step++) bans.inc({ step: String(step) }, 0)

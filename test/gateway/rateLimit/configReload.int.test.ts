@@ -125,6 +125,43 @@ describe('config source: reload keeps a valid config in force', () => {
     renameSync(replacement, copy.file)
     await eventually(async () => source.get().plans.pro?.perMinute === 301, 10_000)
   })
+
+  it('a file replaced by a tool that leaves it empty or missing for a moment is followed with no refused reload', async () => {
+    copy.write(readFileSync('config/gateway.yaml', 'utf8'))
+    expect(source.reload()).toBe(true)
+    stopWatching = source.watch()
+    await new Promise((resolve) => setTimeout(resolve, 1_200))
+    const refusedBefore = outcomes.filter((outcome) => outcome === 'failure').length
+    const pause = () => new Promise((resolve) => setTimeout(resolve, 1_200))
+    const text = (perMinute: number) => readFileSync('config/gateway.yaml', 'utf8').replace(/(pro: +\{ perMinute: )300/, `$1${perMinute}`)
+
+    // An editor writing in place: truncated, then written a poll or two later.
+    copy.write('')
+    process.kill(process.pid, 'SIGHUP')
+    await pause()
+    copy.write(text(302))
+    await eventually(async () => source.get().plans.pro?.perMinute === 302, 10_000)
+    // rm, then cp.
+    rmSync(copy.file)
+    await pause()
+    copy.write(text(303))
+    await eventually(async () => source.get().plans.pro?.perMinute === 303, 10_000)
+
+    expect(outcomes.filter((outcome) => outcome === 'failure').length).toBe(refusedBefore)
+  })
+
+  it('a file left empty is a refused reload once it has had its moment to come back', async () => {
+    copy.write(readFileSync('config/gateway.yaml', 'utf8'))
+    expect(source.reload()).toBe(true)
+    stopWatching = source.watch()
+    await new Promise((resolve) => setTimeout(resolve, 1_200))
+    const running = source.get()
+    outcomes.length = 0
+    copy.write('')
+    await eventually(async () => outcomes.includes('failure'), 10_000)
+    expect(outcomes).toEqual(['failure'])
+    expect(source.get()).toBe(running)
+  })
 })
 
 describe('a running gateway follows a config reload on its next request', () => {
