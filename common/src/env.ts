@@ -65,6 +65,24 @@ export function listenHostFromEnv(name: string, fallback: string, env: NodeJS.Pr
   return raw
 }
 
+/**
+ * DATABASE_URL: a `postgres://` or `postgresql://` URL (or pg's `socket:` form). pg reads anything
+ * else as a path relative to a made-up host, and the service would wait for "base" for ever.
+ */
+export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string {
+  const raw = requiredEnv('DATABASE_URL', env)
+  let protocol: string | undefined
+  try {
+    protocol = new URL(raw).protocol
+  } catch {
+    protocol = undefined
+  }
+  if (protocol !== 'postgres:' && protocol !== 'postgresql:' && protocol !== 'socket:') {
+    throw new EnvError('DATABASE_URL must be a postgres:// URL, e.g. postgres://user@127.0.0.1:5432/db (it is set, but is not one)')
+  }
+  return raw
+}
+
 export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env): string {
   const value = env[name]
   if (value === undefined || value === '') throw new EnvError(`${name} must be set`)

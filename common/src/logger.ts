@@ -1,5 +1,14 @@
 import { pino, type Logger } from 'pino'
+import { EnvError } from './env.ts'
 import sonicBoom, { type SonicBoom } from 'sonic-boom'
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
+
+/** LOG_LEVEL, if set, must be one of pino's levels: otherwise the service refuses to start, naming it. */
+export function checkLogLevel(env: NodeJS.ProcessEnv = process.env): void {
+  const raw = env.LOG_LEVEL
+  if (raw && !LOG_LEVELS.includes(raw)) throw new EnvError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got "${raw}")`)
+}
 
 /** Header values that must never reach a log line, whatever logs the request. */
 const REDACTED = [
@@ -29,7 +38,9 @@ export const LOG_FLUSH_MILLIS = 250
  * (a log shipper that died, `npm start | head`) spun in its exit flush and never exited. Once
  * stdout fails, lines are dropped: logging must never stop or crash the service.
  */
-export function createLogger(service: string, level = process.env.LOG_LEVEL ?? 'info'): Logger {
+export function createLogger(service: string, level = process.env.LOG_LEVEL || 'info'): Logger {
+  // An unknown level stops the service at start (checkLogLevel), and this logger is what says so.
+  if (!LOG_LEVELS.includes(level)) level = 'info'
   const destination = new SonicBoomStream({
     fd: 1,
     minLength: 4_096,

@@ -2,14 +2,14 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
-import { drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, requiredEnv } from '../../common/src/env.ts'
+import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
   exitWhenStoppedWhileStarting,
   onShutdownSignal,
 } from '../../common/src/lifecycle/shutdown.ts'
-import { createLogger } from '../../common/src/logger.ts'
+import { checkLogLevel, createLogger } from '../../common/src/logger.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildGateway } from './app.ts'
@@ -37,6 +37,7 @@ process.on('SIGHUP', holdReload)
 
 async function main(): Promise<void> {
   const stopStartWatch = exitWhenStoppedWhileStarting(logger, 'start:gateway')
+  checkLogLevel()
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   const metrics = createGatewayMetrics(registry)
@@ -46,7 +47,7 @@ async function main(): Promise<void> {
   })
   const config = configSource.get()
   metrics.expectBanSteps(config.bans.ladderSeconds.length)
-  const databaseUrl = requiredEnv('DATABASE_URL')
+  const databaseUrl = databaseUrlFromEnv()
   const internalToken = internalTokenFromEnv()
   const drainMillis = drainMillisFromEnv()
 
@@ -81,7 +82,9 @@ async function main(): Promise<void> {
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
   const repository = createKeyRepository(pool)
   const keys = createKeyCache(repository, config.keyCache)
-  if (!(await limiter.ready())) logger.warn('Redis is not reachable yet; limits follow onStoreFailure until it is')
+  if (!(await limiter.ready())) {
+    logger.warn({ problem: limiter.connectionProblem() }, 'Redis is not reachable yet; limits follow onStoreFailure until it is')
+  }
   const unbans = createUnbanApplier({ repository, limiter, logger })
   const changes = await startKeyChangeFeed({
     repository,

@@ -1,4 +1,4 @@
-import { drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, portFromEnv, previousInternalTokenFromEnv, requiredEnv } from '../../common/src/env.ts'
+import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, portFromEnv, previousInternalTokenFromEnv } from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
@@ -16,7 +16,7 @@ export interface PetsServiceConfig {
 /** Environment only (see the README's table); a missing or malformed value stops the boot. */
 export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServiceConfig {
   return Object.freeze({
-    databaseUrl: requiredEnv('DATABASE_URL', env),
+    databaseUrl: databaseUrlFromEnv(env),
     host: listenHostFromEnv('PETS_HOST', '127.0.0.1', env),
     port: portFromEnv('PETS_PORT', 3001, env),
     opsHost: listenHostFromEnv('PETS_OPS_HOST', '127.0.0.1', env),

@@ -10,7 +10,7 @@ import {
   exitWhenStoppedWhileStarting,
   onShutdownSignal,
 } from '../../common/src/lifecycle/shutdown.ts'
-import { createLogger } from '../../common/src/logger.ts'
+import { checkLogLevel, createLogger } from '../../common/src/logger.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildPetsService } from './app.ts'
@@ -22,6 +22,7 @@ const logger = createLogger('pets-service')
 
 async function main(): Promise<void> {
   const stopStartWatch = exitWhenStoppedWhileStarting(logger, 'start:pets')
+  checkLogLevel()
   const config = loadPetsConfig()
   const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', logger })
   const registry = new Registry()

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { httpUrlProblem, internalTokenFromEnv, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { checkLogLevel } from '../../common/src/logger.ts'
 import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
 describe('environment the services read at boot', () => {
@@ -30,6 +31,22 @@ describe('environment the services read at boot', () => {
     const pets = { DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456' }
     expect(() => loadPetsConfig({ ...pets, PETS_HOST: '0.0.0.0:3001' })).toThrow(/^PETS_HOST must be an IP address or a host name/)
     expect(() => loadPetsConfig({ ...pets, PETS_OPS_HOST: '[::1]' })).toThrow(/^PETS_OPS_HOST must be an IP address or a host name/)
+  })
+
+  it('takes DATABASE_URL as a postgres:// URL and refuses anything else at once, instead of waiting for a host named "base"', () => {
+    for (const url of ['postgres://app@db:5432/pets', 'postgresql://app:s3cret@10.0.0.5/pets?sslmode=require', 'socket:/var/run/postgresql?db=pets']) {
+      expect(databaseUrlFromEnv({ DATABASE_URL: url }), url).toBe(url)
+    }
+    expect(() => databaseUrlFromEnv({})).toThrow('DATABASE_URL must be set')
+    for (const wrong of ['nonsense', 'db:5432/pets', 'mysql://db/pets']) {
+      expect(() => databaseUrlFromEnv({ DATABASE_URL: wrong }), wrong).toThrow(/^DATABASE_URL must be a postgres:\/\/ URL/)
+    }
+  })
+
+  it('takes LOG_LEVEL as one of pino\'s levels, unset or empty as info, and refuses any other by name', () => {
+    for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent', '']) expect(() => checkLogLevel({ LOG_LEVEL: level })).not.toThrow()
+    expect(() => checkLogLevel({})).not.toThrow()
+    expect(() => checkLogLevel({ LOG_LEVEL: 'loud' })).toThrow('LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent (got "loud")')
   })
 
   it('takes an http or https URL the WHATWG parser accepts, and says what to look at otherwise', () => {

@@ -83,6 +83,15 @@ describe('keys CLI (npm run keys)', () => {
     created.push(key, String(body.key))
   })
 
+  it("creates a key without --name as DESIGN's example does, named \"unnamed\"", async () => {
+    const json = await run('create', '--plan', 'enterprise', '--per-minute', '5000', '--per-day', '2000000', '--json')
+    expect(json.code, json.stderr).toBe(0)
+    const body = JSON.parse(json.stdout) as Record<string, unknown>
+    expect(body).toMatchObject({ name: 'unnamed', plan: 'enterprise', perMinute: 5000, perDay: 2000000, state: 'active' })
+    expect(await repository.findByHash(hashApiKey(String(body.key)))).toMatchObject({ id: body.id, name: 'unnamed' })
+    created.push(String(body.key))
+  })
+
   it('refuses bad arguments with exit 2, the reason and the usage, and creates nothing', async () => {
     await schema()
     const before = await repository.count()

@@ -72,6 +72,13 @@ describe('gateway config', () => {
     expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: 'eighty' })).toThrow(/GATEWAY_PORT/)
     expect(() => resolveGatewayConfig(file, { GATEWAY_HOST: '0.0.0.0:8080' })).toThrow(/^GATEWAY_HOST must be an IP address or a host name/)
     expect(() => resolveGatewayConfig(file, { GATEWAY_OPS_HOST: '[::1]' })).toThrow(/^GATEWAY_OPS_HOST must be an IP address or a host name/)
+    expect(() => resolveGatewayConfig(file, { REDIS_URL: 'garbage' })).toThrow(
+      'REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379 (got "garbage")',
+    )
+    expect(() => resolveGatewayConfig(file, { REDIS_URL: 'http://redis:6379' })).toThrow(/^REDIS_URL must be a redis:\/\//)
+    for (const url of ['redis://redis:6379', 'rediss://user:secret@redis.example.com:6380/2', '/run/redis.sock']) {
+      expect(resolveGatewayConfig(file, { REDIS_URL: url }).redis.url).toBe(url)
+    }
     expect(() => resolveGatewayConfig(file, { PETS_URL: 'http://pets:99999' })).toThrow(
       'PETS_URL must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?) (got "http://pets:99999")',
     )

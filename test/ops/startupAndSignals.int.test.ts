@@ -114,6 +114,19 @@ describe('starting before Postgres, and signals at the edges of a process life',
     expect(gateway.output()).toContain('cannot use Postgres at DATABASE_URL: 3D000')
   }, 40_000)
 
+  it('a gateway whose Redis cannot be reached at start says why in its warning (the connection refused, say)', async () => {
+    const port = await freePort()
+    const { env, opsPort } = await gatewayEnv(database.url, { REDIS_URL: `redis://127.0.0.1:${port}` })
+    const gateway = startNode('gateway/src/main.ts', env)
+    await waitForReady(`http://127.0.0.1:${opsPort}/readyz`, gateway, 30_000)
+    // Log lines leave in batches: the warning may reach stdout a moment after /readyz says ready.
+    const warningLine = () => gateway.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
+    await eventually(async () => warningLine() !== undefined, 5_000)
+    const warning = warningLine()
+    expect(warning).toContain(`: connect ECONNREFUSED 127.0.0.1:${port}"`)
+    expect(warning).toMatch(/"problem":"Redis is not connected \(\w+\): /)
+  }, 40_000)
+
   it('a SIGHUP (config reload) that reaches a gateway still starting is held, not fatal', async () => {
     // A Redis that accepts connections and answers nothing: the gateway waits for it (up to 2 s)
     // inside its start-up, which is when the reload signal arrives.

@@ -1,5 +1,6 @@
 import type pg from 'pg'
 import type { Logger } from 'pino'
+import { EnvError } from '../env.ts'
 
 /**
  * A Postgres that is not there yet, rather than one that refuses this service: not listening or
@@ -38,7 +39,8 @@ export async function waitForPostgres(pool: pg.Pool, logger: Logger): Promise<vo
       if (lastProblem !== undefined) logger.info('Postgres answers: starting')
       return
     } catch (error) {
-      if (!postgresNotThereYet(error)) throw new Error(`cannot use Postgres at DATABASE_URL: ${describe(error)}`, { cause: error })
+      // The operator's to mend, like a bad setting: one line, no stack (its message is the cause's).
+      if (!postgresNotThereYet(error)) throw new EnvError(`cannot use Postgres at DATABASE_URL: ${describe(error)}`)
       const problem = describe(error)
       if (problem !== lastProblem) logger.warn({ problem, retryEveryMillis: MAX_RETRY_MILLIS }, 'waiting for Postgres at DATABASE_URL')
       lastProblem = problem

@@ -3,11 +3,15 @@ import { KEY_PREFIX } from '../keys/apiKeyFormat.ts'
 import { UsageError } from './errors.ts'
 import { parseExpires, parseLimits, parseName, type KeyExpiry, type Limits } from './values.ts'
 
+/** The name of a key created without --name (DESIGN's example creates one so). */
+export const UNNAMED = 'unnamed'
+
 export const USAGE = `Usage: npm run keys -- <command> [options]
 
 Commands:
-  create --plan <plan> --name <name> [--per-minute N --per-day N] [--expires <when>]
-                          create a key and print it; it is shown this once, never again
+  create --plan <plan> [--name <name>] [--per-minute N --per-day N] [--expires <when>]
+                          create a key and print it; it is shown this once, never again;
+                          --name says who or what it is for (default "unnamed")
   list                    every key: id, prefix, name, plan, limits, state (or ban), created
   show <id>               one key, with its ban if it is banned
   revoke <id>             revoke a key; every running gateway refuses it within 2 s
@@ -97,12 +101,11 @@ export function parseCommand(argv: string[], now = new Date()): Command {
       const plan = text('plan')
       const keyName = text('name')
       if (plan === undefined) throw new UsageError('create needs --plan <plan>')
-      if (keyName === undefined) throw new UsageError('create needs --name <name> (who or what the key is for)')
       const expires = text('expires')
       return {
         name,
         plan,
-        keyName: parseName(keyName),
+        keyName: keyName === undefined ? UNNAMED : parseName(keyName),
         ...(limits ? { limits } : {}),
         expires: expires === undefined ? null : parseExpires(expires, now),
         json,

@@ -313,7 +313,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
     bans: { strikes: file.bans.strikes, ladderSeconds: file.bans.ladder.map(durationSeconds) },
     onStoreFailure: file.onStoreFailure,
     redis: {
-      ...(env.REDIS_URL ? { url: env.REDIS_URL } : {}),
+      ...(env.REDIS_URL ? { url: redisUrlFrom(env.REDIS_URL) } : {}),
       ...(env.REDIS_CLUSTER_NODES ? { clusterNodes: clusterNodesFrom(env.REDIS_CLUSTER_NODES) } : {}),
       commandTimeoutMillis: file.redis.commandTimeoutMillis,
       keyPrefix: file.redis.keyPrefix,
@@ -328,6 +328,24 @@ function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
   const problem = raw ? httpUrlProblem(raw) : undefined
   if (problem) throw new EnvError(`PETS_URL ${problem} (got "${raw}")`)
   return raw || undefined
+}
+
+/**
+ * REDIS_URL: `redis://` or `rediss://` (or a Unix socket's path). Anything else would leave the
+ * client reconnecting to nowhere while the gateway runs on its fallback for good.
+ */
+function redisUrlFrom(raw: string): string {
+  if (raw.startsWith('/')) return raw
+  let protocol: string | undefined
+  try {
+    protocol = new URL(raw).protocol
+  } catch {
+    protocol = undefined
+  }
+  if (protocol !== 'redis:' && protocol !== 'rediss:') {
+    throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379 (got "${raw}")`)
+  }
+  return raw
 }
 
 const CLUSTER_SEED = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/

@@ -17,6 +17,8 @@ export interface Limiter {
   storeKind: 'redis' | 'cluster' | 'memory'
   /** Whether the store's connection is up (waits up to 2 s for it); for the boot's warning. */
   ready(): Promise<boolean>
+  /** Why Redis has no usable connection, in the socket's words (ENOTFOUND, ECONNREFUSED); undefined when it has one. */
+  connectionProblem(): string | undefined
   /**
    * For /readyz: one real decision on a probe key, through the same script, budget and write path
    * as a request's. Rejects with the reason when a request would get none: Redis disconnected,
@@ -91,6 +93,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     storeKind,
     ready: () => (redis ? redisReady(redis, 2_000) : Promise.resolve(true)),
+    connectionProblem: () => (redis ? redisConnectionProblem(redis) : undefined),
     async probe() {
       // At once, not after a wait: the ops server gives a check 1 s, and a probe that outwaited it
       // would be reported as "no answer" instead of why (a refused connection, a DNS failure).

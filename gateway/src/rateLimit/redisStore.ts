@@ -94,6 +94,9 @@ export function backstopTimeoutMillis(budgetMillis: number): number {
   return Math.max(10 * budgetMillis, 2_000)
 }
 
+/** Each client's last connection error, until it is ready again: why it has no connection (redisConnectionProblem). */
+const lastConnectionErrors = new WeakMap<RedisClient, string>()
+
 /**
  * Commands fail fast instead of queueing while Redis is away (no offline queue, no retries):
  * the caller answers within its time budget and the client reconnects in the background.
@@ -302,8 +305,6 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
   }
 }
 
-/** Resolves once the client can take commands; false if it could not within the timeout. */
-const lastConnectionErrors = new WeakMap<RedisClient, string>()
 
 /** Why the client has no usable connection, in ioredis's and the socket's words. */
 export function redisConnectionProblem(client: RedisClient): string | undefined {
@@ -312,6 +313,7 @@ export function redisConnectionProblem(client: RedisClient): string | undefined 
   return `Redis is not connected (${client.status})${error ? `: ${error}` : ''}`
 }
 
+/** Resolves once the client can take commands; false if it could not within the timeout. */
 export async function redisReady(client: RedisClient, timeoutMillis = 5_000): Promise<boolean> {
   if (client.status === 'ready') return true
   return new Promise((resolve) => {
