@@ -282,6 +282,32 @@ describe('keys CLI (npm run keys)', () => {
     expect((await run('show', banned.id)).stdout).toMatch(/\n {2}ban {6}none\n/)
   })
 
+  it("orders a ban and an unban on Postgres's clock, whatever the rate-limit store's clock says of the ban", async () => {
+    await schema()
+    const [{ record: ahead }, { record: behind }] = await Promise.all([
+      repository.create({ name: 'store clock ahead', plan: 'free' }),
+      repository.create({ name: 'store clock behind', plan: 'free' }),
+    ])
+    // Banned by a gateway whose Redis runs 90 s ahead, then unbanned: the unban came later, so it
+    // stays pending until a gateway applies it, and then it clears the ban's record.
+    const aheadMillis = Date.now() + 90_000
+    await repository.recordBan({ keyId: ahead.id, step: 0, startedAt: new Date(aheadMillis), endsAt: new Date(aheadMillis + 600_000) })
+    const unban = await repository.requestUnban(ahead.id)
+    await repository.pendingUnbans()
+    expect(await repository.isUnbanApplied(unban!)).toBe(false)
+    await repository.markUnbanApplied(unban!)
+    expect(await repository.activeBans([ahead.id])).toEqual(new Map())
+
+    // Unbanned, then banned again through a Redis 90 s behind: the ban came later, so the unban is
+    // overtaken (closed without lifting it) and the ban's record stays.
+    const overtaken = await repository.requestUnban(behind.id)
+    const behindMillis = Date.now() - 90_000
+    await repository.recordBan({ keyId: behind.id, step: 1, startedAt: new Date(behindMillis), endsAt: new Date(behindMillis + 600_000) })
+    await repository.pendingUnbans()
+    expect(await repository.isUnbanApplied(overtaken!)).toBe(true)
+    expect((await repository.activeBans([behind.id])).get(behind.id)).toMatchObject({ step: 1 })
+  })
+
   it('refuses to change or unban a revoked key with exit 1, and changes nothing', async () => {
     await schema()
     const { record } = await repository.create({ name: 'revoked', plan: 'pro' })

@@ -186,7 +186,7 @@ export function createKeyRepository(pool: pg.Pool) {
     async recordBan(ban: RecordedBan): Promise<void> {
       await pool.query(
         `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (key_id) DO UPDATE SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at`,
+         ON CONFLICT (key_id) DO UPDATE SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = now()`,
         [ban.keyId, ban.step, ban.startedAt, ban.endsAt],
       )
     },
@@ -221,13 +221,14 @@ export function createKeyRepository(pool: pg.Pool) {
      * Unbans no gateway has applied to the rate-limit store yet: a day old at most, and older than
      * the few seconds running gateways take to apply a fresh one. One that a newer ban has
      * overtaken (its key was banned again after it was asked for) is marked applied instead:
-     * lifting it late would lift that newer ban.
+     * lifting it late would lift that newer ban. Which came first is read on Postgres's clock
+     * alone (the ban's recorded_at, the unban's changed_at): the ban's started_at is Redis's.
      */
     async pendingUnbans(): Promise<KeyChange[]> {
       await pool.query(
         `UPDATE gateway.api_key_changes c SET applied_at = now()
            FROM gateway.api_key_bans b
-          WHERE c.kind = 'unban' AND c.applied_at IS NULL AND b.key_id = c.key_id AND b.started_at > c.changed_at`,
+          WHERE c.kind = 'unban' AND c.applied_at IS NULL AND b.key_id = c.key_id AND b.recorded_at > c.changed_at`,
       )
       const { rows } = await pool.query<KeyChange>(
         `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind, false AS applied FROM gateway.api_key_changes
@@ -250,7 +251,7 @@ export function createKeyRepository(pool: pg.Pool) {
            UPDATE gateway.api_key_changes SET applied_at = now() WHERE id = $1 AND applied_at IS NULL
            RETURNING key_id, key_hash, changed_at
          ), lifted AS (
-           DELETE FROM gateway.api_key_bans b USING applied a WHERE b.key_id = a.key_id AND b.started_at <= a.changed_at
+           DELETE FROM gateway.api_key_bans b USING applied a WHERE b.key_id = a.key_id AND b.recorded_at <= a.changed_at
          ), again AS (
            INSERT INTO gateway.api_key_changes (key_id, key_hash, kind, applied_at)
            SELECT key_id, key_hash, 'unban', now() FROM applied WHERE $2 RETURNING key_id
