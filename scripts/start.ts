@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
 import { portFromEnv } from '../common/src/env.ts'
+import { printableUrl } from '../common/src/database/printableUrl.ts'
 import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
 import {
   SERVICES,
@@ -132,17 +133,6 @@ for (const event of ['uncaughtException', 'unhandledRejection'] as const) {
     fail(`${event}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
     void shutdown(1)
   })
-}
-
-/** A URL fit to print: the password, if any, is hidden. */
-function printable(url: string): string {
-  try {
-    const parsed = new URL(url)
-    if (parsed.password) parsed.password = '***'
-    return parsed.toString()
-  } catch {
-    return '(DATABASE_URL)'
-  }
 }
 
 interface PlannedService {
@@ -285,7 +275,7 @@ async function main(): Promise<void> {
   if (stopping) return
 
   const where = embeddedPort === undefined ? 'DATABASE_URL' : `embedded PGlite, data in ${path.join(dataDir, PGLITE_FOLDER)}`
-  printReady(planned, `${printable(databaseUrl)} (${where})`)
+  printReady(planned, `${printableUrl(databaseUrl)} (${where})`)
   if (embeddedPort !== undefined) await printDemoKey(databaseUrl, planned)
 }
 

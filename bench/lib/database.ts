@@ -4,6 +4,7 @@ import pg from 'pg'
 import { startEmbeddedPostgres } from '../../common/src/database/embeddedPostgres.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { printableUrl } from '../../common/src/database/printableUrl.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 
 const LOCAL_DEFAULT = 'postgres://postgres@127.0.0.1:5432/postgres'
@@ -35,12 +36,6 @@ async function serverVersion(url: string): Promise<string | undefined> {
   }
 }
 
-function withoutPassword(url: string): string {
-  const parsed = new URL(url)
-  if (parsed.password) parsed.password = '***'
-  return parsed.toString()
-}
-
 /**
  * DATABASE_URL when set, else the local server; if that does not answer, an embedded PGlite
  * (which runs inside this process and so competes with the load generator for CPU).
@@ -50,7 +45,7 @@ export async function findPostgres(env: NodeJS.ProcessEnv = process.env): Promis
   const source = env.DATABASE_URL ? 'DATABASE_URL' : 'local default'
   const version = await serverVersion(candidate)
   if (version !== undefined) {
-    return { url: candidate, displayUrl: withoutPassword(candidate), source, version, stop: async () => undefined }
+    return { url: candidate, displayUrl: printableUrl(candidate), source, version, stop: async () => undefined }
   }
   const embedded = await startEmbeddedPostgres()
   return {
@@ -59,7 +54,7 @@ export async function findPostgres(env: NodeJS.ProcessEnv = process.env): Promis
     source: 'embedded (PGlite)',
     version: (await serverVersion(embedded.url)) ?? 'unknown',
     warning:
-      `Postgres did not answer at ${withoutPassword(candidate)} (${source}); fell back to an embedded PGlite ` +
+      `Postgres did not answer at ${printableUrl(candidate)} (${source}); fell back to an embedded PGlite ` +
       'running inside the benchmark process. It shares a CPU with the load generator and is single-backend: ' +
       'these numbers are NOT comparable with runs against a real server.',
     stop: () => embedded.stop(),

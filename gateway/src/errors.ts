@@ -29,8 +29,6 @@ export const gatewayErrors = defineErrorCodes({
   upstream_timeout: { status: 504, message: 'The catalogue service did not answer in time.' },
 })
 
-export type GatewayErrorCode = ReturnType<typeof gatewayErrors.codes>[number]
-
 export const RETRY_AFTER_UNAVAILABLE = '5'
 
 const methodNotSupported = () => gatewayErrors.create('not_implemented', 'This method is not supported.')

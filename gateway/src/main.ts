@@ -2,6 +2,7 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
+import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
 import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
@@ -93,8 +94,7 @@ async function main(): Promise<void> {
     logger,
   })
   unbans.start()
-  const purge = setInterval(() => void repository.purgeChanges().catch(() => undefined), 3_600_000)
-  purge.unref()
+  const stopPurge = purgeHourly('key changes and ban records past a day', () => repository.purgeChanges(), logger)
 
   metrics.observeKeyCache(keys)
   metrics.observeBans(limiter.bans)
@@ -123,6 +123,7 @@ async function main(): Promise<void> {
     { name: 'drain requests', run: () => app.close() },
     { name: 'stop key change feed', run: () => changes.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'stop applying unbans', run: () => unbans.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
+    { name: 'stop purging', run: async () => stopPurge() },
     { name: 'stop config watch', run: async () => (process.on('SIGHUP', holdReload), stopWatching()) },
     { name: 'close rate-limit store', run: () => limiter.close(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'close ops port', run: () => ops.close() },

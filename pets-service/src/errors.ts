@@ -25,8 +25,6 @@ export const petsErrors = defineErrorCodes({
   service_unavailable: { status: 503, message: 'The catalogue is temporarily unavailable; retry shortly.' },
 })
 
-export type PetsErrorCode = ReturnType<typeof petsErrors.codes>[number]
-
 /** Seconds a client should wait after a 503 before retrying. */
 export const RETRY_AFTER_UNAVAILABLE = '5'
 

@@ -3,6 +3,7 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
+import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
 import { reportStartupFailure } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
@@ -46,15 +47,7 @@ async function main(): Promise<void> {
   const pets = createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) })
   const app = await buildPetsService({ pets, internalToken: config.internalToken, previousInternalToken: config.previousInternalToken, logger, registry })
 
-  // At start too: a service restarted more often than hourly would otherwise never purge.
-  const purgeKeys = () =>
-    void pets.purgeIdempotencyKeys().then(
-      (purged) => purged > 0 && logger.info({ purged }, 'idempotency keys past their 24 h purged'),
-      (error: unknown) => logger.warn({ err: error }, 'idempotency purge failed'),
-    )
-  purgeKeys()
-  const purge = setInterval(purgeKeys, 3_600_000)
-  purge.unref()
+  const stopPurge = purgeHourly('idempotency keys past their 24 h', () => pets.purgeIdempotencyKeys(), logger)
 
   await app.listen({ host: config.host, port: config.port })
   started = true
@@ -64,6 +57,7 @@ async function main(): Promise<void> {
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain connections', run: () => app.drain(config.drainMillis) },
     { name: 'drain requests', run: () => app.close() },
+    { name: 'stop purging', run: async () => stopPurge() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
   ], { npmScript: 'start:pets', deadlineMillis: config.drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })

@@ -3,6 +3,12 @@ import { access, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'n
 import net from 'node:net'
 import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
+import {
+  DISCOVERY_FILE,
+  processIdentity,
+  processIsAlive,
+  type EmbeddedDatabaseRecord,
+} from '../../common/src/database/discoveryFile.ts'
 
 /**
  * The embedded database's files under the data directory (`DATA_DIR`, default `./data`):
@@ -11,33 +17,8 @@ import { PGlite } from '@electric-sql/pglite'
  *   embedded-postgres.json    `{ url, pid, started }` while an `npm start` owns the data directory, so
  *                             other commands (the keys CLI) can find the running database
  */
-export const DISCOVERY_FILE = 'embedded-postgres.json'
+export { DISCOVERY_FILE, type EmbeddedDatabaseRecord }
 export const PGLITE_FOLDER = 'pglite'
-
-export interface EmbeddedDatabaseRecord {
-  /** Where the running `npm start` serves Postgres (it may still be starting). */
-  url: string
-  /** The `npm start` process that owns the data directory. */
-  pid: number
-  /** Which process that pid was (processIdentity), where the system tells: a pid is reused. */
-  started?: string
-}
-
-/**
- * What tells one process from a later one given the same pid, on Linux: the boot and the
- * process's start time since it (field 22 of /proc/<pid>/stat). Undefined where that cannot be read.
- */
-export function processIdentity(pid: number): string | undefined {
-  try {
-    const boot = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    // "pid (comm) state ppid …": comm may hold spaces and parentheses, so count after the last ')'.
-    const startTime = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]
-    return startTime ? `${boot}:${startTime}` : undefined
-  } catch {
-    return undefined
-  }
-}
 
 /** This process as the owner of a data directory whose database answers at `url`. */
 export function ownerRecord(url: string): EmbeddedDatabaseRecord {
@@ -72,16 +53,6 @@ export async function readDiscoveryFile(dataDir: string): Promise<EmbeddedDataba
   return undefined
 }
 
-export function processIsAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    // EPERM: the process exists but belongs to someone else.
-    return (error as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
-
 /** True when something accepts TCP connections at the URL's host and port. */
 export function answers(url: string, timeoutMillis = 1_000): Promise<boolean> {
   const { hostname, port } = new URL(url)
@@ -95,16 +66,6 @@ export function answers(url: string, timeoutMillis = 1_000): Promise<boolean> {
     socket.once('connect', () => done(true))
     socket.once('error', () => done(false))
   })
-}
-
-/**
- * The embedded database a running `npm start` serves from `dataDir`, or undefined when none
- * runs. For commands such as the keys CLI that must use the same database while the stack runs.
- */
-export async function findRunningEmbeddedDatabase(dataDir: string): Promise<EmbeddedDatabaseRecord | undefined> {
-  const record = await readDiscoveryFile(dataDir)
-  if (!record || !processIsAlive(record.pid) || !(await answers(record.url))) return undefined
-  return record
 }
 
 export class DataDirectoryInUseError extends Error {}

@@ -1,3 +1,4 @@
+import { processIdentity } from '../../common/src/database/discoveryFile.ts'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -386,6 +387,16 @@ describe('keys CLI (npm run keys)', () => {
       expect(missing.stderr).toMatch(/DATABASE_URL/)
       expect(missing.stderr).toMatch(/npm start/)
       expect(missing.stderr).not.toMatch(/\n\s+at /)
+
+      // The pid is alive, but it is not the process that wrote the file (a pid given again after
+      // a reboot or a crash): that npm start is gone, and the CLI says so rather than trying its URL.
+      const started = processIdentity(process.pid)
+      if (started !== undefined) {
+        await writeFile(path.join(dataDir, 'embedded-postgres.json'), JSON.stringify({ url: database.url, pid: process.pid, started: `${started}0` }))
+        const reused = await keys(['list', '--json'], cleanEnv({ DATA_DIR: dataDir }))
+        expect(reused.code).toBe(1)
+        expect(reused.stderr).toMatch(/was left by an `npm start` \(pid \d+\) that is no longer running/)
+      }
     } finally {
       await rm(dataDir, { recursive: true, force: true })
       await rm(emptyDir, { recursive: true, force: true })

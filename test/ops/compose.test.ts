@@ -47,7 +47,7 @@ function envReadByCode(): Set<string> {
       if (statSync(file).isDirectory()) walk(file)
       else if (file.endsWith('.ts')) {
         const text = readFileSync(file, 'utf8')
-        for (const match of text.matchAll(/\benv\.([A-Z][A-Z0-9_]*)|(?:requiredEnv|portFromEnv)\('([A-Z][A-Z0-9_]*)'/g)) names.add(match[1] ?? match[2]!)
+        for (const match of text.matchAll(/\benv\.([A-Z][A-Z0-9_]*)|(?:requiredEnv|portFromEnv|listenHostFromEnv)\('([A-Z][A-Z0-9_]*)'/g)) names.add(match[1] ?? match[2]!)
       }
     }
   }

@@ -34,8 +34,8 @@ export interface FrameworkErrorCodes {
   unknownMethod?: () => ApiError
   payloadTooLarge: () => ApiError
   unsupportedMediaType: () => ApiError
-  /** Anything else the client sent wrong that has no specific code (bad URL encoding …). */
-  badRequest: (status: number, message: string) => ApiError
+  /** Anything else the client sent wrong that has no specific code (bad URL encoding …): 400. */
+  badRequest: () => ApiError
   /** Maps an unexpected error to a 5xx; the default is `internal_error`. */
   serverError: (error: unknown) => ApiError
 }
@@ -66,7 +66,7 @@ export function toApiError(error: unknown, codes: FrameworkErrorCodes): ApiError
     return codes.invalidJson('The request body is not valid JSON.')
   }
   const status = error.statusCode
-  if (status !== undefined && status >= 400 && status < 500) return codes.badRequest(status, error.message)
+  if (status !== undefined && status >= 400 && status < 500) return codes.badRequest()
   return codes.serverError(error)
 }
 

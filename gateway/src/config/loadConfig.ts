@@ -94,13 +94,13 @@ function lineOf(document: Document, lines: LineCounter, path: string[]): number 
   for (let depth = path.length; depth >= 0; depth--) {
     const node = depth === 0 ? document.contents : document.getIn(path.slice(0, depth), true)
     if (isNode(node) && node.range) {
-      // For an unknown key, point at the key itself rather than its value.
       return lines.linePos(node.range[0]).line
     }
   }
   return 1
 }
 
+/** For an unknown key, the line of the key itself rather than of its value. */
 function keyLine(document: Document, lines: LineCounter, path: string[]): number {
   const parent = path.length > 1 ? document.getIn(path.slice(0, -1), true) : document.contents
   const last = path.at(-1)

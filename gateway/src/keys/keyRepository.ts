@@ -176,7 +176,8 @@ export function createKeyRepository(pool: pg.Pool) {
     /** The log's entries after `id`, oldest first, at most 1,000 (what `keys` changed, for its tests). */
     async changesSince(id: number): Promise<KeyChange[]> {
       const { rows } = await pool.query<KeyChange>(
-        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind FROM gateway.api_key_changes WHERE id > $1 ORDER BY id LIMIT 1000`,
+        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind, applied_at IS NOT NULL AS applied
+           FROM gateway.api_key_changes WHERE id > $1 ORDER BY id LIMIT 1000`,
         [id],
       )
       return rows
@@ -266,10 +267,14 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows.length > 0
     },
 
-    /** The change log only needs to outlive the cache TTL, a ban record its ban; a day is generous. */
-    async purgeChanges(): Promise<void> {
-      await pool.query(`DELETE FROM gateway.api_key_changes WHERE changed_at < now() - interval '1 day'`)
-      await pool.query(`DELETE FROM gateway.api_key_bans WHERE ends_at < now() - interval '1 day'`)
+    /**
+     * The change log only needs to outlive the cache TTL, a ban record its ban; a day is generous.
+     * Returns the rows removed.
+     */
+    async purgeChanges(): Promise<number> {
+      const changes = await pool.query(`DELETE FROM gateway.api_key_changes WHERE changed_at < now() - interval '1 day'`)
+      const bans = await pool.query(`DELETE FROM gateway.api_key_bans WHERE ends_at < now() - interval '1 day'`)
+      return (changes.rowCount ?? 0) + (bans.rowCount ?? 0)
     },
   }
 }

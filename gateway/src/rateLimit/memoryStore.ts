@@ -1,10 +1,6 @@
 import { LRUCache } from 'lru-cache'
 import type { LimitDecision, LimitRequest, LimitStore, WindowSpec, WindowState } from './limitStore.ts'
 
-/**
- * The in-process store: the Lua script's algorithm in TypeScript, for `npm start` without Redis
- * and as the per-process fallback when Redis fails. Valid for one gateway process only.
- */
 interface Ring {
   /** Bucket length (ms) the ring was kept with. */
   bucketMillis: number
@@ -130,6 +126,10 @@ interface MemoryStoreOptions {
   onFull?: () => void
 }
 
+/**
+ * The in-process store: the Lua script's algorithm in TypeScript, for `npm start` without Redis
+ * and as the per-process fallback when Redis fails. Valid for one gateway process only.
+ */
 export function createMemoryStore(options: MemoryStoreOptions = {}): LimitStore {
   const clock = options.clock ?? Date.now
   const onFull = options.onFull
