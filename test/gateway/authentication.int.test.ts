@@ -123,6 +123,31 @@ describe('gateway authentication', () => {
     }
   })
 
+  // The cache keeps a key's record for up to its TTL (60 s shipped): its expiry still takes effect on time.
+  it('refuses a key the moment it expires, though its record is in the gateway\'s key cache', async () => {
+    const { key } = await gateway.createKey({ expiresInMillis: 2_500 })
+    await sleep(500) // its creation announced, so the lookup below is the one the cache keeps
+    const before = await gateway.request('/v1/pets', { key })
+    expect(before.status).toBe(200)
+    await before.arrayBuffer()
+    const misses = gateway.cache.stats.misses
+    await sleep(2_300)
+    const response = await gateway.request('/v1/pets', { key })
+    expect(gateway.cache.stats.misses, 'answered from the cache').toBe(misses)
+    await expectUnauthorized(response, 'invalid_api_key')
+  })
+
+  // Every answer to an authenticated request is that client's own, not only a 200.
+  it('marks every answer to an authenticated request no-store: 404, 501 and the upstream\'s own errors too', async () => {
+    const { key } = await gateway.createKey()
+    for (const path of ['/v1/pets/999999', '/v1/pets/abc', '/v1/store/orders', '/v1/nowhere']) {
+      const response = await gateway.request(path, { key })
+      expect(response.status, path).toBeGreaterThanOrEqual(400)
+      expect(response.headers.get('cache-control'), path).toBe('no-store')
+      await response.arrayBuffer()
+    }
+  })
+
   it('refuses a revoked key on every running gateway within 2 seconds', async () => {
     const { id, key } = await gateway.createKey()
     expect((await gateway.request('/v1/pets', { key })).status).toBe(200)

@@ -112,7 +112,8 @@ describe('keys CLI (npm run keys)', () => {
     const active = await repository.create({ name: 'listed', plan: 'free' })
     const revoked = await repository.create({ name: 'gone', plan: 'business' })
     await repository.revoke(revoked.record.id)
-    const secrets = [...created, active.key, revoked.key]
+    const lapsed = await repository.create({ name: 'lapsed', plan: 'free', expiresInMillis: -1_000 })
+    const secrets = [...created, active.key, revoked.key, lapsed.key]
     const hashes = secrets.map((key) => hashApiKey(key).toString('hex'))
 
     const [text, json] = await Promise.all([run('list'), run('list', '--json')])
@@ -136,6 +137,12 @@ describe('keys CLI (npm run keys)', () => {
       state: 'active',
     })
     expect(listed.find((entry) => entry.id === revoked.record.id)).toMatchObject({ state: 'revoked' })
+    // An operator reads STATE and revokedAt to know which keys still work.
+    expect(text.stdout.split('\n').find((line) => line.startsWith(lapsed.record.id))).toMatch(/\bexpired\b/)
+    expect(listed.find((entry) => entry.id === lapsed.record.id)).toMatchObject({ state: 'expired', revokedAt: null })
+    expect(listed.find((entry) => entry.id === active.record.id)).toMatchObject({ revokedAt: null, expiresAt: null })
+    const revokedAt = (await repository.findById(revoked.record.id))?.revokedAt
+    expect(listed.find((entry) => entry.id === revoked.record.id)?.revokedAt).toBe(revokedAt?.toISOString())
     expect(listed.every((entry) => !('key' in entry) && !('hash' in entry) && !('keyHash' in entry))).toBe(true)
   })
 

@@ -314,6 +314,43 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(seen.authorization).toBeUndefined()
   })
 
+  it('gives the upstream its own Host and the request id the gateway logs, never the client\'s Host, forwarded host or scheme, or a request id it refused', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const answer = await nodeRequest(`${gateway.url}/v1/pets`, {
+      headers: {
+        authorization: `Bearer ${key}`,
+        host: 'evil.example',
+        'x-forwarded-host': 'evil.example',
+        'x-forwarded-proto': 'https',
+        // It holds the client's key, so the gateway gives the request a fresh id instead.
+        'x-request-id': `trace-${key}`,
+      },
+    })
+    expect(answer.status).toBe(200)
+    const seen = recorder.requests[0]!
+    expect(seen.host).toBe(new URL(recorder.url).host)
+    expect(seen['x-forwarded-host']).toBeUndefined()
+    expect(seen['x-forwarded-proto']).toBeUndefined()
+    expect(answer.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/)
+    expect(seen['x-request-id']).toBe(answer.headers['x-request-id'])
+    expect(JSON.stringify(seen)).not.toContain(key)
+  })
+
+  it('forwards a body of exactly 1 MiB, and refuses one byte more with 413 without contacting the upstream', async () => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const send = (bytes: number) =>
+      gateway.request('/v1/pets', { key, contract: false, method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: 'x'.repeat(bytes) })
+    const largest = await send(1_048_576)
+    expect(largest.status).toBe(200)
+    await largest.arrayBuffer()
+    expect(recorder.bodies).toHaveLength(1)
+    expect(recorder.bodies[0]).toHaveLength(1_048_576)
+    await expectErrorResponse(await send(1_048_577), 413, 'payload_too_large')
+    expect(recorder.bodies).toHaveLength(1)
+  })
+
   it('times an upstream answer under the upstream\'s status, and one it refused to pass on only as a failure', async () => {
     const scripted = await scriptedUpstream((request, response) => {
       const status = request.url === '/pets/1' ? 404 : 401
@@ -607,6 +644,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       ['chunked, without a length', (response: http.ServerResponse) => response.writeHead(500, { 'content-type': 'application/json' }).end(leak)],
       ['over 1 MiB', (response: http.ServerResponse) => response.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ pad: 'x'.repeat(1_100_000) }))],
       ['without a content type', (response: http.ServerResponse) => response.writeHead(500).end(`<html><pre>${leak}</pre></html>`)],
+      ['a 400 without a content type', (response: http.ServerResponse) => response.writeHead(400).end(`<html><pre>${leak}</pre></html>`)],
+      // The Error body's three fields, and a stack trace beside them.
+      ['the Error body with more fields', (response: http.ServerResponse) =>
+        response.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'internal', message: 'Failed.', status: 500, stack: 'TypeError: x is undefined at /srv/pets/db.js:12' }))],
+      ['an Error body whose status is not the answer\'s', (response: http.ServerResponse) =>
+        response.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'internal', message: 'SELECT * FROM pets.pets failed', status: 200 }))],
     ])('replaces an error answer that is not the Error body, %s, with 502 and no upstream detail', async (_case, answer) => {
       const { gateway, key } = await gatewayTo(await scriptedUpstream((_request, response) => answer(response)))
       const response = await gateway.request('/v1/pets', { key, contract: false })

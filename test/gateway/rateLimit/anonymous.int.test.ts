@@ -376,6 +376,15 @@ describe('requests without a valid key are limited per client IP', () => {
     expect(await keyNames(`${gatewayPrefix}*`)).toEqual([])
   })
 
+  it('charges Redis nothing for a guess the gateway\'s own count already refuses', async () => {
+    const g = await gateway()
+    const gatewayPrefix = g.config.redis.keyPrefix
+    // Three requests without a key spend the address's count in this gateway, and touch no Redis.
+    for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets'), 401, 'missing_api_key')
+    for (let i = 0; i < 3; i++) await expectTooManyRequests(await g.request('/v1/pets', { key: generateApiKey() }))
+    expect(await keyNames(`${gatewayPrefix}*`)).toEqual([])
+  })
+
   it('counts guesses, well-formed keys looked up in vain, across gateways in Redis', async () => {
     const shared = `${prefix}shared:`
     const [one, two] = [await gateway([], shared), await gateway([], shared)]
@@ -385,6 +394,15 @@ describe('requests without a valid key are limited per client IP', () => {
     await expectTooManyRequests(await one!.request('/v1/pets', { key: generateApiKey() }))
     // A missing key is no guess: the second gateway's own count still has room for it.
     await expectErrorResponse(await two!.request('/v1/pets'), 401, 'missing_api_key')
+  })
+
+  it('counts a revoked or expired key like a guess, across gateways in Redis', async () => {
+    const shared = `${prefix}expired:`
+    const [one, two] = [await gateway([], shared), await gateway([], shared)]
+    const { key } = await one!.createKey({ expiresAt: new Date(Date.now() - 60_000) })
+    for (const g of [one, two, one]) await expectErrorResponse(await g!.request('/v1/pets', { key }), 401, 'invalid_api_key')
+    // The second gateway has seen one of the three from this address; Redis has seen all three.
+    await expectTooManyRequests(await two!.request('/v1/pets', { key }))
   })
 
   it('looks up only as many more keys as the limit for an address Redis says has spent the shared window', async () => {

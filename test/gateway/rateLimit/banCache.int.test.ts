@@ -125,3 +125,138 @@ describe('a cached ban after the key\'s limits change', () => {
     }
   })
 })
+
+/** The rate-limit stage alone, for one free key, on an in-process store and ban cache driven by `clock`. */
+async function limitStage(config: () => GatewayConfig, keyId: string, clock: () => number) {
+  const app = Fastify()
+  await app.register(
+    fp(
+      async (instance) => {
+        instance.decorateRequest('apiKey', null)
+        instance.decorateRequest('authFailureReason', null)
+        instance.addHook('onRequest', (request, _reply, done) => {
+          request.apiKey = key(keyId)
+          done()
+        })
+      },
+      { name: 'authenticate' },
+    ),
+  )
+  await app.register(rateLimit, {
+    config,
+    store: createResilientStore({ primary: createMemoryStore({ clock }), fallback: undefined, logger: silent }),
+    bans: createBanCache({ clock }),
+    anonymous: () => createAnonymousLimiter({ perMinute: 30, windowSeconds: 60 }),
+  })
+  app.get('/v1/pets', async () => ({ data: [] }))
+  return { app, get: () => app.inject({ method: 'GET', url: '/v1/pets' }) }
+}
+
+describe('429 answers as a client reads them', () => {
+  const T0 = 1_800_000_000_000
+  const freeAt = (perMinute: number, perDay: number, strikes: number) =>
+    ({ ...shipped, plans: { ...shipped.plans, free: { perMinute, perDay } }, bans: { strikes, ladderSeconds: [10] } }) as GatewayConfig
+
+  it('a banned answer says nothing is left until Retry-After, whether the store or the ban cache answers', async () => {
+    let now = T0
+    const { app, get } = await limitStage(() => freeAt(2, 1_000, 1), 'key_bannedHeaders', () => now)
+    try {
+      for (let i = 0; i < 2; i++) expect((await get()).statusCode).toBe(200)
+      now = T0 + 1_000
+      // One strike bans for 10 s; the minute window lets a request in only at T0 + 65 s.
+      const fromStore = await get()
+      expect(fromStore.json()).toMatchObject({ code: 'api_key_banned' })
+      expect(fromStore.headers['retry-after']).toBe('64')
+      expect(fromStore.headers['x-ratelimit-remaining']).toBe('0')
+      expect(fromStore.headers['x-ratelimit-reset']).toBe(String(T0 / 1_000 + 65))
+      expect(fromStore.headers.ratelimit).toBe('"minute";r=0;t=64, "day";r=0;t=64')
+
+      now = T0 + 2_000
+      const fromCache = await get()
+      expect(fromCache.json()).toMatchObject({ code: 'api_key_banned' })
+      expect(fromCache.headers['retry-after']).toBe('63')
+      expect(fromCache.headers.ratelimit).toBe('"minute";r=0;t=63, "day";r=0;t=63')
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('a key that has spent its day is told to come back when the day lets it in, not the minute', async () => {
+    let now = T0
+    const { app, get } = await limitStage(() => freeAt(60, 3, 10), 'key_daySpent', () => now)
+    try {
+      for (let i = 0; i < 3; i++) expect((await get()).statusCode).toBe(200)
+      now = T0 + 1_000
+      const limited = await get()
+      expect(limited.json()).toMatchObject({ code: 'rate_limited' })
+      // The three requests sit in the hour bucket starting at T0: they leave the day at T0 + 25 h.
+      expect(limited.headers['retry-after']).toBe(String(25 * 3_600 - 1))
+      expect(limited.headers['x-ratelimit-limit']).toBe('3')
+      expect(limited.headers['x-ratelimit-reset']).toBe(String(T0 / 1_000 + 25 * 3_600))
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('a ban whose Retry-After equals an earlier rate_limited answer\'s is still api_key_banned', async () => {
+    let now = T0
+    const { app, get } = await limitStage(() => freeAt(1, 1_000, 2), 'key_sameSeconds', () => now)
+    try {
+      expect((await get()).statusCode).toBe(200)
+      now = T0 + 1_000
+      const limited = await get()
+      expect(limited.json()).toMatchObject({ code: 'rate_limited' })
+      expect(limited.headers['retry-after']).toBe('64')
+      // The second strike bans (10 s), and the window still frees at T0 + 65 s: the same 64 seconds.
+      const banned = await get()
+      expect(banned.headers['retry-after']).toBe('64')
+      expect(banned.json()).toMatchObject({ code: 'api_key_banned' })
+    } finally {
+      await app.close()
+    }
+  })
+})
+
+describe('the ban cache after an unban', () => {
+  it('holds the next ban the key earns once the unban is applied, without a store call per request', () => {
+    const bans = createBanCache({ clock: () => 0 })
+    const limits = cachedLimitsFor(key('key_bannedAgain'), shipped)
+    bans.forget('key_bannedAgain')
+    // A request decided after the unban: its ban is the key's new one, and is kept.
+    const ticket = bans.ticket()
+    bans.remember('key_bannedAgain', ticket, limits, 30_000, 30_000, 1)
+    expect(bans.lookup('key_bannedAgain', limits)).toEqual({ millisLeft: 30_000, retryAfterMillis: 30_000, step: 1 })
+  })
+})
+
+describe('a cached ban after a reload changes the window length', () => {
+  it('asks the store again: a longer window keeps the key out for longer than the cached moment', async () => {
+    const T0 = 1_800_000_000_000
+    let now = T0
+    const withMinute = (lengthMillis: number): GatewayConfig =>
+      ({
+        ...shipped,
+        plans: { ...shipped.plans, free: { perMinute: 2, perDay: 1_000 } },
+        windows: { ...shipped.windows, minute: { lengthMillis, bucketMillis: 5_000 } },
+        bans: { strikes: 1, ladderSeconds: [10] },
+      }) as GatewayConfig
+    let config = withMinute(60_000)
+    const { app, get } = await limitStage(() => config, 'key_longerWindow', () => now)
+    try {
+      for (let i = 0; i < 2; i++) expect((await get()).statusCode).toBe(200)
+      now = T0 + 1_000
+      const banned = await get()
+      expect(banned.json()).toMatchObject({ code: 'api_key_banned' })
+      expect(banned.headers['retry-after']).toBe('64')
+
+      // Same limits, a two-minute window: the two requests at T0 keep the key out until T0 + 125 s.
+      config = withMinute(120_000)
+      now = T0 + 2_000
+      const cached = await get()
+      expect(cached.json()).toMatchObject({ code: 'api_key_banned' })
+      expect(cached.headers['retry-after']).toBe('123')
+    } finally {
+      await app.close()
+    }
+  })
+})

@@ -50,6 +50,17 @@ describe('onStoreFailure open: when Redis fails, requests are decided by per-pro
     expect(primary.calls).toBe(2)
   })
 
+  it('failures with successes in between are not in a row: Redis is never set aside for them', async () => {
+    const { store, primary } = setUp()
+    for (let i = 0; i < 5; i++) {
+      primary.failing = true
+      expect((await store.consume(request)).degraded).toBe(true)
+      primary.failing = false
+      expect((await store.consume(request)).degraded).toBe(false)
+    }
+    expect(primary.calls).toBe(10)
+  })
+
   it('three failures in a row set Redis aside for a second, then it is asked again and used', async () => {
     const { store, primary, advance } = setUp()
     primary.failing = true

@@ -71,8 +71,20 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       // Four of the five must leave before a request fits under 2: the bucket at T0 + 5 s is the last to go.
       expect(limited.nowMillis + limited.retryAfterMillis).toBe(T0 + 70_000)
       expect(limited.minute.resetMillis).toBe(T0 + 70_000)
+      // The window holds five against a limit of two: nothing is left, not minus three.
+      expect(limited.minute.remaining).toBe(0)
       expect((await subject.store.consume(request(keyId, T0 + 69_999, lowered))).outcome).toBe('limited')
       expect((await subject.store.consume(request(keyId, T0 + 70_000, lowered))).outcome).toBe('admitted')
+    })
+
+    it('says a window with room resets when its oldest counted request leaves it', async () => {
+      const keyId = newKeyId()
+      await subject.store.consume(request(keyId, T0 + 1_000))
+      const second = await subject.store.consume(request(keyId, T0 + 7_000))
+      // The request at T0 + 1 s is counted in the bucket [T0, T0 + 5 s): the minute lets it go at
+      // T0 + 65 s, the day (hour buckets) at T0 + 25 h. X-RateLimit-Reset is this moment.
+      expect(second.minute).toEqual({ limit: 60, remaining: 58, resetMillis: T0 + 65_000 })
+      expect(second.day).toEqual({ limit: 1_000, remaining: 998, resetMillis: T0 + 86_400_000 + 3_600_000 })
     })
 
     it('charges nothing to either window for a rejected request', async () => {
@@ -317,6 +329,35 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
         expect(pttl).toBeGreaterThanOrEqual(86_400_000)
         expect(pttl).toBeLessThanOrEqual(86_400_000 + 3_600_000)
         expect(bytes).toBeLessThanOrEqual(400)
+      })
+
+      it('keeps a TTL on a key whose ban was lifted', async () => {
+        const keyId = newKeyId()
+        const banOnFirstStrike = { ...freePlan, minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans: { strikes: 1, ladderMillis: [60_000], memoryMillis: 86_400_000 } }
+        await subject.store.consume({ keyId, ...banOnFirstStrike })
+        expect((await subject.store.consume({ keyId, ...banOnFirstStrike })).outcome).toBe('banned')
+        await subject.store.unban(keyId)
+        // The unban rewrites the state; without its TTL a key never used again would stay forever.
+        const { pttl } = await subject.inspect!(keyId)
+        expect(pttl).toBeGreaterThan(86_400_000)
+        expect(pttl).toBeLessThanOrEqual(86_400_000 + 3_600_000)
+      })
+
+      // On the store clock: the state must outlive its windows and its ban for as long as the
+      // ladder remembers the ban, or an idle key's next ban starts again from the first step.
+      it('remembers the ban ladder of a key idle past its ban and windows, so its next ban climbs a step', async () => {
+        const idle = {
+          keyId: newKeyId(),
+          minute: { limit: 1, windowMillis: 200, bucketMillis: 100 },
+          day: { limit: 1_000, windowMillis: 200, bucketMillis: 100 },
+          bans: { strikes: 1, ladderMillis: [300, 5_000], memoryMillis: 10_000 },
+        }
+        expect((await subject.store.consume(idle)).outcome).toBe('admitted')
+        const first = await subject.store.consume(idle)
+        expect(first).toMatchObject({ outcome: 'banned', newBan: true, banStep: 0 })
+        await new Promise((resolve) => setTimeout(resolve, first.banMillisLeft + 2 * 300))
+        expect((await subject.store.consume(idle)).outcome).toBe('admitted')
+        expect(await subject.store.consume(idle)).toMatchObject({ outcome: 'banned', newBan: true, banStep: 1 })
       })
 
       it('uses the store clock (Redis TIME) when no time is given', async () => {

@@ -397,6 +397,25 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
     expect(fullWarnings()).toEqual([expect.objectContaining({ level: 40, maxKeys: 2 })])
   })
 
+  it('open: a ban the per-process fallback starts holds on this gateway only, and is not recorded for the keys CLI', async () => {
+    const { gateway, log } = await onDeadRedis((file) => {
+      file.onStoreFailure = 'open'
+      file.plans.free = { perMinute: 1, perDay: 1_000 }
+      file.bans = { strikes: 1, ladder: ['60s'] }
+    })
+    const { id, key } = await gateway.createKey()
+    const admitted = await gateway.request('/v1/pets?limit=1', { key })
+    expect(admitted.status).toBe(200)
+    await admitted.arrayBuffer()
+    await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key }), 429, 'api_key_banned')
+    expect(log.entries().filter((entry) => entry.msg === 'API key banned')).toEqual([
+      expect.objectContaining({ keyId: id, step: 0, scope: 'this gateway (rate-limit store unavailable)' }),
+    ])
+    // A record would be written right after the answer: give it the time, then there is none.
+    await sleep(500)
+    expect(await gateway.keys.activeBans([id])).toEqual(new Map())
+  })
+
   it('closed: says once that the store is failing, not once per request it answers 503', async () => {
     const { gateway, log } = await onDeadRedis((file) => void (file.onStoreFailure = 'closed'))
     const { key } = await gateway.createKey()
