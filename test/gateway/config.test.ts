@@ -266,6 +266,18 @@ describe('gateway config: YAML syntax errors', () => {
     const text = shippedWith('free:       { perMinute: 60,   perDay: 1000 }', 'free:       { perMinute: 60,   perDay: 1000')
     expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow(`x.yaml:${shippedLine('free:')}: Flow map`)
   })
+
+  it('says a file with no settings holds none (empty, comments only, a bare ---) rather than "(root) must be object"', () => {
+    const none = 'test/fixtures/config/no-settings.yaml:1: the file holds no settings (empty, or comments only): it must hold the gateway config, as config/gateway.yaml does'
+    expect(problemsOf('no-settings.yaml')).toEqual([none])
+    for (const text of ['', '---\n', '{}\n']) expect(() => parseGatewayConfig(text, 'x.yaml'), JSON.stringify(text)).toThrow('x.yaml:1: the file holds no settings')
+  })
+
+  it('says YAML merge keys are not supported, at their line, rather than calling << an unknown key', () => {
+    expect(problemsOf('merge-key.yaml')).toEqual([
+      `test/fixtures/config/merge-key.yaml:${shippedLine('pro:')}: YAML merge keys (<<) are not supported: write the settings out (anchors and aliases work)`,
+    ])
+  })
 })
 
 describe('gateway config reload', () => {

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
-import { LineCounter, isCollection, isNode, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
+import { LineCounter, isCollection, isNode, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
 import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, portFromEnv } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
@@ -141,6 +141,19 @@ export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): 
       document.errors.map((error) => `${source}:${syntaxErrorLine(text, document, lines, error)}: ${error.message.split('\n')[0]}`),
     )
   }
+  const contents = document.contents
+  if (contents === null || (isScalar(contents) && contents.value === null) || (isCollection(contents) && contents.items.length === 0)) {
+    throw new ConfigError([`${source}:1: the file holds no settings (empty, or comments only): it must hold the gateway config, as config/gateway.yaml does`])
+  }
+  const merges: string[] = []
+  visit(document, {
+    Pair(_key, pair) {
+      if (isScalar(pair.key) && pair.key.value === '<<' && pair.key.range) {
+        merges.push(`${source}:${lines.linePos(pair.key.range[0]).line}: YAML merge keys (<<) are not supported: write the settings out (anchors and aliases work)`)
+      }
+    },
+  })
+  if (merges.length > 0) throw new ConfigError(merges)
   const value: unknown = document.toJS()
   if (!validate(value)) {
     const errors = validate.errors ?? []
