@@ -1,11 +1,22 @@
-import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
 import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { gatewayErrors } from '../errors.ts'
-import { addressOnly } from '../rateLimit/clientAddress.ts'
+import { ANSWER_DROPPED, CLIENT_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, sanitizeHeaderValue } from './headerHygiene.ts'
+import {
+  UpstreamDeadlineError,
+  UpstreamSilentError,
+  failureKind,
+  isErrorBody,
+  isJson,
+  upstreamFailure,
+  type UpstreamFailureKind,
+} from './upstreamFailure.ts'
+import { upstreamPathname } from './upstreamPath.ts'
+
+export { UPSTREAM_FAILURE_KINDS, type UpstreamFailureKind } from './upstreamFailure.ts'
 
 export interface UpstreamOptions {
   /** The upstream's name in config (upstreams.<name>): its metrics label and the name in its 503. */
@@ -22,8 +33,6 @@ export interface UpstreamOptions {
   observer?: UpstreamObserver
 }
 
-export const UPSTREAM_FAILURE_KINDS = ['timeout', 'connect', 'protocol', 'saturated'] as const
-export type UpstreamFailureKind = (typeof UPSTREAM_FAILURE_KINDS)[number]
 
 /** Upstream latency (request sent → response headers) and failures, for the metrics. */
 export interface UpstreamObserver {
@@ -33,108 +42,11 @@ export interface UpstreamObserver {
   inFlight?(upstream: string, outstanding: () => number, limit: number): void
 }
 
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'ENOTFOUND', 'EHOSTUNREACH'])
-
-export function failureKind(error: unknown): UpstreamFailureKind {
-  const codes = errorCodes(error)
-  if (codes.some((code) => TIMEOUT_CODES.has(code))) return 'timeout'
-  if (codes.some((code) => CONNECT_CODES.has(code))) return 'connect'
-  return 'protocol'
-}
 
 export const BODY_LIMIT_BYTES = 1_048_576
-/** The public prefix the pets-service builds its Location and Link headers with. */
-export const PUBLIC_PREFIX = '/v1'
 
-/** Headers only the gateway may set; a client's copies are dropped before forwarding, an upstream's before answering. */
-const INTERNAL_HEADERS = [
-  'x-internal-token',
-  'x-consumer-id',
-  'x-forwarded-prefix',
-  'x-forwarded-for',
-  'x-forwarded-host',
-  'x-forwarded-proto',
-  'x-forwarded-port',
-  'x-request-id',
-]
 
-/**
- * A client's headers that would speak for the gateway or steer the upstream's routing: the other
- * spellings of the client's address (RFC 7239 Forwarded, X-Real-IP), a credential meant for a
- * proxy (Proxy-Authorization, consumed here, RFC 9110 §11.7.2) and the URL overrides some
- * frameworks obey (X-Original-URL, X-Rewrite-URL). Dropped with the gateway-only ones.
- */
-const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, 'forwarded', 'x-real-ip', 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
 
-/** An upstream's headers that are not the client's business: the internal ones, and what software it runs. */
-const ANSWER_DROPPED = new Set([...INTERNAL_HEADERS, 'server', 'x-powered-by'])
-
-/** RFC 9110 §7.6.3: a gateway adds itself to Via on what it forwards. */
-const VIA = '1.1 aas-gateway'
-
-/**
- * What only the gateway may say to the upstream: the internal credential (the upstream trusts it,
- * never the client's API key), the request id, the public prefix, the client's address and the
- * caller. The client's own copies of these are dropped where its headers are copied.
- */
-function gatewayHeaders(request: Pick<FastifyRequest, 'id' | 'ip' | 'apiKey'>, internalToken: string): IncomingHttpHeaders {
-  const headers: IncomingHttpHeaders = {
-    'x-internal-token': internalToken,
-    'x-request-id': request.id,
-    'x-forwarded-prefix': PUBLIC_PREFIX,
-    'x-forwarded-for': addressOnly(request.ip),
-    via: VIA,
-  }
-  if (request.apiKey) headers['x-consumer-id'] = request.apiKey.id
-  return headers
-}
-
-// RFC 9110 §7.6.1: these describe the upstream connection, not the answer. Copied to the
-// client they would, for one, keep open a connection the client asked to close.
-const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']
-
-const HOP_BY_HOP_SET = new Set(HOP_BY_HOP)
-
-const TIMEOUT_CODES = new Set([
-  'FST_REPLY_FROM_TIMEOUT',
-  'FST_REPLY_FROM_GATEWAY_TIMEOUT',
-  'FST_REPLY_FROM_HTTP_REQUEST_TIMEOUT',
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'UND_ERR_CONNECT_TIMEOUT',
-])
-
-function errorCodes(error: unknown): string[] {
-  const codes: string[] = []
-  for (let current = error as { code?: unknown; cause?: unknown } | undefined; current; current = current.cause as typeof current) {
-    if (typeof current.code === 'string') codes.push(current.code)
-    if (codes.length > 5) break
-  }
-  return codes
-}
-
-/** Upstream failures as clients see them: 504 when it stayed silent, 502 for everything else. */
-export function upstreamFailure(error: unknown) {
-  return failureKind(error) === 'timeout'
-    ? gatewayErrors.create('upstream_timeout', undefined, { cause: error })
-    : gatewayErrors.create('bad_gateway', undefined, { cause: error })
-}
-
-/** The answer's body was not complete within the upstream timeout of its headers. */
-class UpstreamDeadlineError extends Error {
-  readonly code = 'UND_ERR_BODY_TIMEOUT'
-  constructor(timeoutMillis: number) {
-    super(`the upstream's answer was not complete within ${timeoutMillis} ms of its headers`)
-  }
-}
-
-/** No answer head within the upstream timeout of the request. */
-class UpstreamSilentError extends Error {
-  readonly code = 'UND_ERR_HEADERS_TIMEOUT'
-  constructor(timeoutMillis: number) {
-    super(`the upstream sent no answer within ${timeoutMillis} ms`)
-  }
-}
 
 /**
  * reply-from's undici defaults (lib/request.js getUndiciOptions), which applied before: 128
@@ -149,68 +61,8 @@ export const UPSTREAM_CONNECTIONS = UNDICI_DEFAULTS.connections
 /** Answers up to this size are read whole and sent as one Buffer; larger or unsized ones stream. */
 export const BUFFERED_ANSWER_MAX_BYTES = 1_048_576
 
-/** RFC 7230 §6.1: a Connection header names more headers that only concern this hop (reply-from's getConnectionHeaders). */
-function connectionHeaderNames(value: unknown): string[] {
-  if (typeof value !== 'string') return []
-  const names: string[] = []
-  for (const part of value.toLowerCase().split(',')) {
-    const name = part.trim()
-    if (name.length > 0) names.push(name)
-  }
-  return names
-}
 
-// HTAB, SP–~ and obs-text are valid in a header value; anything else would make Node throw when
-// the answer is written (@fastify/http-proxy's sanitizeHeaders, applied as it did).
-const INVALID_HEADER_VALUE = /[^\t\x20-\x7E\x80-\xFF]/
-const INVALID_HEADER_CHARACTERS = /[^\t\x20-\x7E\x80-\xFF]/g
 
-function sanitizeHeaderValue(value: string): string {
-  return INVALID_HEADER_VALUE.test(value) ? value.replace(INVALID_HEADER_CHARACTERS, '') : value
-}
-
-const isJson = (contentType: string | string[] | undefined) => typeof contentType === 'string' && /^application\/json\b/i.test(contentType)
-
-/** Exactly `{code, message, status}` with the answer's own status, as every service answers an error. */
-function isErrorBody(body: Buffer, statusCode: number): boolean {
-  try {
-    const error = JSON.parse(body.toString('utf8')) as Record<string, unknown> | null
-    return (
-      typeof error === 'object' &&
-      error !== null &&
-      Object.keys(error).length === 3 &&
-      typeof error.code === 'string' &&
-      typeof error.message === 'string' &&
-      error.status === statusCode
-    )
-  } catch {
-    return false
-  }
-}
-
-/** A path segment WHATWG URL parsing leaves exactly as it is: no `%`, no dot segment, nothing it encodes. */
-const PLAIN_PATH = /^(?:\/(?!\.\.?(?:\/|$))[A-Za-z0-9\-._~!$&'()*+,;=:@]*)+$/
-
-function invalidCharacters(): Error {
-  return Object.assign(new Error('source/request contain invalid characters'), { statusCode: 400 })
-}
-
-/**
- * The upstream path for a destination http-proxy has already validated and rewritten, exactly as
- * @fastify/reply-from's buildURL made it: dot segments refused, then WHATWG URL normalisation
- * (skipped when it would change nothing, which is the common case).
- */
-function upstreamPathname(destination: string, base: string, baseHref: string): string {
-  const decoded = decodeURIComponent(destination)
-  if (decoded === '..' || decoded.includes('/..') || decoded.includes('../')) throw invalidCharacters()
-  if (PLAIN_PATH.test(destination)) return destination
-  let source = destination
-  if (source.length > 1 && source[0] === '/' && source[1] === '/') source = `.${source}`
-  const url = new URL(source, base)
-  const prefix = !baseHref.endsWith('/') && url.href.length > baseHref.length ? `${baseHref}/` : baseHref
-  if (!url.href.startsWith(prefix)) throw new Error('source must be a relative path string')
-  return url.pathname
-}
 
 /**
  * Bodies are bytes to forward, never parsed here: read whole (at most 1 MiB, else 413) whatever
