@@ -12,7 +12,7 @@ import { addressOnly } from '../rateLimit/clientAddress.ts'
 const PUBLIC_PREFIX = '/v1'
 
 /** Headers only the gateway may set; a client's copies are dropped before forwarding, an upstream's before answering. */
-export const INTERNAL_HEADERS = [
+const INTERNAL_HEADERS = [
   'x-internal-token',
   'x-consumer-id',
   'x-forwarded-prefix',
