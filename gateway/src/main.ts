@@ -13,18 +13,13 @@ import {
 import { checkLogLevel, createLogger } from '../../common/src/logger.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
-import { buildGateway } from './app.ts'
 import { createConfigSource } from './config/configSource.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
-import { createUnbanApplier, keyChangeHandler } from './keys/applyKeyChange.ts'
-import { createKeyCache } from './keys/keyCache.ts'
-import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
-import { createKeyRepository } from './keys/keyRepository.ts'
 import { createGatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
-import { banJournal } from './rateLimit/banJournal.ts'
 import { createLimiter } from './rateLimit/limiter.ts'
 import { upstreamAcceptsGateway } from './upstreamCheck.ts'
+import { wireGateway } from './wiring.ts'
 
 const logger = createLogger('gateway')
 
@@ -81,35 +76,20 @@ async function main(): Promise<void> {
 
   await waitForPostgres(pool, logger)
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
-  const repository = createKeyRepository(pool)
-  const keys = createKeyCache(repository, config.keyCache)
   if (!(await limiter.ready())) {
     logger.warn({ problem: limiter.connectionProblem() }, 'Redis is not reachable yet; limits follow onStoreFailure until it is')
   }
-  const unbans = createUnbanApplier({ repository, limiter, logger })
-  const changes = await startKeyChangeFeed({
-    repository,
-    connectionString: databaseUrl,
-    onChange: keyChangeHandler(keys, unbans),
-    logger,
-  })
-  unbans.start()
-  const stopPurge = purgeHourly('key changes and ban records past a day', () => repository.purgeChanges(), logger)
-
-  metrics.observeKeyCache(keys)
-  metrics.observeBans(limiter.bans)
-  metrics.store.expect(limiter.storeKind)
-
-  const app = await buildGateway({
+  const { app, repository, changes, unbans } = await wireGateway({
     config: configSource.get,
-    keys,
+    pool,
+    databaseUrl,
     limiter,
     metrics,
-    onNewBan: banJournal({ record: repository.recordBan, logger }),
+    registry,
     internalToken,
     logger,
-    registry,
   })
+  const stopPurge = purgeHourly('key changes and ban records past a day', () => repository.purgeChanges(), logger)
   const stopWatching = configSource.watch()
   process.off('SIGHUP', holdReload)
   if (reloadHeld) configSource.reload()

@@ -8,17 +8,14 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
-import { buildGateway } from '../../gateway/src/app.ts'
 import { parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
-import { createUnbanApplier, keyChangeHandler } from '../../gateway/src/keys/applyKeyChange.ts'
-import { createKeyCache, type KeyCache } from '../../gateway/src/keys/keyCache.ts'
-import { startKeyChangeFeed } from '../../gateway/src/keys/keyChangeFeed.ts'
-import { createKeyRepository, type KeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
+import type { KeyCache } from '../../gateway/src/keys/keyCache.ts'
+import type { KeyRepository, NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
 import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
-import { banJournal } from '../../gateway/src/rateLimit/banJournal.ts'
 import { createLimiter, type Limiter } from '../../gateway/src/rateLimit/limiter.ts'
+import { wireGateway } from '../../gateway/src/wiring.ts'
 import { contractFetch, type ContractOptions } from './contract.ts'
 import { TEST_INTERNAL_TOKEN } from './petsService.ts'
 
@@ -78,36 +75,23 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const pool = createPool({ connectionString: options.databaseUrl, applicationName: 'gateway-test' })
   await migrate(pool, GATEWAY_MIGRATIONS)
   const logger = options.logStream ? pino(options.logStream) : pino({ level: 'silent' })
-  const keys = createKeyRepository(pool)
-  const cache = createKeyCache(keys, config.keyCache)
   const registry = new Registry()
   const metrics = createGatewayMetrics(registry)
   metrics.expectBanSteps(config.bans.ladderSeconds.length)
-  const limiter = createLimiter({ config: () => config, logger, clock: options.clock, observer: metrics.store })
-  await limiter.ready()
-  const unbans = createUnbanApplier({ repository: keys, limiter, logger })
-  const feed = await startKeyChangeFeed({
-    repository: keys,
-    connectionString: options.databaseUrl,
-    // The production handlers, so the tests exercise the gateway's own wiring.
-    onChange: keyChangeHandler(cache, unbans),
-    logger,
-  })
-  unbans.start()
-  metrics.observeKeyCache(cache)
-  metrics.observeBans(limiter.bans)
-  metrics.store.expect(limiter.storeKind)
   registerPoolMetrics(registry, pool)
   collectDefaultMetrics({ register: registry })
-  const app = await buildGateway({
+  const limiter = createLimiter({ config: () => config, logger, clock: options.clock, observer: metrics.store })
+  await limiter.ready()
+  // The gateway's own wiring (gateway/src/wiring.ts), as its process runs it.
+  const { app, repository: keys, cache, changes: feed, unbans } = await wireGateway({
     config: () => config,
-    keys: cache,
+    pool,
+    databaseUrl: options.databaseUrl,
     limiter,
     metrics,
-    onNewBan: banJournal({ record: keys.recordBan, logger }),
+    registry,
     internalToken: options.internalToken ?? TEST_INTERNAL_TOKEN,
     logger,
-    registry,
     clientTimeouts: options.clientTimeouts,
   })
   await app.listen({ host: '127.0.0.1', port: 0 })
