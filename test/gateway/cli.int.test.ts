@@ -316,6 +316,39 @@ describe('keys CLI (npm run keys)', () => {
     expect((await repository.activeBans([behind.id])).get(behind.id)).toMatchObject({ step: 1 })
   })
 
+  it('orders a ban before an unban asked for while its record was still being written', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'late record', plan: 'free' })
+    const startedHere = performance.now()
+    const startedAt = new Date()
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    const unban = await repository.requestUnban(record.id)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    // The gateway's write of the ban's record lands only now (it waited for a connection, say).
+    await repository.recordBan({ keyId: record.id, step: 0, startedAt, endsAt: new Date(startedAt.getTime() + 600_000) }, startedHere)
+    await repository.pendingUnbans()
+    expect(await repository.isUnbanApplied(unban!)).toBe(false)
+  })
+
+  it('orders a ban that a gateway of the previous version writes over an earlier record after the unban it overtook', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'rolling deploy', plan: 'free' })
+    const first = new Date(Date.now() - 3_600_000)
+    await repository.recordBan({ keyId: record.id, step: 0, startedAt: first, endsAt: new Date(first.getTime() + 60_000) }, performance.now() - 3_600_000)
+    const unban = await repository.requestUnban(record.id)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    // The next ban, recorded by the previous version's statement, which knows no recorded_at.
+    const startedAt = new Date()
+    await pool.query(
+      `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (key_id) DO UPDATE SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at`,
+      [record.id, 1, startedAt, new Date(startedAt.getTime() + 600_000)],
+    )
+    await repository.pendingUnbans()
+    expect(await repository.isUnbanApplied(unban!)).toBe(true)
+    expect((await repository.activeBans([record.id])).get(record.id)).toMatchObject({ step: 1 })
+  })
+
   it('refuses to change or unban a revoked key with exit 1, and changes nothing', async () => {
     await schema()
     const { record } = await repository.create({ name: 'revoked', plan: 'pro' })

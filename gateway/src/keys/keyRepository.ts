@@ -183,13 +183,25 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows
     },
 
-    /** Records a ban the store has just started, for `keys show` and `keys list`. */
-    async recordBan(ban: RecordedBan): Promise<void> {
-      await pool.query(
-        `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (key_id) DO UPDATE SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = now()`,
-        [ban.keyId, ban.step, ban.startedAt, ban.endsAt],
-      )
+    /**
+     * Records a ban the store has just started, for `keys show` and `keys list`. `startedHere`
+     * is when it started on this process's monotonic clock: its recorded_at is Postgres's time
+     * less what has passed since, a wait for a connection included, so an unban asked for in the
+     * meantime still comes after the ban it was meant to lift (pendingUnbans).
+     */
+    async recordBan(ban: RecordedBan, startedHere = performance.now()): Promise<void> {
+      const client = await pool.connect()
+      try {
+        await client.query(
+          `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
+           VALUES ($1, $2, $3, $4, now() - $5 * interval '1 millisecond')
+           ON CONFLICT (key_id) DO UPDATE
+             SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = EXCLUDED.recorded_at`,
+          [ban.keyId, ban.step, ban.startedAt, ban.endsAt, Math.max(performance.now() - startedHere, 0)],
+        )
+      } finally {
+        client.release()
+      }
     },
 
     /** The recorded bans that have not ended yet, by key id (all keys, or the ones named). */

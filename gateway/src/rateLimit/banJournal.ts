@@ -22,8 +22,9 @@ export interface NewBan {
  * can tell an operator which keys are banned and until when. The write never holds up the
  * answer; if it fails the ban still holds and the failure is logged.
  */
-export function banJournal(options: { record: (ban: RecordedBan) => Promise<void>; logger: Logger }): (ban: NewBan) => void {
+export function banJournal(options: { record: (ban: RecordedBan, startedHere: number) => Promise<void>; logger: Logger }): (ban: NewBan) => void {
   return (ban) => {
+    const startedHere = performance.now()
     const endsAt = new Date(ban.endsAtMillis)
     options.logger.warn(
       {
@@ -38,7 +39,7 @@ export function banJournal(options: { record: (ban: RecordedBan) => Promise<void
     )
     if (!ban.shared) return
     options
-      .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt })
+      .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere)
       .catch((error: unknown) => options.logger.error({ err: error, keyId: ban.keyId }, 'could not record the ban for the keys CLI'))
   }
 }
