@@ -66,18 +66,15 @@ export function listenHostFromEnv(name: string, fallback: string, env: NodeJS.Pr
 }
 
 /**
- * DATABASE_URL: a `postgres://` or `postgresql://` URL (or pg's `socket:` form). pg reads anything
- * else as a path relative to a made-up host, and the service would wait for "base" for ever.
+ * DATABASE_URL: a `postgres://` or `postgresql://` URL, pg's `socket:` form or a socket directory
+ * (`/var/run/postgresql dbname`). Judged by its scheme alone, as pg parses it: a URL WHATWG
+ * refuses can still be one pg takes (`postgres://user:pw@/db?host=/cloudsql/…`, a socket with
+ * credentials). pg reads anything else as a path under a made-up host, and the service would
+ * wait for a host named "base" for ever.
  */
 export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string {
   const raw = requiredEnv('DATABASE_URL', env)
-  let protocol: string | undefined
-  try {
-    protocol = new URL(raw).protocol
-  } catch {
-    protocol = undefined
-  }
-  if (protocol !== 'postgres:' && protocol !== 'postgresql:' && protocol !== 'socket:') {
+  if (!/^(?:postgres|postgresql|socket):/i.test(raw) && !raw.startsWith('/')) {
     throw new EnvError('DATABASE_URL must be a postgres:// URL, e.g. postgres://user@127.0.0.1:5432/db (it is set, but is not one)')
   }
   return raw

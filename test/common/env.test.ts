@@ -34,7 +34,15 @@ describe('environment the services read at boot', () => {
   })
 
   it('takes DATABASE_URL as a postgres:// URL and refuses anything else at once, instead of waiting for a host named "base"', () => {
-    for (const url of ['postgres://app@db:5432/pets', 'postgresql://app:s3cret@10.0.0.5/pets?sslmode=require', 'socket:/var/run/postgresql?db=pets']) {
+    const accepted = [
+      'postgres://app@db:5432/pets',
+      'postgresql://app:s3cret@10.0.0.5/pets?sslmode=require',
+      'socket:/var/run/postgresql?db=pets',
+      // Forms pg takes that WHATWG URL parsing refuses: credentials without a host, a socket directory.
+      'postgres://app:s3cret@/pets?host=/cloudsql/project:region:instance',
+      '/var/run/postgresql pets',
+    ]
+    for (const url of accepted) {
       expect(databaseUrlFromEnv({ DATABASE_URL: url }), url).toBe(url)
     }
     expect(() => databaseUrlFromEnv({})).toThrow('DATABASE_URL must be set')

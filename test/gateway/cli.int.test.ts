@@ -428,6 +428,11 @@ describe('keys CLI (npm run keys)', () => {
       expect(missing.stderr).toMatch(/npm start/)
       expect(missing.stderr).not.toMatch(/\n\s+at /)
 
+      // A DATABASE_URL that is no Postgres URL at all is refused as the services refuse it.
+      const notAUrl = await keys(['list', '--json'], cleanEnv({ DATABASE_URL: 'nonsense' }))
+      expect(notAUrl.code).toBe(1)
+      expect(notAUrl.stderr).toContain('DATABASE_URL must be a postgres:// URL')
+
       // The pid is alive, but it is not the process that wrote the file (a pid given again after
       // a reboot or a crash): that npm start is gone, and the CLI says so rather than trying its URL.
       const started = processIdentity(process.pid)

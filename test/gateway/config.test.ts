@@ -73,10 +73,13 @@ describe('gateway config', () => {
     expect(() => resolveGatewayConfig(file, { GATEWAY_HOST: '0.0.0.0:8080' })).toThrow(/^GATEWAY_HOST must be an IP address or a host name/)
     expect(() => resolveGatewayConfig(file, { GATEWAY_OPS_HOST: '[::1]' })).toThrow(/^GATEWAY_OPS_HOST must be an IP address or a host name/)
     expect(() => resolveGatewayConfig(file, { REDIS_URL: 'garbage' })).toThrow(
-      'REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379 (got "garbage")',
+      'REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "garbage")',
     )
-    expect(() => resolveGatewayConfig(file, { REDIS_URL: 'http://redis:6379' })).toThrow(/^REDIS_URL must be a redis:\/\//)
-    for (const url of ['redis://redis:6379', 'rediss://user:secret@redis.example.com:6380/2', '/run/redis.sock']) {
+    for (const wrong of ['http://redis:6379', 'redis-primary', 'redis-primary:port']) {
+      expect(() => resolveGatewayConfig(file, { REDIS_URL: wrong }), wrong).toThrow(/^REDIS_URL must be a redis:\/\//)
+    }
+    // What ioredis takes besides a URL: host:port, [v6]:port, a bare port, a socket's path.
+    for (const url of ['redis://redis:6379', 'rediss://user:secret@redis.example.com:6380/2', '/run/redis.sock', '127.0.0.1:6379', 'redis-primary:6379', '[::1]:6379', '6379']) {
       expect(resolveGatewayConfig(file, { REDIS_URL: url }).redis.url).toBe(url)
     }
     expect(() => resolveGatewayConfig(file, { PETS_URL: 'http://pets:99999' })).toThrow(

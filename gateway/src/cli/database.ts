@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { DISCOVERY_FILE, ownerStillRunning } from '../../../common/src/database/discoveryFile.ts'
+import { databaseUrlFromEnv } from '../../../common/src/env.ts'
 import { CliError } from './errors.ts'
 
 export interface DatabaseLocation {
@@ -16,7 +17,13 @@ const NO_DATABASE =
 
 /** DATABASE_URL, else the embedded database of the `npm start` running on DATA_DIR. */
 export async function locateDatabase(env: NodeJS.ProcessEnv = process.env): Promise<DatabaseLocation> {
-  if (env.DATABASE_URL) return { url: env.DATABASE_URL, source: 'DATABASE_URL' }
+  if (env.DATABASE_URL) {
+    try {
+      return { url: databaseUrlFromEnv(env), source: 'DATABASE_URL' }
+    } catch (error) {
+      throw new CliError((error as Error).message)
+    }
+  }
   const file = path.join(path.resolve(env.DATA_DIR || 'data'), DISCOVERY_FILE)
   let text: string
   try {

@@ -344,11 +344,12 @@ function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
 }
 
 /**
- * REDIS_URL: `redis://` or `rediss://` (or a Unix socket's path). Anything else would leave the
- * client reconnecting to nowhere while the gateway runs on its fallback for good.
+ * REDIS_URL: `redis://` or `rediss://`, or what ioredis also takes: `host:port`, a bare port, a
+ * Unix socket's path. Anything else (another scheme, a word) would leave the client reconnecting
+ * to nowhere while the gateway runs on its fallback for good.
  */
 function redisUrlFrom(raw: string): string {
-  if (raw.startsWith('/')) return raw
+  if ((raw.startsWith('/') && !raw.startsWith('//')) || /^\d{1,5}$/.test(raw) || clusterSeed(raw)) return raw
   let protocol: string | undefined
   try {
     protocol = new URL(raw).protocol
@@ -356,7 +357,7 @@ function redisUrlFrom(raw: string): string {
     protocol = undefined
   }
   if (protocol !== 'redis:' && protocol !== 'rediss:') {
-    throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379 (got "${raw}")`)
+    throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "${raw}")`)
   }
   return raw
 }
