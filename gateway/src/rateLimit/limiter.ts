@@ -112,22 +112,30 @@ export function createLimiter(options: LimiterOptions): Limiter {
   }
 }
 
+/** How long key guesses must go without a failed call before the log says their count recovered. */
+const GUESSES_QUIET_BEFORE_RECOVERED_MILLIS = 10_000
+
 /**
  * The per-IP count of key guesses in Redis: its calls in the store's metrics beside the keyed
  * decisions (so RateLimitStoreErrors sees them), and a log line when they start failing and one
- * when they recover. Meanwhile each gateway counts guesses alone, so N gateways let N times the
- * limit through, and an outage that keyed traffic does not happen to meet would otherwise go unseen.
+ * when they have recovered. Meanwhile each gateway counts guesses alone, so N gateways let N
+ * times the limit through, and an outage that keyed traffic does not happen to meet would
+ * otherwise go unseen. Recovered means no failure for 10 s: on a Redis Cluster with one master
+ * down, guesses from different addresses fail and succeed in turn, and that is one outage.
  */
-function guessCallReporter(kind: Limiter['storeKind'], observer: StoreObserver | undefined, logger: Logger) {
+export function guessCallReporter(kind: Limiter['storeKind'], observer: StoreObserver | undefined, logger: Logger, clock = () => performance.now()) {
   let failing = false
+  let lastFailure = -Infinity
   return (seconds: number, result: 'ok' | 'timeout' | 'error', error?: unknown): void => {
     observer?.call(kind, seconds, result)
-    if (result === 'ok') {
-      if (failing) logger.info('per-IP count of key guesses recovered: shared in Redis again')
-      failing = false
-    } else if (!failing) {
+    const now = clock()
+    if (result !== 'ok') {
+      lastFailure = now
+      if (!failing) logger.error({ err: error }, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers')
       failing = true
-      logger.error({ err: error }, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers')
+    } else if (failing && now - lastFailure >= GUESSES_QUIET_BEFORE_RECOVERED_MILLIS) {
+      failing = false
+      logger.info('per-IP count of key guesses recovered: shared in Redis again')
     }
   }
 }
