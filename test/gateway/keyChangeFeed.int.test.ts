@@ -114,8 +114,8 @@ describe('API key change notifications', () => {
     const seen: KeyChange[] = []
     const feed = await startKeyChangeFeed({
       repository: {
-        changeFeedStart: () => repository.changeFeedStart(),
-        changesFromHorizon: (horizon) => (reads.count++, repository.changesFromHorizon(horizon)),
+        changeLogPosition: () => (reads.count++, repository.changeLogPosition()),
+        changesPage: (page, snapshot) => repository.changesPage(page, snapshot),
       },
       connectionString: database.url,
       onChange: (change) => seen.push(change),
@@ -285,6 +285,82 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
       await close()
     }
   }, 20_000)
+
+  it('refuses a key revoked in a transaction whose entries span several pages, and reads none of them again while another transaction stays open', async () => {
+    const { pool, repository, operator, close } = await gatewayAndOperator()
+    await pool.query(
+      `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan)
+       SELECT 'key_paged' || g, sha256(('paged' || g)::bytea), 'aas_paged', 'paged', 'free' FROM generate_series(1, 3000) g`,
+    )
+    const target = await repository.create({ name: 'target', plan: 'free' })
+    const entriesRead = { count: 0 }
+    const cache = createKeyCache(repository, { maxEntries: 100, ttlMillis: 60_000, negativeTtlMillis: 10_000 })
+    const feed = await startKeyChangeFeed({
+      repository: {
+        changeLogPosition: () => repository.changeLogPosition(),
+        changesPage: async (page, snapshot) => {
+          const changes = await repository.changesPage(page, snapshot)
+          entriesRead.count += changes.length
+          return changes
+        },
+      },
+      connectionString: database.url,
+      onChange: (change) => cache.invalidate(change.keyHash),
+      logger: pino({ level: 'silent' }),
+      pageEntries: 500,
+    })
+    const idle = new pg.Client({ connectionString: database.url })
+    await idle.connect()
+    try {
+      await operator.query('BEGIN')
+      await operator.query('UPDATE gateway.api_keys SET revoked_at = now() WHERE id = $1', [target.record.id])
+      await operator.query(`UPDATE gateway.api_keys SET plan = 'pro' WHERE name = 'paged'`)
+      const usable = async () => {
+        const record = await cache.lookup(target.key)
+        return record !== undefined && isUsable(record)
+      }
+      expect(await usable()).toBe(true)
+      // Another session holds a transaction open (an operator's psql), before and after the commit.
+      await idle.query('BEGIN')
+      await idle.query('SELECT pg_current_xact_id()')
+      await operator.query('COMMIT')
+      await vi.waitFor(async () => expect(await usable()).toBe(false), { timeout: 2_000, interval: 100 })
+      expect(entriesRead.count).toBe(3_001)
+      await new Promise((resolve) => setTimeout(resolve, 2_500))
+      expect(entriesRead.count, 'read once, not again at every periodic read').toBe(3_001)
+    } finally {
+      await idle.query('ROLLBACK').catch(() => undefined)
+      await idle.end()
+      await feed.stop()
+      await close()
+    }
+  }, 30_000)
+
+  // One transaction that changed more keys than a statement can read within its timeout: read as
+  // one statement, every read of the log timed out for as long as those entries were in it (a
+  // day), and no later revocation arrived. 200,000 entries and 150 ms stand for ~1.5 M and 5 s.
+  it('still delivers a revocation made after one transaction that changed more keys than one statement can read in time', async () => {
+    const setup = createPool({ connectionString: database.url, applicationName: 'key-feed-test-setup', statementTimeoutMillis: 60_000 })
+    await migrate(setup, GATEWAY_MIGRATIONS)
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test', statementTimeoutMillis: 150 })
+    const repository = createKeyRepository(pool)
+    const seen: KeyChange[] = []
+    const feed = await startKeyChangeFeed({ repository, connectionString: database.url, onChange: (change) => seen.push(change), logger: pino({ level: 'silent' }) })
+    try {
+      await setup.query(
+        `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan)
+         SELECT 'key_huge' || g, sha256(('huge' || g)::bytea), 'aas_huge', 'huge', 'free' FROM generate_series(1, 200000) g`,
+      )
+      await vi.waitFor(() => expect(seen.length).toBeGreaterThanOrEqual(200_000), { timeout: 20_000, interval: 100 })
+      const { record } = await createKeyRepository(setup).create({ name: 'in use', plan: 'free' })
+      await createKeyRepository(setup).revoke(record.id)
+      await vi.waitFor(() => expect(seen.filter((change) => change.keyId === record.id)).toHaveLength(2), { timeout: 2_000, interval: 50 })
+    } finally {
+      await feed.stop()
+      await pool.end()
+      await setup.end()
+    }
+  }, 60_000)
 
   it('refuses a key whose row was deleted by hand', async () => {
     const { repository, operator, cache, follow, close } = await gatewayAndOperator()

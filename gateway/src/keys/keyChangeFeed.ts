@@ -4,16 +4,21 @@ import { postgresNotThereYet } from '../../../common/src/database/waitForPostgre
 import type { KeyChange, KeyRepository } from './keyRepository.ts'
 
 export interface KeyChangeFeedOptions {
-  repository: Pick<KeyRepository, 'changeFeedStart' | 'changesFromHorizon'>
+  repository: Pick<KeyRepository, 'changeLogPosition' | 'changesPage'>
   /** For the LISTEN connection; when LISTEN is unavailable the periodic read still works. */
   connectionString: string
   onChange: (change: KeyChange) => void
   logger: Logger
   /** Catch-up period: the bound on propagation when notifications are lost. */
   pollMillis?: number
+  /** Entries read per statement (PAGE_ENTRIES; tests use fewer). */
+  pageEntries?: number
 }
 
 export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
+
+/** Entries read per statement: one operator transaction may hold millions, and each statement has the pool's timeout. */
+const PAGE_ENTRIES = 5_000
 
 /**
  * Follows gateway.api_key_changes so a revocation or plan change reaches this gateway's key
@@ -22,30 +27,56 @@ export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
  *
  * An entry's id is taken when its transaction inserts it, but the entry is seen only when that
  * transaction commits, so entries appear out of id order, and a transaction can stay open for
- * as long as an operator likes. So the log is followed by transaction: each read returns every
- * entry of a transaction that was still running at the previous read (at or past its horizon,
- * the oldest transaction running then), and the new horizon. An entry is delivered the first time
- * it is seen, and remembered only while its transaction is at or past the horizon, where a read
- * returns it again. Nothing is given up on by time or by count.
+ * as long as an operator likes. So each read asks for exactly what was invisible at the previous
+ * one (its position): entries with a later id, and the older ids of the transactions that were
+ * still running then or wrote only after it. It never reads again what it saw, however long
+ * another transaction stays open, and it reads in pages of a bounded size, so one transaction
+ * that changed a million keys is read once, a page per statement, instead of timing out again
+ * and again. An entry is delivered once; nothing is given up on by time or by count.
  */
 export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise<{ stop(): Promise<void> }> {
   const { repository, logger } = options
   // Entries visible at start are history: the cache they would invalidate is empty.
-  const start = await repository.changeFeedStart()
-  let horizon = start.horizon
-  /** Ids delivered (or history at start) whose transaction is at or past the horizon. */
-  let delivered = new Set(start.visible)
+  let position = await repository.changeLogPosition()
+  /**
+   * Entries delivered that the next read returns again: those that became visible while a read
+   * went through its pages, and all of a read that failed part-way.
+   */
+  let delivered = new Set<number>()
 
   const readOnce = async (): Promise<void> => {
-    const read = await repository.changesFromHorizon(horizon)
-    for (const change of read.changes) {
-      if (delivered.has(change.id)) continue
-      delivered.add(change.id)
-      options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind, applied: change.applied })
+    const since = position
+    const next = await repository.changeLogPosition()
+    const deliveredNow = new Set<number>()
+    const again = new Set<number>()
+    /** Every page of one kind of entry, in id order. */
+    const limit = options.pageEntries ?? PAGE_ENTRIES
+    const readAll = async (page: { upTo?: string; xid?: string; xidFrom?: string }, after: number | string) => {
+      for (;;) {
+        const changes = await repository.changesPage({ ...page, after, limit }, next.snapshot)
+        for (const change of changes) {
+          if (!change.inFirst) again.add(change.id)
+          if (delivered.has(change.id) || deliveredNow.has(change.id)) continue
+          deliveredNow.add(change.id)
+          options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind, applied: change.applied })
+        }
+        if (changes.length < limit) return
+        after = changes.at(-1)!.id
+      }
     }
-    const next = BigInt(read.horizon)
-    delivered = new Set(read.changes.filter((change) => BigInt(change.xid) >= next).map((change) => change.id))
-    horizon = read.horizon
+    try {
+      // Later ids; then the older ids of transactions running at the previous read, and of those
+      // that wrote only after it (an id is taken a moment before the transaction's id).
+      await readAll({}, since.maxId)
+      for (const xid of since.xip) await readAll({ xid, upTo: since.maxId }, 0)
+      await readAll({ xidFrom: since.xmax, upTo: since.maxId }, 0)
+    } catch (error) {
+      // Read again from the same position: what this read delivered is not delivered twice.
+      for (const id of deliveredNow) delivered.add(id)
+      throw error
+    }
+    position = next
+    delivered = again
   }
 
   let stopped = false

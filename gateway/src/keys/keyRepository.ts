@@ -41,6 +41,19 @@ export interface RecordedBan {
   endsAt: Date
 }
 
+/**
+ * A point in the change log, as a snapshot: the transactions running then (xip), the first one
+ * not yet begun (xmax) and the highest id visible. What a later read has not seen yet is what was
+ * invisible there.
+ */
+export interface FeedPosition {
+  xmax: string
+  xip: string[]
+  /** A bigint, as text. */
+  maxId: string
+  snapshot: string
+}
+
 export interface NewApiKey {
   name: string
   plan: string
@@ -141,36 +154,34 @@ export function createKeyRepository(pool: pg.Pool) {
         perDay,
       ]),
 
-    /**
-     * Where a gateway starts following the log: the horizon (the oldest transaction still running,
-     * pg_snapshot_xmin of the current snapshot: every entry of an older one is visible by now) and
-     * the ids of the entries already visible from transactions at or past it, which it must not
-     * deliver as new. One statement, so both come from the same snapshot.
-     */
-    async changeFeedStart(): Promise<{ horizon: string; visible: number[] }> {
-      const { rows } = await pool.query<{ horizon: string; id: number | null }>(
-        `WITH s AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon)
-         SELECT s.horizon::text AS horizon, c.id FROM s LEFT JOIN gateway.api_key_changes c ON c.xid >= s.horizon ORDER BY c.id`,
+    /** Where the change log stands now, for the feed: what is visible, what is still running. */
+    async changeLogPosition(): Promise<FeedPosition> {
+      const { rows } = await pool.query<FeedPosition>(
+        `SELECT pg_snapshot_xmax(s.now)::text AS xmax, ARRAY(SELECT x::text FROM pg_snapshot_xip(s.now) x) AS xip,
+                (SELECT COALESCE(max(id), 0) FROM gateway.api_key_changes)::text AS "maxId", s.now::text AS snapshot
+           FROM (SELECT pg_current_snapshot() AS now) s`,
       )
-      return { horizon: rows[0]?.horizon ?? '0', visible: rows.flatMap((row) => (row.id === null ? [] : [row.id])) }
+      return rows[0]!
     },
 
     /**
-     * Every visible entry of a transaction at or past `horizon` (those may have committed since it
-     * was taken), with its transaction, and the horizon now, from the same snapshot.
+     * One page of log entries, oldest first: ids above `after` (and at most `upTo`), of one
+     * transaction (`xid`) or of those from `xidFrom` on, at most `limit`. `inFirst`: the entry was
+     * visible in `snapshot` (a position taken before the read began).
      */
-    async changesFromHorizon(horizon: string): Promise<{ horizon: string; changes: (KeyChange & { xid: string })[] }> {
-      const { rows } = await pool.query<{ horizon: string; id: number | null; keyId: string; keyHash: Buffer; kind: KeyChange['kind']; applied: boolean; xid: string }>(
-        `SELECT s.horizon, c.id, c.key_id AS "keyId", c.key_hash AS "keyHash", c.kind, c.applied_at IS NOT NULL AS applied, c.xid::text AS xid
-           FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon) s
-           LEFT JOIN gateway.api_key_changes c ON c.xid >= $1::xid8
-          ORDER BY c.id`,
-        [horizon],
+    async changesPage(
+      page: { after: number | string; upTo?: string; xid?: string; xidFrom?: string; limit: number },
+      snapshot: string,
+    ): Promise<(KeyChange & { inFirst: boolean })[]> {
+      const { rows } = await pool.query<KeyChange & { inFirst: boolean }>(
+        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind, applied_at IS NOT NULL AS applied,
+                pg_visible_in_snapshot(xid, $6::pg_snapshot) AS "inFirst"
+           FROM gateway.api_key_changes
+          WHERE id > $1 AND ($2::bigint IS NULL OR id <= $2) AND ($3::xid8 IS NULL OR xid = $3) AND ($4::xid8 IS NULL OR xid >= $4)
+          ORDER BY id LIMIT $5`,
+        [page.after, page.upTo ?? null, page.xid ?? null, page.xidFrom ?? null, page.limit, snapshot],
       )
-      return {
-        horizon: rows[0]?.horizon ?? horizon,
-        changes: rows.flatMap(({ id, keyId, keyHash, kind, applied, xid }) => (id === null ? [] : [{ id, keyId, keyHash, kind, applied, xid }])),
-      }
+      return rows
     },
 
     /** The log's entries after `id`, oldest first, at most 1,000 (what `keys` changed, for its tests). */

@@ -1,6 +1,7 @@
 import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createUnbanApplier, keyChangeHandler } from '../../../gateway/src/keys/applyKeyChange.ts'
+import type { KeyChange } from '../../../gateway/src/keys/keyRepository.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
@@ -219,7 +220,14 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     // Unbanned while no gateway can take it (the 4 s ban may lapse meanwhile): pending, then lifted late.
     await unbanWhileRedisRefusesScripts(id)
     // The gateway that applies it late appends an applied copy to the log, for every gateway's cache.
-    const unbans = async () => (await a.keys.changesFromHorizon('0')).changes.filter((change) => change.keyId === id && change.kind === 'unban')
+    const unbans = async () =>
+      (
+        await a.pool.query<KeyChange>(
+          `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind, applied_at IS NOT NULL AS applied
+             FROM gateway.api_key_changes WHERE key_id = $1 AND kind = 'unban' ORDER BY id`,
+          [id],
+        )
+      ).rows
     await eventually(async () => (await unbans()).filter((change) => change.applied).length === 2, 10_000, 250)
     const announcement = (await unbans()).at(-1)!
 
