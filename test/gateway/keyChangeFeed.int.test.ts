@@ -362,6 +362,31 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
     }
   }, 60_000)
 
+  // Deleted as one statement, a backlog bigger than the pool's timeout allows (about 4 M entries
+  // at 5 s) was rolled back every hour while it grew. 400,000 entries and 100 ms stand for it.
+  it('purges a day-old backlog of the change log bigger than one statement can delete in time, and ended bans, and nothing newer', async () => {
+    const setup = createPool({ connectionString: database.url, applicationName: 'key-feed-test-setup', statementTimeoutMillis: 60_000 })
+    await migrate(setup, GATEWAY_MIGRATIONS)
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test', statementTimeoutMillis: 100 })
+    const repository = createKeyRepository(pool)
+    try {
+      const { record } = await createKeyRepository(setup).create({ name: 'ban ended long ago', plan: 'free' })
+      await setup.query(`INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at) VALUES ($1, 0, now() - interval '3 days', now() - interval '2 days')`, [record.id])
+      await setup.query(
+        `INSERT INTO gateway.api_key_changes (key_id, key_hash, changed_at)
+         SELECT 'key_old' || g, sha256(g::text::bytea), now() - interval '2 days' FROM generate_series(1, 400000) g`,
+      )
+      const newer = Number((await setup.query('SELECT count(*) FROM gateway.api_key_changes WHERE changed_at > now() - interval \'1 day\'')).rows[0].count)
+      expect(await repository.purgeChanges(2_000)).toBe(400_001)
+      const left = await setup.query(`SELECT count(*)::int AS count, count(*) FILTER (WHERE changed_at < now() - interval '1 day')::int AS old FROM gateway.api_key_changes`)
+      expect(left.rows[0]).toEqual({ count: newer, old: 0 })
+      expect((await setup.query('SELECT 1 FROM gateway.api_key_bans WHERE key_id = $1', [record.id])).rowCount).toBe(0)
+    } finally {
+      await pool.end()
+      await setup.end()
+    }
+  }, 60_000)
+
   it('refuses a key whose row was deleted by hand', async () => {
     const { repository, operator, cache, follow, close } = await gatewayAndOperator()
     const deleted = await repository.create({ name: 'deleted by hand', plan: 'free' })

@@ -54,6 +54,9 @@ export interface FeedPosition {
   snapshot: string
 }
 
+/** Rows the hourly purge deletes per statement. */
+const PURGE_BATCH_ROWS = 5_000
+
 export interface NewApiKey {
   name: string
   plan: string
@@ -292,12 +295,26 @@ export function createKeyRepository(pool: pg.Pool) {
 
     /**
      * The change log only needs to outlive the cache TTL, a ban record its ban; a day is generous.
-     * Returns the rows removed.
+     * Deleted oldest first in batches, each its own statement under the pool's timeout (one
+     * operator transaction can leave millions of entries), rows another gateway's purge holds
+     * skipped. Returns the rows removed.
      */
-    async purgeChanges(): Promise<number> {
-      const changes = await pool.query(`DELETE FROM gateway.api_key_changes WHERE changed_at < now() - interval '1 day'`)
-      const bans = await pool.query(`DELETE FROM gateway.api_key_bans WHERE ends_at < now() - interval '1 day'`)
-      return (changes.rowCount ?? 0) + (bans.rowCount ?? 0)
+    async purgeChanges(batchRows = PURGE_BATCH_ROWS): Promise<number> {
+      let purged = 0
+      for (const [table, older, order] of [
+        ['gateway.api_key_changes', `changed_at < now() - interval '1 day'`, 'changed_at'],
+        ['gateway.api_key_bans', `ends_at < now() - interval '1 day'`, 'ends_at'],
+      ] as const) {
+        for (;;) {
+          const { rowCount } = await pool.query(
+            `DELETE FROM ${table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ${table} WHERE ${older} ORDER BY ${order} LIMIT $1 FOR UPDATE SKIP LOCKED))`,
+            [batchRows],
+          )
+          purged += rowCount ?? 0
+          if ((rowCount ?? 0) < batchRows) break
+        }
+      }
+      return purged
     },
   }
 }
