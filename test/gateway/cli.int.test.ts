@@ -146,6 +146,32 @@ describe('keys CLI (npm run keys)', () => {
     expect(listed.every((entry) => !('key' in entry) && !('hash' in entry) && !('keyHash' in entry))).toBe(true)
   })
 
+  it('lists 130,000 keys in full, in creation order, as a table and as one JSON object', async () => {
+    await schema()
+    await pool.query(
+      `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan, created_at)
+       SELECT 'key_many' || lpad(g::text, 6, '0'), sha256(('many' || g)::bytea), 'aas_many00', 'customer ' || g, 'free',
+              now() - interval '1 day' + g * interval '1 millisecond'
+         FROM generate_series(1, 130000) g`,
+    )
+    try {
+      const [text, json] = await Promise.all([run('list'), run('list', '--json')])
+      expect(text.code, text.stderr).toBe(0)
+      const lines = text.stdout.trimEnd().split('\n').filter((line) => line.startsWith('key_many'))
+      expect(lines).toHaveLength(130_000)
+      expect(lines[0]).toMatch(/^key_many000001\s/)
+      expect(lines.at(-1)).toMatch(/^key_many130000\s/)
+      expect(json.code, json.stderr).toBe(0)
+      const keys = (JSON.parse(json.stdout) as { keys: { id: string }[] }).keys.filter((key) => key.id.startsWith('key_many'))
+      expect(keys).toHaveLength(130_000)
+      expect([keys[0]!.id, keys[4_999]!.id, keys[5_000]!.id, keys.at(-1)!.id]).toEqual(['key_many000001', 'key_many005000', 'key_many005001', 'key_many130000'])
+    } finally {
+      // The other tests read the change log from its start.
+      await pool.query(`DELETE FROM gateway.api_keys WHERE id LIKE 'key_many%'`)
+      await pool.query(`DELETE FROM gateway.api_key_changes WHERE key_id LIKE 'key_many%'`)
+    }
+  }, 60_000)
+
   it('tells a key expired or active by the database\'s clock, not by a CLI machine whose clock is 10 min off', async () => {
     await schema()
     const live = await repository.create({ name: 'five minutes left', plan: 'free', expiresInMillis: 300_000 })

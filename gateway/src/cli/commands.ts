@@ -119,11 +119,22 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       return
     }
     case 'list': {
-      const [records, bans] = await Promise.all([repository.list(), repository.activeBans()])
+      const bans = await repository.activeBans()
       const banOf = (record: ApiKeyRecord) => bans.get(record.id) ?? null
-      if (command.json) output.out(`${JSON.stringify({ keys: records.map((record) => keyJson(record, plans, now, banOf(record))) })}\n`)
-      else if (records.length === 0) output.out('No API keys yet. Create one: npm run keys -- create --plan <plan> --name <name>\n')
-      else output.out(keyTable(records, plans, now, banOf))
+      // Printed once every page is read: a failure part-way leaves stdout empty, as it promises.
+      // Kept as one piece per page, not one string: a million keys would pass V8's longest string.
+      const pieces: string[] = []
+      const records: ApiKeyRecord[] = []
+      for await (const page of repository.list()) {
+        if (command.json) pieces.push(page.map((record) => JSON.stringify(keyJson(record, plans, now, banOf(record)))).join(','))
+        else records.push(...page)
+      }
+      if (command.json) {
+        output.out('{"keys":[')
+        pieces.forEach((piece, index) => output.out(index === 0 ? piece : `,${piece}`))
+        output.out(']}\n')
+      } else if (records.length === 0) output.out('No API keys yet. Create one: npm run keys -- create --plan <plan> --name <name>\n')
+      else for (const lines of keyTable(records, plans, now, banOf)) output.out(lines)
       return
     }
     case 'show':

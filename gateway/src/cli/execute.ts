@@ -25,7 +25,8 @@ function loadPlans(command: Command, output: Output): Plans | undefined {
 function databaseError(error: unknown, location: DatabaseLocation): unknown {
   if (error instanceof CliError) return error
   const where = location.source === 'DATABASE_URL' ? `DATABASE_URL (${printableUrl(location.url)})` : location.source
-  const what = isDatabaseUnavailable(error) ? 'cannot reach Postgres' : 'cannot prepare the gateway schema'
+  const timedOut = typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '57014'
+  const what = timedOut ? 'Postgres did not finish a statement within its timeout' : isDatabaseUnavailable(error) ? 'cannot reach Postgres' : 'cannot prepare the gateway schema'
   return new CliError(`${what} at ${where}: ${explain(error)}`)
 }
 

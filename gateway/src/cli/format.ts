@@ -92,7 +92,8 @@ function tableState(record: ApiKeyRecord, now: Date, ban: RecordedBan | null): s
   return state === 'active' && ban ? `banned until ${describeTime(ban.endsAt).slice(0, 16)} UTC` : state
 }
 
-export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date, banOf: BanOf): string {
+/** The key table, a header and one line per key, in pieces of up to 5,000 lines (so a million keys print without one giant string). */
+export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date, banOf: BanOf): string[] {
   const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED']
   const rows = records.map((record) => [
     record.id,
@@ -103,9 +104,13 @@ export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now:
     tableState(record, now, banOf(record)),
     describeTime(record.createdAt).slice(0, 16),
   ])
-  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)))
+  // A loop, not Math.max(...lengths): spread as arguments, a hundred thousand keys overflow the stack.
+  const widths = header.map((title) => title.length)
+  for (const row of rows) for (const [column, cell] of row.entries()) widths[column] = Math.max(widths[column]!, cell.length)
   const line = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column] ?? 0)).join('  ').trimEnd()
-  return [line(header), ...rows.map(line)].join('\n') + '\n'
+  const pieces = [`${line(header)}\n`]
+  for (let start = 0; start < rows.length; start += 5_000) pieces.push(rows.slice(start, start + 5_000).map((row) => `${line(row)}\n`).join(''))
+  return pieces
 }
 
 /** `show` and the confirmation after each change: one field per line. */

@@ -125,9 +125,24 @@ export function createKeyRepository(pool: pg.Pool) {
       return rows[0]
     },
 
-    async list(): Promise<ApiKeyRecord[]> {
-      const { rows } = await pool.query<ApiKeyRecord>(`SELECT ${COLUMNS} FROM gateway.api_keys ORDER BY created_at, id`)
-      return rows
+    /**
+     * Every key in creation order, a page per statement (each under the pool's timeout, however
+     * many keys there are), walked by (created_at, id) from where the last page ended.
+     */
+    async *list(pageRows = 5_000): AsyncGenerator<ApiKeyRecord[]> {
+      // Where the last page ended, to the microsecond (a Date keeps milliseconds only).
+      let after: { at: string; id: string } | undefined
+      for (;;) {
+        const { rows } = await pool.query<ApiKeyRecord & { cursorAt: string }>(
+          `SELECT ${COLUMNS}, created_at::text AS "cursorAt" FROM gateway.api_keys
+            WHERE $1::timestamptz IS NULL OR (created_at, id) > ($1::timestamptz, $2)
+            ORDER BY created_at, id LIMIT $3`,
+          [after?.at ?? null, after?.id ?? null, pageRows],
+        )
+        if (rows.length > 0) yield rows.map(({ cursorAt: _cursorAt, ...record }) => record)
+        if (rows.length < pageRows) return
+        after = { at: rows.at(-1)!.cursorAt, id: rows.at(-1)!.id }
+      }
     },
 
     /** The database's clock: what a key's expiry is judged by, wherever the caller runs. */
