@@ -102,7 +102,21 @@ export function previousInternalTokenFromEnv(env: NodeJS.ProcessEnv = process.en
 
 function longEnough(name: string, token: string): string {
   if (token.length < INTERNAL_TOKEN_MIN_LENGTH) throw new EnvError(`${name} must be at least ${INTERNAL_TOKEN_MIN_LENGTH} characters`)
+  // It travels as a header value: HTTP parsers trim spaces around one, and undici refuses
+  // characters beyond latin-1, so anything but visible ASCII would never match on the other side.
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    throw new EnvError(`${name} must be visible ASCII characters only (no spaces, no accents): it is sent as a header value`)
+  }
   return token
+}
+
+/** The INTERNAL_TOKEN docker-compose.yml falls back to: published in the repository, so only for a local try. */
+export const COMPOSE_DEFAULT_INTERNAL_TOKEN = 'local-only-internal-token-change-me'
+
+/** Says so when INTERNAL_TOKEN is compose's published default: anything on that network could call the pets-service. */
+export function warnOfPublishedToken(token: string, logger: Logger): void {
+  if (token !== COMPOSE_DEFAULT_INTERNAL_TOKEN) return
+  logger.warn('INTERNAL_TOKEN is docker-compose.yml\'s published default: fine for a local try, never for a deployment (set INTERNAL_TOKEN)')
 }
 
 /** Default SHUTDOWN_DRAIN_SECONDS: long enough for a load balancer to see /readyz fail and stop routing. */

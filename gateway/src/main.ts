@@ -3,7 +3,7 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
-import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure } from '../../common/src/env.ts'
+import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
@@ -45,6 +45,7 @@ async function main(): Promise<void> {
   metrics.expectBanSteps(config.bans.ladderSeconds.length)
   const databaseUrl = databaseUrlFromEnv()
   const internalToken = internalTokenFromEnv()
+  warnOfPublishedToken(internalToken, logger)
   const drainMillis = drainMillisFromEnv()
 
   const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', logger })

@@ -4,7 +4,7 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
-import { reportStartupFailure } from '../../common/src/env.ts'
+import { reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
@@ -25,6 +25,7 @@ async function main(): Promise<void> {
   const stopStartWatch = exitWhenStoppedWhileStarting(logger, 'start:pets')
   checkLogLevel()
   const config = loadPetsConfig()
+  warnOfPublishedToken(config.internalToken, logger)
   const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', logger })
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })

@@ -1,5 +1,5 @@
 import { readFileSync, rmSync } from 'node:fs'
-import { access, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, chmod, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
@@ -83,8 +83,10 @@ export async function claimDataDirectory(
   record: EmbeddedDatabaseRecord,
   options: { onStale?: (previous: EmbeddedDatabaseRecord | undefined) => void; startingGraceMillis?: number } = {},
 ): Promise<void> {
-  // Private to this user when created here: the database files and the discovery file are keys.
+  // Private to this user: the database files (PGlite writes most of them 0666) and the discovery
+  // file are keys. An existing folder is made private too, not only one created here.
   await mkdir(dataDir, { recursive: true, mode: 0o700 })
+  await chmod(dataDir, 0o700).catch(() => undefined)
   const file = discoveryFilePath(dataDir)
   for (let attempt = 0; attempt < 3; attempt += 1) {
     if (await createWhole(file, JSON.stringify(record))) return

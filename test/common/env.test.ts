@@ -1,5 +1,6 @@
+import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
 import { checkLogLevel } from '../../common/src/logger.ts'
 import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
@@ -8,6 +9,23 @@ describe('environment the services read at boot', () => {
     expect(() => internalTokenFromEnv({})).toThrow('INTERNAL_TOKEN must be set')
     expect(() => internalTokenFromEnv({ INTERNAL_TOKEN: '123456789012345' })).toThrow('INTERNAL_TOKEN must be at least 16 characters')
     expect(internalTokenFromEnv({ INTERNAL_TOKEN: '1234567890123456' })).toBe('1234567890123456')
+  })
+
+  it('refuses an INTERNAL_TOKEN that would not arrive as sent (a space HTTP trims, a character beyond latin-1), naming it', () => {
+    const problem = 'must be visible ASCII characters only (no spaces, no accents): it is sent as a header value'
+    expect(() => internalTokenFromEnv({ INTERNAL_TOKEN: '0123456789abcdef-secret ' })).toThrow(`INTERNAL_TOKEN ${problem}`)
+    expect(() => internalTokenFromEnv({ INTERNAL_TOKEN: '0123456789abcdef-€uro' })).toThrow(`INTERNAL_TOKEN ${problem}`)
+    expect(internalTokenFromEnv({ INTERNAL_TOKEN: 'aZ09-._~!$&()*+,;=:@/?[]{}|' })).toBe('aZ09-._~!$&()*+,;=:@/?[]{}|')
+  })
+
+  it("warns when INTERNAL_TOKEN is docker-compose.yml's published default, and only then", () => {
+    const warnings: string[] = []
+    const logger = { warn: (message: string) => warnings.push(message) } as unknown as Parameters<typeof warnOfPublishedToken>[1]
+    warnOfPublishedToken('a-token-of-our-own-0123', logger)
+    expect(warnings).toEqual([])
+    warnOfPublishedToken(COMPOSE_DEFAULT_INTERNAL_TOKEN, logger)
+    expect(warnings).toEqual([expect.stringContaining('published default')])
+    expect(readFileSync('docker-compose.yml', 'utf8')).toContain(`INTERNAL_TOKEN:-${COMPOSE_DEFAULT_INTERNAL_TOKEN}}`)
   })
 
   it('reads a port, falls back when it is unset, and refuses one that is not a port', () => {

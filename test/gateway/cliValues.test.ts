@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest'
 import { parseCommand } from '../../gateway/src/cli/args.ts'
+import { keyDetails, keyTable } from '../../gateway/src/cli/format.ts'
 import { parseExpires, parseLimits, parseName } from '../../gateway/src/cli/values.ts'
+import type { ApiKeyRecord } from '../../gateway/src/keys/keyRepository.ts'
 
 const now = new Date('2026-11-25T12:00:00Z')
 
@@ -84,6 +86,33 @@ describe('keys --name', () => {
     expect(() => parseName('   ')).toThrow('--name must be 1 to 200 characters, got 0')
     expect(() => parseName('x'.repeat(201))).toThrow('--name must be 1 to 200 characters, got 201')
     expect(() => parseName('evil\u001b[2Jname')).toThrow('--name must not contain control characters')
+    // C1: CSI and OSC as one character each, which terminals obey in UTF-8 too.
+    expect(() => parseName('acme\u009b2J\u009d0;pwned\u009c')).toThrow('--name must not contain control characters (C0, DEL or C1)')
+    expect(() => parseName('acme\u202erevoked')).toThrow('--name must not hold bidirectional override')
+  })
+
+  it('shows a name or plan written by hand in psql with what a terminal obeys escaped, in list and show', () => {
+    const record: ApiKeyRecord = {
+      id: 'key_abcdefghijkl',
+      displayPrefix: 'aas_abcdef',
+      name: 'acme\u009b2J\u001b]0;pwned\u0007\u202erevoked',
+      plan: 'free\u2028pro',
+      perMinute: null,
+      perDay: null,
+      createdAt: new Date('2026-01-01T00:00:00Z'),
+      expiresAt: null,
+      revokedAt: null,
+    }
+    // eslint-disable-next-line no-control-regex -- what must not reach the terminal
+    const obeyed = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]/
+    const table = keyTable([record], undefined, new Date(), () => null).join('')
+    const details = keyDetails(record, undefined, new Date(), null)
+    for (const text of [table, details]) expect(text.replace(/\n/g, '')).not.toMatch(obeyed)
+    expect(details).toContain('acme\\u009b2J\\u001b]0;pwned\\u0007\\u202erevoked')
+    expect(details).toContain('free\\u2028pro')
+    // The table keeps 32 characters of a name.
+    expect(table).toContain('acme\\u009b2J\\u001b]0;pwned')
+    expect(table.trimEnd().split('\n')).toHaveLength(2)
   })
 
   it('counts characters as the database does: 200 emoji are a name, 201 are not', () => {

@@ -1,8 +1,15 @@
-/** A database URL fit to print: the password, if any, is hidden; one that does not parse is not printed at all. */
+/** Query parameters pg reads a secret from (pg-connection-string): a URL may carry its password there. */
+const SECRET_PARAMETERS = ['password', 'sslpassword', 'sslkey']
+
+/**
+ * A database URL fit to print: the password hidden wherever pg would read one (the userinfo, a
+ * `?password=` parameter, the `socket:` form's query); one that does not parse is not printed at all.
+ */
 export function printableUrl(url: string): string {
   try {
     const parsed = new URL(url)
     if (parsed.password) parsed.password = '***'
+    for (const name of SECRET_PARAMETERS) if (parsed.searchParams.has(name)) parsed.searchParams.set(name, '***')
     return parsed.toString()
   } catch {
     return '(an unparsable URL)'

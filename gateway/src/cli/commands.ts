@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises'
+import { escapeForDisplay } from '../../../common/src/text/displaySafety.ts'
 import type { ApiKeyRecord, KeyRepository } from '../keys/keyRepository.ts'
 import type { Command } from './args.ts'
 import { CliError, UsageError } from './errors.ts'
@@ -112,7 +113,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
         return
       }
       output.out(
-        `Created API key ${record.id} "${record.name}" on plan ${record.plan} (${describeLimits(record, plans)}).\n\n` +
+        `Created API key ${record.id} "${escapeForDisplay(record.name)}" on plan ${escapeForDisplay(record.plan)} (${describeLimits(record, plans)}).\n\n` +
           `  ${key}\n\n` +
           'Store this key now: it is shown only this once and cannot be shown again (only its hash is kept).\n',
       )

@@ -1,3 +1,4 @@
+import { escapeForDisplay } from '../../../common/src/text/displaySafety.ts'
 import type { GatewayConfig } from '../config/loadConfig.ts'
 import type { ApiKeyRecord, RecordedBan } from '../keys/keyRepository.ts'
 import { keyLimit } from '../rateLimit/planLimits.ts'
@@ -70,10 +71,9 @@ export function describeTime(date: Date | null, none = 'never'): string {
   return date === null ? none : `${date.toISOString().slice(0, 19).replace('T', ' ')} UTC`
 }
 
-/** Names come from operators; keep the table one line per key. */
+/** A name as the terminal should show it (one written by hand in psql may hold anything): escaped, one line, at most `max`. */
 const printable = (text: string, max: number) => {
-  // eslint-disable-next-line no-control-regex
-  const clean = text.replace(/[\u0000-\u001f\u007f]/g, ' ')
+  const clean = escapeForDisplay(text)
   return clean.length > max ? `${clean.slice(0, max - 1)}…` : clean
 }
 
@@ -95,15 +95,18 @@ function tableState(record: ApiKeyRecord, now: Date, ban: RecordedBan | null): s
 /** The key table, a header and one line per key, in pieces of up to 5,000 lines (so a million keys print without one giant string). */
 export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date, banOf: BanOf): string[] {
   const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED']
-  const rows = records.map((record) => [
-    record.id,
-    shortPrefix(record),
-    printable(record.name, 32),
-    record.plan,
-    describeLimits(record, plans),
-    tableState(record, now, banOf(record)),
-    describeTime(record.createdAt).slice(0, 16),
-  ])
+  // Every cell escaped: a plan written by hand in psql may hold what a terminal obeys, like a name.
+  const rows = records.map((record) =>
+    [
+      record.id,
+      shortPrefix(record),
+      printable(record.name, 32),
+      record.plan,
+      describeLimits(record, plans),
+      tableState(record, now, banOf(record)),
+      describeTime(record.createdAt).slice(0, 16),
+    ].map(escapeForDisplay),
+  )
   // A loop, not Math.max(...lengths): spread as arguments, a hundred thousand keys overflow the stack.
   const widths = header.map((title) => title.length)
   for (const row of rows) for (const [column, cell] of row.entries()) widths[column] = Math.max(widths[column]!, cell.length)
@@ -127,5 +130,5 @@ export function keyDetails(record: ApiKeyRecord, plans: Plans | undefined, now: 
     ['revoked', describeTime(record.revokedAt, '-')],
     ['ban', describeBan(ban)],
   ]
-  return fields.map(([label, value]) => `  ${label.padEnd(8)} ${value}`).join('\n') + '\n'
+  return fields.map(([label, value]) => `  ${label.padEnd(8)} ${escapeForDisplay(value)}`).join('\n') + '\n'
 }

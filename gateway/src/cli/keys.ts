@@ -3,6 +3,7 @@
  * Exit status 0 done, 1 failed, 2 bad arguments. Results go to stdout, errors to stderr; with
  * --json stdout holds exactly one JSON object or nothing.
  */
+import { escapeForDisplay } from '../../../common/src/text/displaySafety.ts'
 import { USAGE, parseCommand } from './args.ts'
 import type { Output } from './commands.ts'
 import { CliError, UsageError, explain } from './errors.ts'
@@ -20,11 +21,11 @@ async function main(argv: string[], output: Output): Promise<number> {
     return 0
   } catch (error) {
     if (error instanceof UsageError) {
-      output.err(`error: ${error.message}\n\n${USAGE}`)
+      output.err(`error: ${escapeForDisplay(error.message)}\n\n${USAGE}`)
       return 2
     }
     if (error instanceof CliError) {
-      output.err(`error: ${error.message}\n`)
+      output.err(`error: ${escapeForDisplay(error.message)}\n`)
       return 1
     }
     // A Postgres error carries a SQLSTATE code and is not a defect here; anything else may be one.

@@ -1,3 +1,4 @@
+import { BIDI_CONTROL, CONTROL_CHARACTER } from '../../../common/src/text/displaySafety.ts'
 import { UsageError } from './errors.ts'
 
 /** Custom per-key limits; always given together, per-day at least per-minute. */
@@ -38,8 +39,11 @@ export function parseName(raw: string): string {
   if (length === 0 || length > NAME_MAX) {
     throw new UsageError(`--name must be 1 to ${NAME_MAX} characters, got ${length}`)
   }
-  // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f]/.test(name)) throw new UsageError('--name must not contain control characters')
+  // Shown to operators in their terminals: nothing a terminal would obey, nothing that reorders the line.
+  if (CONTROL_CHARACTER.test(name)) throw new UsageError('--name must not contain control characters (C0, DEL or C1)')
+  if (BIDI_CONTROL.test(name)) {
+    throw new UsageError('--name must not hold bidirectional override, embedding or isolate characters (U+202A–U+202E, U+2066–U+2069)')
+  }
   return name
 }
 

@@ -1,16 +1,11 @@
 import { createHash } from 'node:crypto'
+import { BIDI_CONTROL, CONTROL_CHARACTER } from '../../../common/src/text/displaySafety.ts'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { petsErrors } from '../errors.ts'
 import { consumerId, publicPrefix } from '../http/forwarded.ts'
 import type { NewPetRow, PetRepository } from '../repository/petRepository.ts'
 import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, NoQuery, Pet } from '../schemas/pet.ts'
 
-// Unicode's control characters (category Cc): C0, DEL and C1.
-// eslint-disable-next-line no-control-regex -- matching control characters is the point
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/
-// The bidirectional embeddings, overrides and isolates: a name holding one can show other clients
-// text in another order than it is stored ("Trojan Source", CVE-2021-42574).
-const BIDI_CONTROL = /[\u202a-\u202e\u2066-\u2069]/
 // Nothing but invisible characters: format characters (U+200B), the default-ignorable ones
 // (variation selectors, U+034F, the Hangul fillers), separators, marks with nothing to mark, the
 // blank braille pattern. A name no one can see in a list. Joiners inside a visible name (emoji
