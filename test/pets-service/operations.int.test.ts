@@ -180,9 +180,9 @@ describe('pets-service operations', () => {
     const pools = [0, 1].map(() => createPool({ connectionString: database.url, applicationName: 'migrate-test' }))
     try {
       const applied = await Promise.all(pools.map((pool) => migrate(pool, PETS_MIGRATIONS)))
-      expect(applied.flat().sort()).toEqual([1, 2])
+      expect(applied.flat().sort()).toEqual([1, 2, 3])
       const { rows } = await pools[0]!.query('SELECT version FROM pets.schema_migrations ORDER BY version')
-      expect(rows).toEqual([{ version: 1 }, { version: 2 }])
+      expect(rows).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }])
       expect(await migrate(pools[0]!, PETS_MIGRATIONS)).toEqual([])
     } finally {
       await Promise.all(pools.map((pool) => pool.end()))

@@ -31,7 +31,12 @@ const COLUMNS = 'id, name, category_id AS "categoryId", status'
 // (see connectionsHaveOwnSessions): each pooled connection parses and plans them once, and every
 // later call only binds and executes, which saves Postgres CPU per request.
 const LIST_PAGE = `SELECT ${COLUMNS} FROM pets.pets WHERE id > $1 ORDER BY id LIMIT $2`
-const LIST_PAGE_BY_STATUS = `SELECT ${COLUMNS} FROM pets.pets WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3`
+// A range of the (status, id) index, not "status = $1 AND id > $2 ORDER BY id": with that form the
+// planner may walk the primary key and filter on status, and where statuses cluster by id (the old
+// pets adopted, the new ones available) a page read every later pet of another status: 600,000
+// rows for a walk's last page at 3 M pets, enough for a few clients to drain the pool.
+const LIST_PAGE_BY_STATUS = `SELECT ${COLUMNS} FROM pets.pets
+  WHERE (status, id) > ($1, $2) AND (status, id) <= ($1, 9007199254740991) ORDER BY status, id LIMIT $3`
 const FIND_BY_ID = `SELECT ${COLUMNS} FROM pets.pets WHERE id = $1`
 
 /** How long an Idempotency-Key is remembered. */
@@ -126,18 +131,27 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
      */
     async purgeIdempotencyKeys(batchRows = IDEMPOTENCY_PURGE_BATCH_ROWS): Promise<number> {
       let purged = 0
+      // Each batch starts where the last one ended: while another session's snapshot (a pg_dump, a
+      // report) keeps the deleted rows' index entries from being pruned, a batch from the oldest
+      // would step over all of them again, and the run would slow down batch by batch.
+      // A Date keeps milliseconds only: cut down, it still starts at or before the last row deleted.
+      let from: Date | string = '-infinity'
       for (;;) {
-        const { rowCount } = await pool.query(
-          // Oldest first, through the created_at index: the rows already deleted are not read again
-          // (a sequential scan would step over all of them on every batch).
-          `DELETE FROM pets.idempotency_keys WHERE ctid = ANY(ARRAY(
-             SELECT ctid FROM pets.idempotency_keys
-              WHERE created_at < now() - make_interval(hours => $1)
-              ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))`,
-          [IDEMPOTENCY_RETENTION_HOURS, batchRows],
+        const { rows }: { rows: { deleted: number; last: Date | null }[] } = await pool.query(
+          // Oldest first, through the created_at index.
+          `WITH deleted AS (
+             DELETE FROM pets.idempotency_keys WHERE ctid = ANY(ARRAY(
+               SELECT ctid FROM pets.idempotency_keys
+                WHERE created_at < now() - make_interval(hours => $1) AND created_at >= $3::timestamptz
+                ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))
+             RETURNING created_at)
+           SELECT count(*)::int AS deleted, max(created_at) AS last FROM deleted`,
+          [IDEMPOTENCY_RETENTION_HOURS, batchRows, from],
         )
-        purged += rowCount ?? 0
-        if ((rowCount ?? 0) < batchRows) return purged
+        const deleted = rows[0]?.deleted ?? 0
+        purged += deleted
+        if (deleted < batchRows) return purged
+        from = rows[0]?.last ?? from
       }
     },
 
