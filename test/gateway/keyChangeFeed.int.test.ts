@@ -115,7 +115,9 @@ describe('API key change notifications', () => {
     const feed = await startKeyChangeFeed({
       repository: {
         changeLogPosition: () => (reads.count++, repository.changeLogPosition()),
-        changesPage: (page, snapshot) => repository.changesPage(page, snapshot),
+        changesById: (after, limit, snapshot) => repository.changesById(after, limit, snapshot),
+        changesByXid: (page, snapshot) => repository.changesByXid(page, snapshot),
+        committedAmong: (xids, upTo) => repository.committedAmong(xids, upTo),
       },
       connectionString: database.url,
       onChange: (change) => seen.push(change),
@@ -298,11 +300,17 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
     const feed = await startKeyChangeFeed({
       repository: {
         changeLogPosition: () => repository.changeLogPosition(),
-        changesPage: async (page, snapshot) => {
-          const changes = await repository.changesPage(page, snapshot)
+        changesById: async (after, limit, snapshot) => {
+          const changes = await repository.changesById(after, limit, snapshot)
           entriesRead.count += changes.length
           return changes
         },
+        changesByXid: async (page, snapshot) => {
+          const changes = await repository.changesByXid(page, snapshot)
+          entriesRead.count += changes.length
+          return changes
+        },
+        committedAmong: (xids, upTo) => repository.committedAmong(xids, upTo),
       },
       connectionString: database.url,
       onChange: (change) => cache.invalidate(change.keyHash),
@@ -361,6 +369,44 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
       await setup.end()
     }
   }, 60_000)
+
+  // A log moved here with pg_dump keeps the old server's transaction ids, past any this server has
+  // reached: read as written after every position, it was delivered whole as new and read again
+  // every second, for a day.
+  it('takes entries restored from another server for history: neither delivered nor read again', async () => {
+    const { pool, repository, close } = await gatewayAndOperator()
+    await pool.query(
+      `INSERT INTO gateway.api_key_changes (key_id, key_hash, xid)
+       SELECT 'key_moved' || g, sha256(('moved' || g)::bytea), ((pg_current_xact_id()::text)::bigint + 1000000)::text::xid8
+         FROM generate_series(1, 2000) g`,
+    )
+    const seen: KeyChange[] = []
+    const entriesRead = { count: 0 }
+    const counted = <T extends unknown[]>(rows: T) => ((entriesRead.count += rows.length), rows)
+    const feed = await startKeyChangeFeed({
+      repository: {
+        changeLogPosition: () => repository.changeLogPosition(),
+        changesById: async (after, limit, snapshot) => counted(await repository.changesById(after, limit, snapshot)),
+        changesByXid: async (page, snapshot) => counted(await repository.changesByXid(page, snapshot)),
+        committedAmong: (xids, upTo) => repository.committedAmong(xids, upTo),
+      },
+      connectionString: database.url,
+      onChange: (change) => seen.push(change),
+      logger: pino({ level: 'silent' }),
+      pollMillis: 100,
+    })
+    try {
+      const { record } = await repository.create({ name: 'after the move', plan: 'free' })
+      await repository.revoke(record.id)
+      await vi.waitFor(() => expect(seen.filter((change) => change.keyId === record.id)).toHaveLength(2), { timeout: 2_000, interval: 50 })
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      expect(seen.filter((change) => change.keyId.startsWith('key_moved'))).toEqual([])
+      expect(entriesRead.count).toBe(2)
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  })
 
   // Deleted as one statement, a backlog bigger than the pool's timeout allows (about 4 M entries
   // at 5 s) was rolled back every hour while it grew. 400,000 entries and 100 ms stand for it.

@@ -1,10 +1,10 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
 import { postgresNotThereYet } from '../../../common/src/database/waitForPostgres.ts'
-import type { KeyChange, KeyRepository } from './keyRepository.ts'
+import type { FeedEntry, KeyChange, KeyRepository } from './keyRepository.ts'
 
 export interface KeyChangeFeedOptions {
-  repository: Pick<KeyRepository, 'changeLogPosition' | 'changesPage'>
+  repository: Pick<KeyRepository, 'changeLogPosition' | 'changesById' | 'changesByXid' | 'committedAmong'>
   /** For the LISTEN connection; when LISTEN is unavailable the periodic read still works. */
   connectionString: string
   onChange: (change: KeyChange) => void
@@ -49,27 +49,39 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     const next = await repository.changeLogPosition()
     const deliveredNow = new Set<number>()
     const again = new Set<number>()
-    /** Every page of one kind of entry, in id order. */
     const limit = options.pageEntries ?? PAGE_ENTRIES
-    const readAll = async (page: { upTo?: string; xid?: string; xidFrom?: string }, after: number | string) => {
+    const deliver = (change: FeedEntry) => {
+      if (!change.inFirst) again.add(change.id)
+      if (delivered.has(change.id) || deliveredNow.has(change.id)) return
+      deliveredNow.add(change.id)
+      options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind, applied: change.applied })
+    }
+    /** Every page of the entries with later ids, in id order. */
+    const readNewIds = async (after: number | string) => {
       for (;;) {
-        const changes = await repository.changesPage({ ...page, after, limit }, next.snapshot)
-        for (const change of changes) {
-          if (!change.inFirst) again.add(change.id)
-          if (delivered.has(change.id) || deliveredNow.has(change.id)) continue
-          deliveredNow.add(change.id)
-          options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind, applied: change.applied })
-        }
+        const changes = await repository.changesById(after, limit, next.snapshot)
+        changes.forEach(deliver)
         if (changes.length < limit) return
         after = changes.at(-1)!.id
       }
     }
+    /** Every page of the older-id entries of some transactions, in (xid, id) order. */
+    const readOlderIds = async (fromXid: string, toXid?: string) => {
+      let after = { xid: fromXid, id: 0 as number | string }
+      for (;;) {
+        const changes = await repository.changesByXid({ fromXid, toXid, upTo: since.maxId, after, limit }, next.snapshot)
+        changes.forEach(deliver)
+        if (changes.length < limit) return
+        after = { xid: changes.at(-1)!.xid, id: changes.at(-1)!.id }
+      }
+    }
     try {
-      // Later ids; then the older ids of transactions running at the previous read, and of those
-      // that wrote only after it (an id is taken a moment before the transaction's id).
-      await readAll({}, since.maxId)
-      for (const xid of since.xip) await readAll({ xid, upTo: since.maxId }, 0)
-      await readAll({ xidFrom: since.xmax, upTo: since.maxId }, 0)
+      // Later ids; then the older ids of transactions running at the previous read that have
+      // committed since, and of those that wrote only after it (an id is taken a moment before
+      // the transaction's id).
+      await readNewIds(since.maxId)
+      for (const xid of await repository.committedAmong(since.xip, since.maxId)) await readOlderIds(xid, xid)
+      await readOlderIds(since.xmax)
     } catch (error) {
       // Read again from the same position: what this read delivered is not delivered twice.
       for (const id of deliveredNow) delivered.add(id)

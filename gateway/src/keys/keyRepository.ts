@@ -46,6 +46,13 @@ export interface RecordedBan {
  * not yet begun (xmax) and the highest id visible. What a later read has not seen yet is what was
  * invisible there.
  */
+/** A change-log entry as the feed reads it. */
+export type FeedEntry = KeyChange & { inFirst: boolean }
+
+/** The snapshot to judge `inFirst` by is always parameter $3. */
+const FEED_COLUMNS = `id, key_id AS "keyId", key_hash AS "keyHash", kind, applied_at IS NOT NULL AS applied,
+  pg_visible_in_snapshot(xid, $3::pg_snapshot) AS "inFirst"`
+
 export interface FeedPosition {
   xmax: string
   xip: string[]
@@ -130,11 +137,12 @@ export function createKeyRepository(pool: pg.Pool) {
      * many keys there are), walked by (created_at, id) from where the last page ended.
      */
     async *list(pageRows = 5_000): AsyncGenerator<ApiKeyRecord[]> {
-      // Where the last page ended, to the microsecond (a Date keeps milliseconds only).
+      // Where the last page ended, to the microsecond (a Date keeps milliseconds only), in ISO 8601
+      // UTC: the session's DateStyle and time zone could make text read back as another moment.
       let after: { at: string; id: string } | undefined
       for (;;) {
         const { rows } = await pool.query<ApiKeyRecord & { cursorAt: string }>(
-          `SELECT ${COLUMNS}, created_at::text AS "cursorAt" FROM gateway.api_keys
+          `SELECT ${COLUMNS}, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS "cursorAt" FROM gateway.api_keys
             WHERE $1::timestamptz IS NULL OR (created_at, id) > ($1::timestamptz, $2)
             ORDER BY created_at, id LIMIT $3`,
           [after?.at ?? null, after?.id ?? null, pageRows],
@@ -183,23 +191,50 @@ export function createKeyRepository(pool: pg.Pool) {
     },
 
     /**
-     * One page of log entries, oldest first: ids above `after` (and at most `upTo`), of one
-     * transaction (`xid`) or of those from `xidFrom` on, at most `limit`. `inFirst`: the entry was
-     * visible in `snapshot` (a position taken before the read began).
+     * Entries with ids above `afterId`, in id order, at most `limit`. `inFirst`: the entry was
+     * visible in `snapshot` (a position taken before the read began). Only entries this server's
+     * transactions wrote: ones carried over from another server (a dump restored here) bear
+     * transaction ids this one has not reached, and are history.
      */
-    async changesPage(
-      page: { after: number | string; upTo?: string; xid?: string; xidFrom?: string; limit: number },
-      snapshot: string,
-    ): Promise<(KeyChange & { inFirst: boolean })[]> {
-      const { rows } = await pool.query<KeyChange & { inFirst: boolean }>(
-        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind, applied_at IS NOT NULL AS applied,
-                pg_visible_in_snapshot(xid, $6::pg_snapshot) AS "inFirst"
-           FROM gateway.api_key_changes
-          WHERE id > $1 AND ($2::bigint IS NULL OR id <= $2) AND ($3::xid8 IS NULL OR xid = $3) AND ($4::xid8 IS NULL OR xid >= $4)
-          ORDER BY id LIMIT $5`,
-        [page.after, page.upTo ?? null, page.xid ?? null, page.xidFrom ?? null, page.limit, snapshot],
+    async changesById(afterId: number | string, limit: number, snapshot: string): Promise<FeedEntry[]> {
+      const { rows } = await pool.query<FeedEntry>(
+        `SELECT ${FEED_COLUMNS} FROM gateway.api_key_changes
+          WHERE id > $1 AND xid < pg_snapshot_xmax(pg_current_snapshot())
+          ORDER BY id LIMIT $2`,
+        // $3 is the snapshot, as FEED_COLUMNS has it.
+        [afterId, limit, snapshot],
       )
       return rows
+    },
+
+    /**
+     * Entries with ids up to `upTo` of the transactions from `fromXid` to `toXid` (or on, when
+     * none), in (xid, id) order after `after`, at most `limit`: the (xid, id) index serves exactly
+     * these rows, one big transaction page by page.
+     */
+    async changesByXid(
+      page: { fromXid: string; toXid?: string; upTo: number | string; after: { xid: string; id: number | string }; limit: number },
+      snapshot: string,
+    ): Promise<(FeedEntry & { xid: string })[]> {
+      const { rows } = await pool.query<FeedEntry & { xid: string }>(
+        `SELECT ${FEED_COLUMNS}, xid::text AS xid FROM gateway.api_key_changes
+          WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid >= $4::xid8 AND ($5::xid8 IS NULL OR xid <= $5::xid8) AND id <= $6
+            AND xid < pg_snapshot_xmax(pg_current_snapshot())
+          ORDER BY xid, id LIMIT $7`,
+        // $3 is the snapshot, as FEED_COLUMNS has it.
+        [page.after.xid, page.after.id, snapshot, page.fromXid, page.toXid ?? null, page.upTo, page.limit],
+      )
+      return rows
+    },
+
+    /** Which of `xids` (transactions running at an earlier position) have entries visible now with ids up to `upTo`. */
+    async committedAmong(xids: string[], upTo: number | string): Promise<string[]> {
+      if (xids.length === 0) return []
+      const { rows } = await pool.query<{ xid: string }>(
+        `SELECT DISTINCT xid::text AS xid FROM gateway.api_key_changes WHERE xid = ANY($1::xid8[]) AND id <= $2 ORDER BY 1`,
+        [xids, upTo],
+      )
+      return rows.map((row) => row.xid)
     },
 
     /** The log's entries after `id`, oldest first, at most 1,000 (what `keys` changed, for its tests). */
@@ -316,18 +351,33 @@ export function createKeyRepository(pool: pg.Pool) {
      */
     async purgeChanges(batchRows = PURGE_BATCH_ROWS): Promise<number> {
       let purged = 0
-      for (const [table, older, order] of [
-        ['gateway.api_key_changes', `changed_at < now() - interval '1 day'`, 'changed_at'],
-        ['gateway.api_key_bans', `ends_at < now() - interval '1 day'`, 'ends_at'],
-      ] as const) {
-        for (;;) {
-          const { rowCount } = await pool.query(
-            `DELETE FROM ${table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ${table} WHERE ${older} ORDER BY ${order} LIMIT $1 FOR UPDATE SKIP LOCKED))`,
-            [batchRows],
-          )
-          purged += rowCount ?? 0
-          if ((rowCount ?? 0) < batchRows) break
-        }
+      // The log in id order, each batch from where the last one ended: the primary key serves it
+      // whatever the statistics say, and while another session's transaction keeps the deleted
+      // rows' index entries from being pruned, a batch from the start would step over them again.
+      for (let after = 0; ; ) {
+        const { rows }: { rows: { deleted: number; last: number | null }[] } = await pool.query(
+          `WITH deleted AS (
+             DELETE FROM gateway.api_key_changes WHERE ctid = ANY(ARRAY(
+               SELECT ctid FROM gateway.api_key_changes WHERE id > $2 AND changed_at < now() - interval '1 day'
+                ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
+             RETURNING id)
+           SELECT count(*)::int AS deleted, max(id) AS last FROM deleted`,
+          [batchRows, after],
+        )
+        const deleted = rows[0]?.deleted ?? 0
+        purged += deleted
+        if (deleted < batchRows) break
+        after = rows[0]?.last ?? after
+      }
+      // Bans: one record per key at most.
+      for (;;) {
+        const { rowCount } = await pool.query(
+          `DELETE FROM gateway.api_key_bans WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM gateway.api_key_bans WHERE ends_at < now() - interval '1 day' LIMIT $1 FOR UPDATE SKIP LOCKED))`,
+          [batchRows],
+        )
+        purged += rowCount ?? 0
+        if ((rowCount ?? 0) < batchRows) break
       }
       return purged
     },
