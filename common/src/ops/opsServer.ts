@@ -42,18 +42,30 @@ async function withTimeout(check: DependencyCheck, millis: number): Promise<void
  * The ops port: liveness, readiness with each dependency's state (and, for one that is down, the
  * reason when its check gave one), and Prometheus metrics.
  */
+/** How long a client of the ops port may take to send its request, and stay idle. */
+const OPS_CLIENT_TIMEOUT_MILLIS = 10_000
+
 export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
   const ops = Fastify({
     loggerInstance: options.logger.child({ port: 'ops' }) as FastifyBaseLogger,
     // Scrapes and probes every few seconds would drown the access log.
     logController: singleLineRequestLogging(),
+    // Probes and scrapes are quick: a client that dribbles its request or idles is let go, as on
+    // the public port, not held for Node's defaults (60 s for headers, 5 min for a request).
+    connectionTimeout: OPS_CLIENT_TIMEOUT_MILLIS,
+    requestTimeout: OPS_CLIENT_TIMEOUT_MILLIS,
   })
+  ops.server.headersTimeout = OPS_CLIENT_TIMEOUT_MILLIS
   const timeout = options.checkTimeoutMillis ?? 1_000
 
   ops.get('/healthz', async () => ({ status: 'ok' }))
 
-  ops.get('/readyz', async (_request, reply) => {
-    const entries = await Promise.all(
+  // Probes that arrive while the dependencies are being checked share that check: a flood of
+  // /readyz (the port is reachable by whoever reaches the host) costs one Postgres query and one
+  // upstream call at a time, not one each.
+  let checking: Promise<(readonly [string, 'up' | 'down', string | undefined])[]> | undefined
+  const checkDependencies = () =>
+    Promise.all(
       Object.entries(options.dependencies).map(async ([name, check]) => {
         try {
           await withTimeout(check, timeout)
@@ -63,6 +75,10 @@ export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
         }
       }),
     )
+
+  ops.get('/readyz', async (_request, reply) => {
+    checking ??= checkDependencies().finally(() => (checking = undefined))
+    const entries = await checking
     const dependencies = Object.fromEntries(entries.map(([name, state]) => [name, state]))
     const reasons = Object.fromEntries(entries.flatMap(([name, , reason]) => (reason ? [[name, reason]] : [])))
     const accepting = options.isAccepting()
