@@ -370,6 +370,51 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
     }
   }, 60_000)
 
+  it('goes on from the page where a read failed, delivering each entry once, rather than begin the backlog again', async () => {
+    const { pool, repository, close } = await gatewayAndOperator()
+    const seen: KeyChange[] = []
+    let entriesRead = 0
+    let fullPages = 0
+    let failed = false
+    const feed = await startKeyChangeFeed({
+      repository: {
+        changeLogPosition: () => repository.changeLogPosition(),
+        changesById: async (after, limit, snapshot) => {
+          // The page after the third full one fails once (a connection lost mid-backlog).
+          if (fullPages === 3 && !failed) {
+            failed = true
+            throw new Error('connection lost (injected)')
+          }
+          const changes = await repository.changesById(after, limit, snapshot)
+          entriesRead += changes.length
+          if (changes.length === limit) fullPages++
+          return changes
+        },
+        changesByXid: (page, snapshot) => repository.changesByXid(page, snapshot),
+        committedAmong: (xids, upTo) => repository.committedAmong(xids, upTo),
+      },
+      connectionString: database.url,
+      onChange: (change) => seen.push(change),
+      logger: pino({ level: 'silent' }),
+      pageEntries: 500,
+      pollMillis: 200,
+    })
+    try {
+      await pool.query(
+        `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan)
+         SELECT 'key_resume' || g, sha256(('resume' || g)::bytea), 'aas_resume', 'resume', 'free' FROM generate_series(1, 3000) g`,
+      )
+      await vi.waitFor(() => expect(seen.filter((change) => change.keyId.startsWith('key_resume'))).toHaveLength(3_000), { timeout: 5_000, interval: 50 })
+      expect(failed).toBe(true)
+      // Begun again from its first page, the read would have returned the first 1,500 twice.
+      expect(entriesRead).toBe(3_000)
+      expect(new Set(seen.map((change) => change.id)).size).toBe(seen.length)
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  })
+
   // A log moved here with pg_dump keeps the old server's transaction ids, past any this server has
   // reached: read as written after every position, it was delivered whole as new and read again
   // every second, for a day.

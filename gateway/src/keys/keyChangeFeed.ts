@@ -1,7 +1,7 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
 import { postgresNotThereYet } from '../../../common/src/database/waitForPostgres.ts'
-import type { FeedEntry, KeyChange, KeyRepository } from './keyRepository.ts'
+import type { FeedEntry, FeedPosition, KeyChange, KeyRepository } from './keyRepository.ts'
 
 export interface KeyChangeFeedOptions {
   repository: Pick<KeyRepository, 'changeLogPosition' | 'changesById' | 'changesByXid' | 'committedAmong'>
@@ -16,6 +16,24 @@ export interface KeyChangeFeedOptions {
 }
 
 export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
+
+/** A read of the change log under way (startKeyChangeFeed). */
+interface ReadInProgress {
+  /** The position the read moves to once it is done, taken before its first page. */
+  next: FeedPosition
+  /** Entries this read delivered, so an attempt that goes on after a failure delivers none twice. */
+  deliveredNow: Set<number>
+  /** Entries it delivered that the next read returns again (not visible at `next`). */
+  again: Set<number>
+  /** Later ids: read up to this id, or all of them. */
+  newAfter: number | string
+  newDone: boolean
+  /** Transactions running at the previous read that have committed since. */
+  committed?: string[]
+  /** Which of them is being read (their count: the writers after the previous read), and from where. */
+  olderIndex: number
+  olderAfter?: { xid: string; id: number | string }
+}
 
 /** Entries read per statement: one operator transaction may hold millions, and each statement has the pool's timeout. */
 const PAGE_ENTRIES = 5_000
@@ -38,57 +56,60 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   const { repository, logger } = options
   // Entries visible at start are history: the cache they would invalidate is empty.
   let position = await repository.changeLogPosition()
-  /**
-   * Entries delivered that the next read returns again: those that became visible while a read
-   * went through its pages, and all of a read that failed part-way.
-   */
+  /** Entries the previous read delivered that this one returns again: those that became visible while it went through its pages. */
   let delivered = new Set<number>()
+
+  /**
+   * The read under way: its position to come and how far each of its steps has got. A statement
+   * that fails leaves it in place, and the next attempt goes on from there: a backlog of many
+   * pages is not begun again from its first page at every failure.
+   */
+  let inProgress: ReadInProgress | undefined
 
   const readOnce = async (): Promise<void> => {
     const since = position
-    const next = await repository.changeLogPosition()
-    const deliveredNow = new Set<number>()
-    const again = new Set<number>()
+    const read = (inProgress ??= {
+      next: await repository.changeLogPosition(),
+      deliveredNow: new Set(),
+      again: new Set(),
+      newAfter: since.maxId,
+      newDone: false,
+      olderIndex: 0,
+    })
     const limit = options.pageEntries ?? PAGE_ENTRIES
     const deliver = (change: FeedEntry) => {
-      if (!change.inFirst) again.add(change.id)
-      if (delivered.has(change.id) || deliveredNow.has(change.id)) return
-      deliveredNow.add(change.id)
+      if (!change.inFirst) read.again.add(change.id)
+      if (delivered.has(change.id) || read.deliveredNow.has(change.id)) return
+      read.deliveredNow.add(change.id)
       options.onChange({ id: change.id, keyId: change.keyId, keyHash: change.keyHash, kind: change.kind, applied: change.applied })
     }
-    /** Every page of the entries with later ids, in id order. */
-    const readNewIds = async (after: number | string) => {
-      for (;;) {
-        const changes = await repository.changesById(after, limit, next.snapshot)
-        changes.forEach(deliver)
-        if (changes.length < limit) return
-        after = changes.at(-1)!.id
+    // Later ids, in id order.
+    while (!read.newDone) {
+      const changes = await repository.changesById(read.newAfter, limit, read.next.snapshot)
+      changes.forEach(deliver)
+      if (changes.length < limit) read.newDone = true
+      else read.newAfter = changes.at(-1)!.id
+    }
+    // Then the older ids, in (xid, id) order: of each transaction running at the previous read
+    // that has committed since, then of those that wrote only after it (an id is taken a moment
+    // before the transaction's id).
+    read.committed ??= await repository.committedAmong(since.xip, since.maxId)
+    while (read.olderIndex <= read.committed.length) {
+      const xid = read.committed[read.olderIndex]
+      const [fromXid, toXid] = xid === undefined ? [since.xmax, undefined] : [xid, xid]
+      const after = read.olderAfter ?? { xid: fromXid, id: 0 }
+      const changes = await repository.changesByXid({ fromXid, toXid, upTo: since.maxId, after, limit }, read.next.snapshot)
+      changes.forEach(deliver)
+      if (changes.length < limit) {
+        read.olderIndex++
+        read.olderAfter = undefined
+      } else {
+        read.olderAfter = { xid: changes.at(-1)!.xid, id: changes.at(-1)!.id }
       }
     }
-    /** Every page of the older-id entries of some transactions, in (xid, id) order. */
-    const readOlderIds = async (fromXid: string, toXid?: string) => {
-      let after = { xid: fromXid, id: 0 as number | string }
-      for (;;) {
-        const changes = await repository.changesByXid({ fromXid, toXid, upTo: since.maxId, after, limit }, next.snapshot)
-        changes.forEach(deliver)
-        if (changes.length < limit) return
-        after = { xid: changes.at(-1)!.xid, id: changes.at(-1)!.id }
-      }
-    }
-    try {
-      // Later ids; then the older ids of transactions running at the previous read that have
-      // committed since, and of those that wrote only after it (an id is taken a moment before
-      // the transaction's id).
-      await readNewIds(since.maxId)
-      for (const xid of await repository.committedAmong(since.xip, since.maxId)) await readOlderIds(xid, xid)
-      await readOlderIds(since.xmax)
-    } catch (error) {
-      // Read again from the same position: what this read delivered is not delivered twice.
-      for (const id of deliveredNow) delivered.add(id)
-      throw error
-    }
-    position = next
-    delivered = again
+    position = read.next
+    delivered = read.again
+    inProgress = undefined
   }
 
   let stopped = false

@@ -220,7 +220,7 @@ export function createKeyRepository(pool: pg.Pool) {
         `SELECT ${FEED_COLUMNS}, xid::text AS xid FROM gateway.api_key_changes
           WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid >= $4::xid8 AND ($5::xid8 IS NULL OR xid <= $5::xid8) AND id <= $6
             AND xid < pg_snapshot_xmax(pg_current_snapshot())
-          ORDER BY xid, id LIMIT $7`,
+          ORDER BY api_key_changes.xid, api_key_changes.id LIMIT $7`,
         // $3 is the snapshot, as FEED_COLUMNS has it.
         [page.after.xid, page.after.id, snapshot, page.fromXid, page.toXid ?? null, page.upTo, page.limit],
       )
@@ -230,8 +230,13 @@ export function createKeyRepository(pool: pg.Pool) {
     /** Which of `xids` (transactions running at an earlier position) have entries visible now with ids up to `upTo`. */
     async committedAmong(xids: string[], upTo: number | string): Promise<string[]> {
       if (xids.length === 0) return []
+      // From the transactions' status first: a committed one stops at its first entry, and one
+      // still running (a million entries in an operator's open transaction) is not walked at all.
       const { rows } = await pool.query<{ xid: string }>(
-        `SELECT DISTINCT xid::text AS xid FROM gateway.api_key_changes WHERE xid = ANY($1::xid8[]) AND id <= $2 ORDER BY 1`,
+        `SELECT x::text AS xid FROM unnest($1::xid8[]) x
+          WHERE pg_xact_status(x) = 'committed'
+            AND EXISTS (SELECT 1 FROM gateway.api_key_changes c WHERE c.xid = x AND c.id <= $2)
+          ORDER BY x`,
         [xids, upTo],
       )
       return rows.map((row) => row.xid)
