@@ -216,15 +216,32 @@ export function createKeyRepository(pool: pg.Pool) {
       page: { fromXid: string; toXid?: string; upTo: number | string; after: { xid: string; id: number | string }; limit: number },
       snapshot: string,
     ): Promise<(FeedEntry & { xid: string })[]> {
-      const { rows } = await pool.query<FeedEntry & { xid: string }>(
-        `SELECT ${FEED_COLUMNS}, xid::text AS xid FROM gateway.api_key_changes
-          WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid >= $4::xid8 AND ($5::xid8 IS NULL OR xid <= $5::xid8) AND id <= $6
-            AND xid < pg_snapshot_xmax(pg_current_snapshot())
-          ORDER BY api_key_changes.xid, api_key_changes.id LIMIT $7`,
-        // $3 is the snapshot, as FEED_COLUMNS has it.
-        [page.after.xid, page.after.id, snapshot, page.fromXid, page.toXid ?? null, page.upTo, page.limit],
-      )
-      return rows
+      // Only the (xid, id) index returns these rows in order, a page at a time. Without statistics
+      // (a table autovacuum has not analysed yet: a quiet gateway's, or a minute after a bulk
+      // commit) the planner would rather fetch every entry of the transaction and sort them, on
+      // every page: so, for this statement, no sort and no bitmap scan.
+      const client = await pool.connect()
+      try {
+        await client.query('BEGIN')
+        await client.query('SET LOCAL enable_sort = off')
+        await client.query('SET LOCAL enable_bitmapscan = off')
+        const { rows } = await client.query<FeedEntry & { xid: string }>(
+          `SELECT ${FEED_COLUMNS}, xid::text AS xid FROM gateway.api_key_changes
+            WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid >= $4::xid8 AND ($5::xid8 IS NULL OR xid <= $5::xid8) AND id <= $6
+              AND xid < pg_snapshot_xmax(pg_current_snapshot())
+            ORDER BY api_key_changes.xid, api_key_changes.id LIMIT $7`,
+          // $3 is the snapshot, as FEED_COLUMNS has it.
+          [page.after.xid, page.after.id, snapshot, page.fromXid, page.toXid ?? null, page.upTo, page.limit],
+        )
+        await client.query('COMMIT')
+        client.release()
+        return rows
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => undefined)
+        // Not back into the pool in a state no one knows: a new connection costs little.
+        client.release(error instanceof Error ? error : true)
+        throw error
+      }
     },
 
     /** Which of `xids` (transactions running at an earlier position) have entries visible now with ids up to `upTo`. */
@@ -232,9 +249,11 @@ export function createKeyRepository(pool: pg.Pool) {
       if (xids.length === 0) return []
       // From the transactions' status first: a committed one stops at its first entry, and one
       // still running (a million entries in an operator's open transaction) is not walked at all.
+      // One this server has not reached (a failover to a copy that is behind) is not committed
+      // here; pg_xact_status would refuse it, and every later read with it.
       const { rows } = await pool.query<{ xid: string }>(
         `SELECT x::text AS xid FROM unnest($1::xid8[]) x
-          WHERE pg_xact_status(x) = 'committed'
+          WHERE CASE WHEN x < pg_snapshot_xmax(pg_current_snapshot()) THEN pg_xact_status(x) END = 'committed'
             AND EXISTS (SELECT 1 FROM gateway.api_key_changes c WHERE c.xid = x AND c.id <= $2)
           ORDER BY x`,
         [xids, upTo],
