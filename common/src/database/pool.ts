@@ -46,6 +46,29 @@ export function createPool(options: PoolOptions): pg.Pool {
   return pool
 }
 
+/**
+ * Runs `work` on one connection of the pool, then gives it back; one whose work failed is dropped
+ * rather than returned in a state no one knows (a transaction left open). While a connection is
+ * checked out, pg-pool's own 'error' listener is off it: a connection lost then (Postgres
+ * restarted, a network cut) would be an uncaught exception and end the process. The failing query
+ * reports it to `work`; this listener only keeps the process alive.
+ */
+export async function withConnection<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect()
+  const reportedByTheQuery = () => undefined
+  client.on('error', reportedByTheQuery)
+  try {
+    const result = await work(client)
+    client.removeListener('error', reportedByTheQuery)
+    client.release()
+    return result
+  } catch (error) {
+    client.removeListener('error', reportedByTheQuery)
+    client.release(error instanceof Error ? error : true)
+    throw error
+  }
+}
+
 /** How long past its server-side timeout a statement may run before the client gives up on it. */
 const STATEMENT_GRACE_MILLIS = 500
 const SWEEP_INTERVAL_MILLIS = 250

@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { withConnection } from '../../../common/src/database/pool.ts'
 import { displayPrefix, generateApiKey, generateKeyId, hashApiKey } from './apiKeyFormat.ts'
 
 export interface ApiKeyRecord {
@@ -220,8 +221,8 @@ export function createKeyRepository(pool: pg.Pool) {
       // (a table autovacuum has not analysed yet: a quiet gateway's, or a minute after a bulk
       // commit) the planner would rather fetch every entry of the transaction and sort them, on
       // every page: so, for this statement, no sort and no bitmap scan.
-      const client = await pool.connect()
-      try {
+      // In a transaction of its own, so the settings end with it (a connection dropped on failure).
+      return withConnection(pool, async (client) => {
         await client.query('BEGIN')
         await client.query('SET LOCAL enable_sort = off')
         await client.query('SET LOCAL enable_bitmapscan = off')
@@ -234,14 +235,8 @@ export function createKeyRepository(pool: pg.Pool) {
           [page.after.xid, page.after.id, snapshot, page.fromXid, page.toXid ?? null, page.upTo, page.limit],
         )
         await client.query('COMMIT')
-        client.release()
         return rows
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => undefined)
-        // Not back into the pool in a state no one knows: a new connection costs little.
-        client.release(error instanceof Error ? error : true)
-        throw error
-      }
+      })
     },
 
     /** Which of `xids` (transactions running at an earlier position) have entries visible now with ids up to `upTo`. */
@@ -278,18 +273,15 @@ export function createKeyRepository(pool: pg.Pool) {
      * meantime still comes after the ban it was meant to lift (pendingUnbans).
      */
     async recordBan(ban: RecordedBan, startedHere = performance.now()): Promise<void> {
-      const client = await pool.connect()
-      try {
-        await client.query(
+      await withConnection(pool, (client) =>
+        client.query(
           `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
            VALUES ($1, $2, $3, $4, now() - $5 * interval '1 millisecond')
            ON CONFLICT (key_id) DO UPDATE
              SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = EXCLUDED.recorded_at`,
           [ban.keyId, ban.step, ban.startedAt, ban.endsAt, Math.max(performance.now() - startedHere, 0)],
-        )
-      } finally {
-        client.release()
-      }
+        ),
+      )
     },
 
     /** The recorded bans that have not ended yet, by key id (all keys, or the ones named). */
