@@ -30,8 +30,8 @@ import {
   type RunningChild,
   type ServiceSpec,
 } from './lib/childServices.ts'
+import { DISCOVERY_FILE } from '../common/src/database/discoveryFile.ts'
 import {
-  DISCOVERY_FILE,
   PGLITE_FOLDER,
   assertPortFree,
   claimDataDirectory,

@@ -3,7 +3,8 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { gatewayErrors } from '../../gateway/src/errors.ts'
+import { acceptOpaqueBodies } from '../../gateway/src/proxy/opaqueBodies.ts'
+import { failureKind, upstreamFailure, type UpstreamFailureKind } from '../../gateway/src/proxy/upstreamFailure.ts'
 
 export interface UpstreamOptions {
   /** e.g. http://127.0.0.1:3001 */
@@ -16,24 +17,12 @@ export interface UpstreamOptions {
   observer?: UpstreamObserver
 }
 
-export type UpstreamFailureKind = 'timeout' | 'connect' | 'protocol'
-
 /** Upstream latency (request sent → response headers) and failures, for the metrics. */
 export interface UpstreamObserver {
   response(upstream: string, status: number, seconds: number): void
   failure(upstream: string, kind: UpstreamFailureKind): void
 }
 
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'ENOTFOUND', 'EHOSTUNREACH'])
-
-export function failureKind(error: unknown): UpstreamFailureKind {
-  const codes = errorCodes(error)
-  if (codes.some((code) => TIMEOUT_CODES.has(code))) return 'timeout'
-  if (codes.some((code) => CONNECT_CODES.has(code))) return 'connect'
-  return 'protocol'
-}
-
-export const BODY_LIMIT_BYTES = 1_048_576
 /** The public prefix the pets-service builds its Location and Link headers with. */
 export const PUBLIC_PREFIX = '/v1'
 
@@ -68,41 +57,13 @@ export function withoutHopByHop<T extends Record<string, unknown>>(headers: T): 
   return copy
 }
 
-const TIMEOUT_CODES = new Set([
-  'FST_REPLY_FROM_TIMEOUT',
-  'FST_REPLY_FROM_GATEWAY_TIMEOUT',
-  'FST_REPLY_FROM_HTTP_REQUEST_TIMEOUT',
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'UND_ERR_CONNECT_TIMEOUT',
-])
-
-function errorCodes(error: unknown): string[] {
-  const codes: string[] = []
-  for (let current = error as { code?: unknown; cause?: unknown } | undefined; current; current = current.cause as typeof current) {
-    if (typeof current.code === 'string') codes.push(current.code)
-    if (codes.length > 5) break
-  }
-  return codes
-}
-
-/** Upstream failures as clients see them: 504 when it stayed silent, 502 for everything else. */
-export function upstreamFailure(error: unknown) {
-  return failureKind(error) === 'timeout'
-    ? gatewayErrors.create('upstream_timeout', undefined, { cause: error })
-    : gatewayErrors.create('bad_gateway', undefined, { cause: error })
-}
-
 /**
  * Stage 4: a public prefix (`/v1/pets` and below) to its upstream. Bodies are read (at most
  * 1 MiB, else 413 before the upstream is contacted) and forwarded as they came; answers, the
  * upstream's Error bodies included, pass through unchanged.
  */
 export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptions): Promise<void> {
-  app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT_BYTES }, (_request, body, done) =>
-    done(null, body),
-  )
+  acceptOpaqueBodies(app)
   const name = options.upstreamPath.split('/')[1] || 'upstream'
   // Upstream latency: request handed to the upstream → its response headers back.
   const sentAt = new WeakMap<object, number>()

@@ -47,13 +47,18 @@ export function listenHostProblem(host: string): string | undefined {
  * one that refuses the value later (a port over 65535, an unclosed IPv6 bracket).
  */
 export function httpUrlProblem(url: string): string | undefined {
-  let parsed: URL
+  const scheme = urlScheme(url)
+  if (scheme === undefined) return 'must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)'
+  return scheme === 'http:' || scheme === 'https:' ? undefined : 'must be an http:// or https:// URL'
+}
+
+/** The scheme (`https:`) of a URL the WHATWG parser accepts; undefined for anything else. */
+export function urlScheme(url: string): string | undefined {
   try {
-    parsed = new URL(url)
+    return new URL(url).protocol
   } catch {
-    return 'must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)'
+    return undefined
   }
-  return parsed.protocol === 'http:' || parsed.protocol === 'https:' ? undefined : 'must be an http:// or https:// URL'
 }
 
 /** A host name or address to listen on from the environment; a malformed value stops the process at boot. */

@@ -17,7 +17,6 @@ import {
  *   embedded-postgres.json    `{ url, pid, started }` while an `npm start` owns the data directory, so
  *                             other commands (the keys CLI) can find the running database
  */
-export { DISCOVERY_FILE, type EmbeddedDatabaseRecord }
 export const PGLITE_FOLDER = 'pglite'
 
 /** This process as the owner of a data directory whose database answers at `url`. */

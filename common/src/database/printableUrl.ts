@@ -1,5 +1,5 @@
 /** Query parameters pg reads a secret from (pg-connection-string): a URL may carry its password there. */
-const SECRET_PARAMETERS = ['password', 'sslpassword', 'sslkey']
+const SECRET_PARAMETERS = ['password', 'sslpassword']
 
 /**
  * A database URL fit to print: the password hidden wherever pg would read one (the userinfo, a

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
-import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, portFromEnv } from '../../../common/src/env.ts'
+import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, portFromEnv, urlScheme } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 
@@ -350,13 +350,8 @@ function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
  */
 function redisUrlFrom(raw: string): string {
   if ((raw.startsWith('/') && !raw.startsWith('//')) || /^\d{1,5}$/.test(raw) || clusterSeed(raw)) return raw
-  let protocol: string | undefined
-  try {
-    protocol = new URL(raw).protocol
-  } catch {
-    protocol = undefined
-  }
-  if (protocol !== 'redis:' && protocol !== 'rediss:') {
+  const scheme = urlScheme(raw)
+  if (scheme !== 'redis:' && scheme !== 'rediss:') {
     throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "${raw}")`)
   }
   return raw

@@ -15,8 +15,7 @@ import {
   type UpstreamFailureKind,
 } from './upstreamFailure.ts'
 import { upstreamPathname } from './upstreamPath.ts'
-
-export { UPSTREAM_FAILURE_KINDS, type UpstreamFailureKind } from './upstreamFailure.ts'
+import { acceptOpaqueBodies } from './opaqueBodies.ts'
 
 export interface UpstreamOptions {
   /** The upstream's name in config (upstreams.<name>): its metrics label and the name in its 503. */
@@ -33,7 +32,6 @@ export interface UpstreamOptions {
   observer?: UpstreamObserver
 }
 
-
 /** Upstream latency (request sent → response headers) and failures, for the metrics. */
 export interface UpstreamObserver {
   response(upstream: string, status: number, seconds: number): void
@@ -41,12 +39,6 @@ export interface UpstreamObserver {
   /** Once per upstream, at start: its requests outstanding (read at scrape time) and their bound, maxInFlight. */
   inFlight?(upstream: string, outstanding: () => number, limit: number): void
 }
-
-
-export const BODY_LIMIT_BYTES = 1_048_576
-
-
-
 
 /**
  * reply-from's undici defaults (lib/request.js getUndiciOptions), which applied before: 128
@@ -60,19 +52,6 @@ export const UPSTREAM_CONNECTIONS = UNDICI_DEFAULTS.connections
 
 /** Answers up to this size are read whole and sent as one Buffer; larger or unsized ones stream. */
 export const BUFFERED_ANSWER_MAX_BYTES = 1_048_576
-
-
-
-
-/**
- * Bodies are bytes to forward, never parsed here: read whole (at most 1 MiB, else 413) whatever
- * their type. The gateway's own routes ignore them, so a POST of broken JSON to a path that does
- * not exist is a 404 (or a 405), not a JSON parse error.
- */
-export function acceptOpaqueBodies(app: FastifyInstance): void {
-  app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT_BYTES }, (_request, body, done) => done(null, body))
-}
 
 /**
  * Stage 4: a public prefix (`/v1/pets` and below) to its upstream. Bodies are read (at most

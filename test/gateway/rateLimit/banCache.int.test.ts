@@ -77,29 +77,8 @@ describe('a cached ban after the key\'s limits change', () => {
     const withFree = (perMinute: number): GatewayConfig =>
       ({ ...shipped, plans: { ...shipped.plans, free: { perMinute, perDay: 1_000 } }, bans: { strikes: 1, ladderSeconds: [10] } }) as GatewayConfig
     let config = withFree(5)
-    const app = Fastify()
+    const { app, get } = await limitStage(() => config, 'key_lowered', () => now)
     try {
-      await app.register(
-        fp(
-          async (instance) => {
-            instance.decorateRequest('apiKey', null)
-            instance.decorateRequest('authFailureReason', null)
-            instance.addHook('onRequest', (request, _reply, done) => {
-              request.apiKey = key('key_lowered')
-              done()
-            })
-          },
-          { name: 'authenticate' },
-        ),
-      )
-      await app.register(rateLimit, {
-        config: () => config,
-        store: createResilientStore({ primary: createMemoryStore({ clock: () => now }), fallback: undefined, logger: silent }),
-        bans: createBanCache({ clock: () => now }),
-        anonymous: () => createAnonymousLimiter({ perMinute: 30, windowSeconds: 60 }),
-      })
-      app.get('/v1/pets', async () => ({ data: [] }))
-      const get = () => app.inject({ method: 'GET', url: '/v1/pets' })
 
       for (let i = 0; i < 3; i++) expect((await get()).statusCode).toBe(200)
       now = T0 + 30_000
