@@ -85,6 +85,24 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
   return raw
 }
 
+/** Default DATABASE_POOL_SIZE: connections each service process keeps to Postgres at most. */
+export const DEFAULT_POOL_SIZE = 10
+
+/**
+ * DATABASE_POOL_SIZE (1–1000): the most connections one service process opens to Postgres. Every
+ * replica takes this many from the server's max_connections (100 by default), so an operator
+ * adding replicas on a shared Postgres lowers it; a malformed value stops the process at boot.
+ */
+export function poolSizeFromEnv(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.DATABASE_POOL_SIZE
+  if (raw === undefined || raw === '') return DEFAULT_POOL_SIZE
+  const size = Number(raw)
+  if (!/^\d+$/.test(raw) || size < 1 || size > 1_000) {
+    throw new EnvError(`DATABASE_POOL_SIZE must be a whole number of connections from 1 to 1000, got "${raw}"`)
+  }
+  return size
+}
+
 export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env): string {
   const value = env[name]
   if (value === undefined || value === '') throw new EnvError(`${name} must be set`)

@@ -3,7 +3,7 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
-import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
+import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
@@ -48,7 +48,7 @@ async function main(): Promise<void> {
   warnOfPublishedToken(internalToken, logger)
   const drainMillis = drainMillisFromEnv()
 
-  const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', logger })
+  const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', max: poolSizeFromEnv(), logger })
   registerPoolMetrics(registry, pool)
   const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
   // The ops port first: while Postgres is awaited the process is alive (/healthz) and not ready.

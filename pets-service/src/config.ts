@@ -1,7 +1,9 @@
-import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, portFromEnv, previousInternalTokenFromEnv } from '../../common/src/env.ts'
+import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, poolSizeFromEnv, portFromEnv, previousInternalTokenFromEnv } from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
+  /** DATABASE_POOL_SIZE: the most Postgres connections this process opens. */
+  poolSize: number
   host: string
   port: number
   opsHost: string
@@ -17,6 +19,7 @@ export interface PetsServiceConfig {
 export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServiceConfig {
   return Object.freeze({
     databaseUrl: databaseUrlFromEnv(env),
+    poolSize: poolSizeFromEnv(env),
     host: listenHostFromEnv('PETS_HOST', '127.0.0.1', env),
     port: portFromEnv('PETS_PORT', 3001, env),
     opsHost: listenHostFromEnv('PETS_OPS_HOST', '127.0.0.1', env),

@@ -26,7 +26,7 @@ async function main(): Promise<void> {
   checkLogLevel()
   const config = loadPetsConfig()
   warnOfPublishedToken(config.internalToken, logger)
-  const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', logger })
+  const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', max: config.poolSize, logger })
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   registerPoolMetrics(registry, pool)

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, poolSizeFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
 import { checkLogLevel } from '../../common/src/logger.ts'
 import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
@@ -32,6 +32,17 @@ describe('environment the services read at boot', () => {
     expect(portFromEnv('P', 8080, { P: '9000' })).toBe(9000)
     expect(portFromEnv('P', 8080, {})).toBe(8080)
     expect(() => portFromEnv('P', 8080, { P: '70000' })).toThrow('P must be a port number between 0 and 65535, got "70000"')
+  })
+
+  it('takes DATABASE_POOL_SIZE as a whole number of connections from 1 to 1000, 10 when unset, and refuses anything else by name', () => {
+    expect(poolSizeFromEnv({})).toBe(10)
+    expect(poolSizeFromEnv({ DATABASE_POOL_SIZE: '' })).toBe(10)
+    expect(poolSizeFromEnv({ DATABASE_POOL_SIZE: '4' })).toBe(4)
+    expect(poolSizeFromEnv({ DATABASE_POOL_SIZE: '1000' })).toBe(1000)
+    for (const raw of ['0', '1001', '2.5', '-3', '1e2', ' 4', 'ten']) {
+      expect(() => poolSizeFromEnv({ DATABASE_POOL_SIZE: raw }), raw).toThrow(`DATABASE_POOL_SIZE must be a whole number of connections from 1 to 1000, got "${raw}"`)
+    }
+    expect(loadPetsConfig({ DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456', DATABASE_POOL_SIZE: '25' }).poolSize).toBe(25)
   })
 
   it('listens on an IP address or a host name, and refuses a host with a port or IPv6 in brackets by name instead of failing later with ENOTFOUND', () => {

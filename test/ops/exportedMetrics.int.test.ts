@@ -44,6 +44,7 @@ describe('metrics named by the alert rules and the dashboard exist in a live scr
       PETS_PORT: String(petsPort),
       PETS_OPS_HOST: '127.0.0.1',
       PETS_OPS_PORT: String(petsOpsPort),
+      DATABASE_POOL_SIZE: '4',
     })
     await waitForReady(`http://127.0.0.1:${petsOpsPort}/readyz`, pets, 15_000)
     gateway = await startGateway({
@@ -111,6 +112,13 @@ describe('metrics named by the alert rules and the dashboard exist in a live scr
       }
     }
     expect(problems).toEqual([])
+  })
+
+  it("opens at most DATABASE_POOL_SIZE Postgres connections per process, and the scrape says how many that is", () => {
+    expect(scrapes['pets-service']).toMatch(/^pg_pool_connections\{state="max"\} 4$/m)
+    const total = Number(/^pg_pool_connections\{state="total"\} (\d+)$/m.exec(scrapes['pets-service'])?.[1])
+    expect(total).toBeGreaterThanOrEqual(1)
+    expect(total).toBeLessThanOrEqual(4)
   })
 
   /**

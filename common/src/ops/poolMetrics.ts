@@ -5,13 +5,14 @@ import { Gauge, type Registry } from 'prom-client'
 export function registerPoolMetrics(registry: Registry, pool: pg.Pool): void {
   new Gauge({
     name: 'pg_pool_connections',
-    help: 'Postgres pool connections by state (total, idle, waiting callers).',
+    help: 'Postgres pool connections by state (total, idle, waiting callers), and the most it opens (max).',
     labelNames: ['state'],
     registers: [registry],
     collect() {
       this.set({ state: 'total' }, pool.totalCount)
       this.set({ state: 'idle' }, pool.idleCount)
       this.set({ state: 'waiting' }, pool.waitingCount)
+      this.set({ state: 'max' }, pool.options.max)
     },
   })
 }
