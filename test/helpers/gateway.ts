@@ -2,12 +2,14 @@ import { readFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import { pino } from 'pino'
+import { expect, vi } from 'vitest'
 import type { ClientTimeouts } from '../../common/src/http/clientErrors.ts'
 import type pg from 'pg'
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
+import { hashApiKeyHex } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import type { KeyCache } from '../../gateway/src/keys/keyCache.ts'
@@ -48,6 +50,11 @@ export interface RunningGateway {
   registry: Registry
   /** Issues a key through the same repository the CLI uses and returns its plaintext. */
   createKey(input?: Partial<NewApiKey>): Promise<{ id: string; key: string }>
+  /**
+   * Resolves once this gateway's change feed has delivered a change of each key (its creation,
+   * for a key just made) and dropped it from the cache: from then on a lookup is the one kept.
+   */
+  announced(...keys: string[]): Promise<void>
   /**
    * fetch against the gateway, `key` sent as the bearer token. Every response is checked against
    * the OpenAPI document (test/helpers/contract.ts) and a departure throws; `contract: false` is
@@ -94,6 +101,12 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     logger,
     clientTimeouts: options.clientTimeouts,
   })
+  const invalidated = new Set<string>()
+  const invalidate = cache.invalidate
+  cache.invalidate = (keyHash) => {
+    invalidated.add(keyHash.toString('hex'))
+    invalidate(keyHash)
+  }
   await app.listen({ host: '127.0.0.1', port: 0 })
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
   return {
@@ -108,6 +121,10 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     async createKey(input = {}) {
       const { record, key } = await keys.create({ name: 'test', plan: 'free', ...input })
       return { id: record.id, key }
+    },
+    async announced(...plaintexts) {
+      // NOTIFY usually brings a change at once; the periodic read (1 s) is its bound, later on a loaded machine.
+      await vi.waitFor(() => expect(plaintexts.filter((key) => !invalidated.has(hashApiKeyHex(key)))).toEqual([]), { timeout: 10_000, interval: 20 })
     },
     request(pathAndQuery, init = {}) {
       const { key, ...rest } = init

@@ -96,7 +96,7 @@ describe('requests without a valid key are limited per client IP', () => {
     const notYetSeen = await g.createKey({ plan: 'free' })
     // Each creation is announced to the gateway, which then drops the key from its cache: wait for
     // both announcements, so the key in use stays cached from its first request on.
-    await sleep(1_500)
+    await g.announced(inUse.key, notYetSeen.key)
     expect((await g.request('/v1/pets', { key: inUse.key })).status).toBe(200)
     for (let i = 0; i < 3; i++) await expectErrorResponse(await g.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
     const lookups = g.cache.stats.misses
@@ -130,9 +130,9 @@ describe('requests without a valid key are limited per client IP', () => {
 
   /** Keys the gateway does not hold: created, and their creations' announcements come. */
   async function uncachedKeys(g: RunningGateway, count: number): Promise<string[]> {
-    const keys = await Promise.all(Array.from({ length: count }, () => g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })))
-    await sleep(1_500)
-    return keys.map(({ key }) => key)
+    const keys = (await Promise.all(Array.from({ length: count }, () => g.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })))).map(({ key }) => key)
+    await g.announced(...keys)
+    return keys
   }
 
   /** Every connection of the gateway's Postgres pool taken, so its lookups wait; returns what frees them. */
