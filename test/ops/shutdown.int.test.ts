@@ -12,10 +12,13 @@ import { startGatewayProcess } from './gatewayProcess.ts'
 
 const UPSTREAM_DELAY_MILLIS = 1_500
 
-/** An upstream whose /auth-check (the gateway's readiness probe) answers at once and whose catalogue answers after 1.5 s. */
+/**
+ * An upstream whose /auth-check (the gateway's readiness probe) answers at once and whose catalogue
+ * answers after 1.5 s; `firstRequest` gives the time the first catalogue request arrived.
+ */
 async function slowUpstream(delayMillis = UPSTREAM_DELAY_MILLIS) {
-  let arrived: () => void = () => undefined
-  const firstRequest = new Promise<void>((resolve) => (arrived = resolve))
+  let arrived: (at: number) => void = () => undefined
+  const firstRequest = new Promise<number>((resolve) => (arrived = resolve))
   let received = 0
   const sockets = new Set<net.Socket>()
   const server = http.createServer((request, response) => {
@@ -24,7 +27,7 @@ async function slowUpstream(delayMillis = UPSTREAM_DELAY_MILLIS) {
       return
     }
     received++
-    arrived()
+    arrived(Date.now())
     setTimeout(() => {
       response.setHeader('content-type', 'application/json')
       response.end('[{"id":1,"name":"Rex","categoryId":1,"status":"available"}]')
@@ -67,9 +70,10 @@ describe('gateway shutdown on SIGTERM', () => {
       const { key } = await createKeyRepository(pool).create({ name: 'drain', plan: 'pro' })
       expect((await gateway.readyz()).status).toBe(200)
 
-      const started = Date.now()
       const inFlight = fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
-      await upstream.firstRequest
+      // The request is in flight for the upstream's 1.5 s from its arrival there, however long it
+      // took the gateway to get it there (a key lookup, on a loaded machine, can take most of that).
+      const started = await upstream.firstRequest
       gateway.proc.child.kill('SIGTERM')
 
       // While the request is still with the upstream, the gateway already reports not ready.
