@@ -62,19 +62,20 @@ describe('gateway logs', () => {
   })
 
   it('write a line (status 499) and count the request when the client leaves before its answer', async () => {
-    const upstream = await silentUpstream()
+    const upstream = await scriptedUpstream(() => undefined)
     const slow = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, logStream: gatewayLog.stream })
     gateways.push(slow)
     const { key, id } = await slow.createKey()
     const client = await openRaw(slow.url)
     client.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: log-aborted\r\n\r\n`)
-    await sleep(300)
+    // Gone while the upstream has it: its key is known by then (a client gone during the lookup has none).
+    await vi.waitFor(() => expect(upstream.requests).toHaveLength(1), { timeout: 10_000 })
     client.socket.destroy()
-    await sleep(300)
+    const lines = () => gatewayLog.entries().filter((line) => line.requestId === 'log-aborted')
+    await vi.waitFor(() => expect(lines()).not.toEqual([]), { timeout: 10_000 })
     await upstream.close()
 
-    const lines = gatewayLog.entries().filter((line) => line.requestId === 'log-aborted')
-    expect(lines).toEqual([
+    expect(lines()).toEqual([
       expect.objectContaining({ msg: 'request aborted by the client', route: '/v1/pets', status: 499, keyId: id, durationMs: expect.any(Number) }),
     ])
     expect(await slow.registry.metrics()).toMatch(/http_requests_total\{method="GET",route="\/v1\/pets",status_class="4xx",plan="free"\} 1\n/)
