@@ -1,7 +1,8 @@
 /**
  * `npm start`: the whole stack on one machine. Every service in SERVICES runs as a child
  * process; Postgres is `DATABASE_URL` or, when that is unset, PGlite embedded in this process
- * and served over the Postgres wire protocol, with its files under DATA_DIR (default ./data).
+ * and served over the Postgres wire protocol on a Unix socket, with its files and the socket under
+ * DATA_DIR (default ./data), private to this user.
  *
  * Ctrl-C, SIGTERM or SIGHUP (a dev supervisor's terminal hung up), or the end of the process that
  * launched it (npm, which does not pass every signal on; see common/src/lifecycle/launcher.ts): SIGTERM to each
@@ -14,8 +15,8 @@ import { randomBytes } from 'node:crypto'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
-import { portFromEnv } from '../common/src/env.ts'
+import { socketPath, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
+import { EnvError, portFromEnv } from '../common/src/env.ts'
 import { printableUrl } from '../common/src/database/printableUrl.ts'
 import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
 import {
@@ -39,6 +40,8 @@ import {
   ensureDatabaseCreated,
   ownerRecord,
   releaseDataDirectory,
+  removeTemporarySocketDirectory,
+  socketDirectoryFor,
   updateDiscoveryFile,
 } from './lib/embeddedDatabase.ts'
 import { issueDemoKeyOnFirstStart } from './lib/demoKey.ts'
@@ -46,7 +49,7 @@ import { watchLauncher } from '../common/src/lifecycle/launcher.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 
-const EMBEDDED_HOST = '127.0.0.1'
+/** The number in the name of the embedded database's Unix socket (`.s.PGSQL.54329`); no TCP port is opened. */
 const EMBEDDED_DEFAULT_PORT = 54329
 const CHILD_STOP_GRACE_MILLIS = 15_000
 const DATABASE_STOP_MILLIS = 10_000
@@ -65,6 +68,8 @@ const children: RunningChild[] = []
 let database: EmbeddedPostgres | undefined
 let databaseStarting: Promise<EmbeddedPostgres> | undefined
 let ownedDataDir: string | undefined
+/** The embedded database's URL when its socket lives in a temporary folder of this run's own. */
+let temporarySocketUrl: string | undefined
 let stopping: Promise<void> | undefined
 
 function withTimeout<T>(promise: Promise<T>, millis: number, what: string): Promise<T> {
@@ -96,18 +101,24 @@ function shutdown(exitCode: number): Promise<void> {
       fail(`the embedded database did not close cleanly: ${(error as Error).message}`)
       code = 1
     }
-    if (ownedDataDir) releaseDataDirectory(ownedDataDir)
+    release()
     if (code === 0) say('stopped')
     process.exit(code)
   })()
   return stopping
 }
 
+/** Gives the data directory back and removes this run's temporary socket folder. Synchronous, for the exit handler too. */
+function release(): void {
+  if (ownedDataDir) releaseDataDirectory(ownedDataDir)
+  if (temporarySocketUrl) removeTemporarySocketDirectory(temporarySocketUrl)
+}
+
 function onSignal(signal: NodeJS.Signals): void {
   if (stopping) {
     warn(`${signal} again: killing everything now`)
     for (const child of children) if (!child.hasExited()) child.process.kill('SIGKILL')
-    if (ownedDataDir) releaseDataDirectory(ownedDataDir)
+    release()
     process.exit(1)
   }
   say(`${signal}: stopping`)
@@ -126,7 +137,7 @@ watchLauncher((launcher) => {
 process.on('exit', () => {
   // Last resort on any exit path: no child outlives us, and the data directory is released.
   for (const child of children) if (!child.hasExited()) child.process.kill('SIGKILL')
-  if (ownedDataDir) releaseDataDirectory(ownedDataDir)
+  release()
 })
 for (const event of ['uncaughtException', 'unhandledRejection'] as const) {
   process.on(event, (error: unknown) => {
@@ -148,20 +159,13 @@ async function assertServicePortsFree(planned: PlannedService[]): Promise<void> 
   }
 }
 
-async function startDatabase(dataDir: string, port: number): Promise<EmbeddedPostgres> {
+async function startDatabase(dataDir: string, socketDirectory: string, port: number): Promise<EmbeddedPostgres> {
   const pgliteDir = path.join(dataDir, PGLITE_FOLDER)
   await ensureDatabaseCreated(pgliteDir, say)
-  databaseStarting = startEmbeddedPostgres({ dataDir: pgliteDir, host: EMBEDDED_HOST, port })
+  databaseStarting = startEmbeddedPostgres({ dataDir: pgliteDir, socketDirectory, port })
   try {
     database = await databaseStarting
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') {
-      throw new Error(
-        `${EMBEDDED_HOST}:${port} is already in use, so the embedded Postgres cannot listen there ` +
-          '(set EMBEDDED_POSTGRES_PORT to another port, or DATABASE_URL to use a real Postgres)',
-        { cause: error },
-      )
-    }
     // PGlite's own words for damaged files ("Aborted()", "failed to initialize") name no folder.
     throw new Error(
       `cannot open the embedded database in ${pgliteDir}: ${messageOf(error)} (if its files are damaged, move the folder aside to start ` +
@@ -205,28 +209,32 @@ async function main(): Promise<void> {
   }
 
   let databaseUrl = env.DATABASE_URL
-  let embeddedPort: number | undefined
+  let embedded: { port: number; socketDirectory: string } | undefined
   const dataDir = path.resolve(env.DATA_DIR || 'data')
   if (!databaseUrl) {
-    embeddedPort = portFromEnv('EMBEDDED_POSTGRES_PORT', EMBEDDED_DEFAULT_PORT, env)
+    const port = portFromEnv('EMBEDDED_POSTGRES_PORT', EMBEDDED_DEFAULT_PORT, env)
+    if (port === 0) throw new EnvError('EMBEDDED_POSTGRES_PORT must be 1-65535: it names the socket file (.s.PGSQL.<port>), there is no free port to pick')
     warn(
       'DATABASE_URL is not set: Postgres is PGlite embedded in this process ' +
         `(data in ${path.join(dataDir, PGLITE_FOLDER)}). This is the single-process default for one machine; ` +
         'set DATABASE_URL to use a real Postgres.',
     )
-    await claimDataDirectory(
-      dataDir,
-      ownerRecord(embeddedUrl(EMBEDDED_HOST, embeddedPort)),
-      {
-        onStale: (previous) =>
-          say(
-            `${path.join(dataDir, DISCOVERY_FILE)} was left by a run that did not stop cleanly` +
-              `${previous ? ` (pid ${previous.pid})` : ''}; recovering`,
-          ),
+    // A Unix socket in a private folder, not a TCP port: the server takes any user and password,
+    // so the folder's permissions are what keep other users of the machine out.
+    const socketDirectory = await socketDirectoryFor(dataDir, port)
+    const url = embeddedUrl(socketDirectory, port)
+    if (socketDirectory !== dataDir) temporarySocketUrl = url
+    await claimDataDirectory(dataDir, ownerRecord(url), {
+      onStale: (previous) => {
+        say(
+          `${path.join(dataDir, DISCOVERY_FILE)} was left by a run that did not stop cleanly` +
+            `${previous ? ` (pid ${previous.pid})` : ''}; recovering`,
+        )
+        if (previous) removeTemporarySocketDirectory(previous.url)
       },
-    )
+    })
     ownedDataDir = dataDir
-    await assertPortFree(EMBEDDED_HOST, embeddedPort, 'the embedded Postgres', 'EMBEDDED_POSTGRES_PORT')
+    embedded = { port, socketDirectory }
   }
   // Fail in a second with a clear message rather than after PGlite's start with a child's stack trace.
   await assertServicePortsFree(planned)
@@ -237,7 +245,7 @@ async function main(): Promise<void> {
     say('INTERNAL_TOKEN is not set: generated a random one for this run (set it to call the pets-service directly)')
   }
 
-  if (embeddedPort !== undefined) databaseUrl = (await startDatabase(dataDir, embeddedPort)).url
+  if (embedded) databaseUrl = (await startDatabase(dataDir, embedded.socketDirectory, embedded.port)).url
   if (stopping || !databaseUrl) return
   // Again, now that seconds have passed: /readyz must not be answered by someone else's process.
   await assertServicePortsFree(planned)
@@ -274,9 +282,12 @@ async function main(): Promise<void> {
   }
   if (stopping) return
 
-  const where = embeddedPort === undefined ? 'DATABASE_URL' : `embedded PGlite, data in ${path.join(dataDir, PGLITE_FOLDER)}`
+  const where = embedded
+    ? `embedded PGlite, data in ${path.join(dataDir, PGLITE_FOLDER)}, socket ${socketPath(embedded.socketDirectory, embedded.port)}` +
+      `; psql -h ${shellQuoted(embedded.socketDirectory)} -p ${embedded.port} -U postgres`
+    : 'DATABASE_URL'
   printReady(planned, `${printableUrl(databaseUrl)} (${where})`)
-  if (embeddedPort !== undefined) await printDemoKey(databaseUrl, planned)
+  if (embedded) await printDemoKey(databaseUrl, planned)
 }
 
 async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Promise<void> {

@@ -1,8 +1,10 @@
 import { readFileSync, rmSync } from 'node:fs'
-import { access, chmod, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, chmod, link, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import net from 'node:net'
+import os from 'node:os'
 import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
+import { SOCKET_PATH_MAX_BYTES, socketPath, socketUrl } from '../../common/src/database/embeddedPostgres.ts'
 import {
   DISCOVERY_FILE,
   processIdentity,
@@ -16,6 +18,8 @@ import {
  *   pglite/                   PGlite's Postgres data directory
  *   embedded-postgres.json    `{ url, pid, started }` while an `npm start` owns the data directory, so
  *                             other commands (the keys CLI) can find the running database
+ *   .s.PGSQL.<port>           the Unix socket it is served on (EMBEDDED_POSTGRES_PORT), unless the
+ *                             path would be too long for one (socketDirectoryFor)
  */
 export const PGLITE_FOLDER = 'pglite'
 
@@ -29,8 +33,61 @@ export function discoveryFilePath(dataDir: string): string {
   return path.join(dataDir, DISCOVERY_FILE)
 }
 
-export function embeddedUrl(host: string, port: number): string {
-  return `postgres://postgres@${host}:${port}/postgres?sslmode=disable`
+export function embeddedUrl(socketDirectory: string, port: number): string {
+  return socketUrl(socketDirectory, port)
+}
+
+/** Where a temporary socket directory is made when the data directory cannot hold the socket. */
+const TEMPORARY_SOCKET_PREFIX = 'aas-postgres-'
+
+/**
+ * The directory for the embedded database's Unix socket: the data directory itself, private to
+ * this user (0700; made so here), where `psql -h <DATA_DIR> -p <port>` finds it. When the socket's
+ * path there would be longer than a socket path can be (SOCKET_PATH_MAX_BYTES), or the folder
+ * cannot be made private (another user's), a new private folder under the system's temporary
+ * directory instead: the discovery file names it, and the run removes it when it stops
+ * (removeTemporarySocketDirectory).
+ */
+export async function socketDirectoryFor(dataDir: string, port: number): Promise<string> {
+  await mkdir(dataDir, { recursive: true, mode: 0o700 })
+  await chmod(dataDir, 0o700).catch(() => undefined)
+  const { mode, uid } = await stat(dataDir)
+  const mine = process.getuid === undefined || uid === process.getuid()
+  if (mine && (mode & 0o077) === 0 && Buffer.byteLength(socketPath(dataDir, port)) <= SOCKET_PATH_MAX_BYTES) return dataDir
+  const directory = await mkdtemp(path.join(os.tmpdir(), TEMPORARY_SOCKET_PREFIX))
+  if (Buffer.byteLength(socketPath(directory, port)) > SOCKET_PATH_MAX_BYTES) {
+    await rm(directory, { recursive: true, force: true })
+    throw new Error(
+      `the embedded Postgres's socket path is too long for the system both in ${dataDir} and in ${os.tmpdir()}; ` +
+        'set DATA_DIR (or TMPDIR) to a shorter path',
+    )
+  }
+  return directory
+}
+
+/**
+ * Removes a socket directory socketDirectoryFor made under the temporary directory: the one of
+ * this run, or of a run that did not stop cleanly (from its discovery file's URL). Any other
+ * directory, the data directory above all, is left alone. Synchronous so it also works in an exit handler.
+ */
+export function removeTemporarySocketDirectory(url: string): void {
+  const directory = socketAddress(url)?.directory
+  if (directory === undefined) return
+  if (path.dirname(directory) !== os.tmpdir() || !path.basename(directory).startsWith(TEMPORARY_SOCKET_PREFIX)) return
+  rmSync(directory, { recursive: true, force: true })
+}
+
+/** The socket directory and its socket file named by a socket-form URL (socketUrl); undefined for a TCP URL. */
+function socketAddress(url: string): { directory: string; file: string } | undefined {
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return undefined
+  }
+  const directory = parsed.searchParams.get('host')
+  if (parsed.hostname !== '' || !directory?.startsWith('/')) return undefined
+  return { directory, file: socketPath(directory, Number(parsed.searchParams.get('port') || 5432)) }
 }
 
 /** The record in the discovery file, or undefined when there is none or it is unreadable. */
@@ -52,11 +109,20 @@ export async function readDiscoveryFile(dataDir: string): Promise<EmbeddedDataba
   return undefined
 }
 
-/** True when something accepts TCP connections at the URL's host and port. */
+/**
+ * True when something accepts connections where the URL points: its Unix socket, or its host and
+ * port (the TCP URL of a discovery file an older version wrote).
+ */
 export function answers(url: string, timeoutMillis = 1_000): Promise<boolean> {
-  const { hostname, port } = new URL(url)
+  const unix = socketAddress(url)
   return new Promise((resolve) => {
-    const socket = net.connect({ host: hostname, port: Number(port || 5432) })
+    let socket: net.Socket
+    if (unix) {
+      socket = net.connect({ path: unix.file })
+    } else {
+      const { hostname, port } = new URL(url)
+      socket = net.connect({ host: hostname, port: Number(port || 5432) })
+    }
     const done = (result: boolean) => {
       socket.destroy()
       resolve(result)

@@ -1,3 +1,7 @@
+import { existsSync, statSync } from 'node:fs'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
 import pg from 'pg'
 import { describe, expect, it } from 'vitest'
 import { startEmbeddedPostgres } from '../../common/src/database/embeddedPostgres.ts'
@@ -56,6 +60,36 @@ describe('the embedded Postgres under concurrent connections', () => {
     } finally {
       await other.end()
       await embedded.stop()
+    }
+  })
+})
+
+describe('the embedded Postgres on a Unix socket (npm start)', () => {
+  it('answers through its URL and through libpq\'s directory and port, replaces a socket file a killed run left, and removes its own on stop', async () => {
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'aas-socket-'))
+    const socket = path.join(directory, '.s.PGSQL.6543')
+    try {
+      await writeFile(socket, '')
+      const embedded = await startEmbeddedPostgres({ socketDirectory: directory, port: 6543 })
+      try {
+        expect(statSync(socket).isSocket()).toBe(true)
+        expect(statSync(socket).mode & 0o777).toBe(0o600)
+        for (const config of [{ connectionString: embedded.url }, { host: directory, port: 6543, user: 'postgres', database: 'postgres' }]) {
+          const client = new pg.Client(config)
+          await client.connect()
+          try {
+            const { rows } = await client.query<{ n: number }>('SELECT $1::int AS n', [7])
+            expect(rows).toEqual([{ n: 7 }])
+          } finally {
+            await client.end()
+          }
+        }
+      } finally {
+        await embedded.stop()
+      }
+      expect(existsSync(socket)).toBe(false)
+    } finally {
+      await rm(directory, { recursive: true, force: true })
     }
   })
 })

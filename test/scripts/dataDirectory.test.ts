@@ -1,8 +1,16 @@
-import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { claimDataDirectory, ownerRecord, releaseDataDirectory } from '../../scripts/lib/embeddedDatabase.ts'
+import { SOCKET_PATH_MAX_BYTES } from '../../common/src/database/embeddedPostgres.ts'
+import {
+  claimDataDirectory,
+  embeddedUrl,
+  ownerRecord,
+  releaseDataDirectory,
+  removeTemporarySocketDirectory,
+  socketDirectoryFor,
+} from '../../scripts/lib/embeddedDatabase.ts'
 
 describe("npm start's data folder", () => {
   const made: string[] = []
@@ -20,5 +28,28 @@ describe("npm start's data folder", () => {
     } finally {
       releaseDataDirectory(dataDir)
     }
+  })
+
+  it('holds the embedded database\'s Unix socket itself, made private, where psql -h <DATA_DIR> finds it', async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(dataDir)
+    chmodSync(dataDir, 0o755)
+    expect(await socketDirectoryFor(dataDir, 54329)).toBe(dataDir)
+    expect(statSync(dataDir).mode & 0o777).toBe(0o700)
+    // Never removed as if it were a temporary socket folder.
+    removeTemporarySocketDirectory(embeddedUrl(dataDir, 54329))
+    expect(existsSync(dataDir)).toBe(true)
+  })
+
+  it('too deep for a socket path: the socket goes to a new private folder under the temporary directory, removed when the run ends', async () => {
+    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(parent)
+    const dataDir = path.join(parent, 'd'.repeat(SOCKET_PATH_MAX_BYTES), 'data')
+    mkdirSync(dataDir, { recursive: true })
+    const directory = await socketDirectoryFor(dataDir, 54329)
+    expect(path.dirname(directory)).toBe(os.tmpdir())
+    expect(statSync(directory).mode & 0o777).toBe(0o700)
+    removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+    expect(existsSync(directory)).toBe(false)
   })
 })

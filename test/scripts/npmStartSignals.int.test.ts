@@ -161,11 +161,12 @@ function stoppedAt(output: string, service: string): number {
   return output.search(new RegExp(`"service":"${service}"[^\\n]*"msg":"stopped"`))
 }
 
-/** The order Ctrl-C stops the stack in (gateway, pets-service, then the database) and its claim gone. */
-function expectStoppedInOrder(output: string, dataDir: string): void {
+/** The order Ctrl-C stops the stack in (gateway, pets-service, then the database), its claim and its socket gone. */
+function expectStoppedInOrder(output: string, dataDir: string, ports: Ports): void {
   expect(stoppedAt(output, 'pets-service')).toBeGreaterThan(stoppedAt(output, 'gateway'))
   expect(output.indexOf('[start] stopped')).toBeGreaterThan(stoppedAt(output, 'pets-service'))
   expect(existsSync(path.join(dataDir, 'embedded-postgres.json'))).toBe(false)
+  expect(existsSync(path.join(dataDir, `.s.PGSQL.${ports.postgres}`))).toBe(false)
 }
 
 describe.skipIf(process.platform !== 'linux')('npm start, signalled through the npm process only', () => {
@@ -195,7 +196,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
       const output = npm.output()
       expect(output).toMatch(/\[start\] npm \(pid \d+\) exited: stopping/)
       expect(stoppedAt(output, 'gateway')).toBeGreaterThan(0)
-      expectStoppedInOrder(output, dataDir)
+      expectStoppedInOrder(output, dataDir, ports)
     },
     2 * READY_MILLIS,
   )
@@ -208,7 +209,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
       const { dataDir, ports, npm } = await startStack()
       const tree = descendants(npm.pid)
 
-      const client = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${ports.postgres}/postgres` })
+      const client = new pg.Client({ host: dataDir, port: ports.postgres, user: 'postgres', database: 'postgres' })
       await client.connect()
       client.on('error', () => undefined)
       const longStatement = client.query('SELECT count(*) FROM generate_series(1, 3000000)').catch(() => undefined)
@@ -225,7 +226,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
 
       const output = npm.output()
       expect(output).toContain('[start] SIGINT: stopping')
-      expectStoppedInOrder(output, dataDir)
+      expectStoppedInOrder(output, dataDir, ports)
     },
     2 * READY_MILLIS,
   )

@@ -1,8 +1,10 @@
+import { spawnSync } from 'node:child_process'
 import { existsSync, statSync } from 'node:fs'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import pg from 'pg'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import {
   baseEnv,
@@ -11,6 +13,7 @@ import {
   killAll,
   petBody,
   petsClient,
+  runKeysCli,
   startNode,
   TOKEN,
   waitForPortClosed,
@@ -97,7 +100,11 @@ describe('npm start on the embedded default', () => {
       // Other commands find the running embedded database through this file.
       const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
       // `started` tells this process from a later one given its pid (Linux: boot id and start time).
-      expect(record).toEqual({ url: expect.stringContaining(`:${stack.postgresPort}/`), pid: first.pid, started: expect.stringMatching(/^[0-9a-f-]+:\d+$/) })
+      expect(record).toEqual({
+        url: `postgres:///postgres?host=${stack.dataDir}&port=${stack.postgresPort}&user=postgres&sslmode=disable`,
+        pid: first.pid,
+        started: expect.stringMatching(/^[0-9a-f-]+:\d+$/),
+      })
       // The database and that file are for this user's eyes only.
       expect(statSync(stack.dataDir).mode & 0o777).toBe(0o700)
 
@@ -213,18 +220,55 @@ describe('npm start on the embedded default', () => {
     3 * READY_MILLIS,
   )
 
-  it('says which port is taken when the embedded Postgres cannot listen, and exits 1', async () => {
-    const stack = await newStack()
-    const squatter = net.createServer()
-    await new Promise<void>((resolve) => squatter.listen({ host: '127.0.0.1', port: stack.postgresPort }, resolve))
-    try {
-      const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
-      expect(await exitWithin(proc, STOP_MILLIS)).toEqual({ code: 1, signal: null })
-      expect(proc.output()).toContain(`127.0.0.1:${stack.postgresPort} is already in use`)
-      expect(proc.output()).toContain('EMBEDDED_POSTGRES_PORT')
-      expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
-    } finally {
-      await new Promise((resolve) => squatter.close(resolve))
-    }
-  })
+  it(
+    'serves the embedded Postgres on a Unix socket in the private data folder, not on a TCP port: other users cannot connect, the CLI and both services can',
+    async () => {
+      const stack = await newStack()
+      // Something else on the TCP port of the same number no longer matters.
+      const squatter = net.createServer()
+      await new Promise<void>((resolve) => squatter.listen({ host: '127.0.0.1', port: stack.postgresPort }, resolve))
+      let proc: NodeProcess
+      try {
+        proc = await npmStart(stack)
+      } finally {
+        await new Promise((resolve) => squatter.close(resolve))
+      }
+      // The demo key is issued once the services are ready.
+      await waitForOutput(proc, '[start] try it:', 10_000)
+      await waitForPortClosed(stack.postgresPort, 1_000)
+      const socket = path.join(stack.dataDir, `.s.PGSQL.${stack.postgresPort}`)
+      expect(statSync(socket).isSocket()).toBe(true)
+      expect(statSync(stack.dataDir).mode & 0o777).toBe(0o700)
+      expect(proc.output()).toContain(`psql -h ${stack.dataDir} -p ${stack.postgresPort} -U postgres`)
+
+      // libpq's and pg's way to a socket: the directory as the host, and the port.
+      const client = new pg.Client({ host: stack.dataDir, port: stack.postgresPort, user: 'postgres', database: 'postgres' })
+      await client.connect()
+      try {
+        const { rows } = await client.query<{ count: number }>('SELECT count(*)::int AS count FROM gateway.api_keys')
+        expect(rows).toEqual([{ count: 1 }])
+      } finally {
+        await client.end()
+      }
+
+      if (process.getuid?.() === 0) {
+        // Another account of the machine (nobody), trying the socket it would find by the same name.
+        const tryConnect = `require('net').connect(${JSON.stringify(socket)}).on('connect', () => { console.log('connected'); process.exit(0) }).on('error', (e) => { console.log(e.code); process.exit(0) })`
+        const other = spawnSync(process.execPath, ['-e', tryConnect], { uid: 65534, gid: 65534, cwd: '/', encoding: 'utf8', timeout: 10_000 })
+        expect(other.stdout.trim()).toBe('EACCES')
+      }
+
+      // The keys CLI finds the database through the discovery file; the gateway takes the demo key.
+      const listed = await runKeysCli(['list', '--json'], { ...baseEnv(), DATA_DIR: stack.dataDir }, 20_000)
+      expect(listed.code, listed.stderr).toBe(0)
+      expect(JSON.parse(listed.stdout)).toMatchObject({ keys: [{ name: 'demo', plan: 'free' }] })
+      const demoKey = /aas_[0-9A-Za-z]{38}/.exec(proc.output())?.[0]
+      const answer = await fetch(`http://127.0.0.1:${stack.gatewayPort}/v1/pets`, { headers: { authorization: `Bearer ${demoKey}` } })
+      expect(answer.status).toBe(200)
+
+      expect(await sigterm(proc)).toEqual({ code: 0, signal: null })
+      expect(existsSync(socket)).toBe(false)
+    },
+    2 * READY_MILLIS,
+  )
 })

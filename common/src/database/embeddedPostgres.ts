@@ -1,4 +1,5 @@
-import { mkdir } from 'node:fs/promises'
+import { chmod, mkdir, rm } from 'node:fs/promises'
+import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket'
 
@@ -6,7 +7,14 @@ export interface EmbeddedPostgresOptions {
   /** Folder for the data files; in memory when omitted (tests). */
   dataDir?: string
   host?: string
-  /** 0 picks a free port. */
+  /**
+   * Serve on the Unix socket `<socketDirectory>/.s.PGSQL.<port>` (libpq's name, so `psql -h <dir>
+   * -p <port>` and pg with `host` = the directory reach it) instead of TCP. The directory is the
+   * access control: it must be private to this user, and this process's alone (a socket file left
+   * there by a run that was killed is removed).
+   */
+  socketDirectory?: string
+  /** TCP: 0 picks a free port. With socketDirectory: the number in the socket's name (default 5432). */
   port?: number
   /** PGlite is one backend; the socket server multiplexes this many client connections onto it. */
   maxConnections?: number
@@ -17,6 +25,23 @@ export interface EmbeddedPostgres {
   stop(): Promise<void>
 }
 
+/** Longest Unix socket path the system takes (sun_path less its NUL: Linux 108 bytes, macOS and the BSDs 104). */
+export const SOCKET_PATH_MAX_BYTES = process.platform === 'linux' ? 107 : 103
+
+/** Where libpq and pg look for a server on `port` whose socket is in `directory`. */
+export function socketPath(directory: string, port: number): string {
+  return path.join(directory, `.s.PGSQL.${port}`)
+}
+
+/**
+ * The URL of the server on a socket directory, in the form pg, libpq (psql) and the WHATWG parser
+ * all take: no host in the authority, the directory in `host`. The slashes stay readable.
+ */
+export function socketUrl(directory: string, port: number): string {
+  const host = encodeURIComponent(directory).replaceAll('%2F', '/')
+  return `postgres:///postgres?host=${host}&port=${port}&user=postgres&sslmode=disable`
+}
+
 /**
  * PGlite (Postgres compiled to WebAssembly) served over the Postgres wire protocol, so the
  * services use the very same `pg` code path as against a real server.
@@ -25,23 +50,36 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
   if (options.dataDir) await mkdir(options.dataDir, { recursive: true })
   const db = await PGlite.create(options.dataDir ? { dataDir: options.dataDir } : {})
   const host = options.host ?? '127.0.0.1'
-  const server = new PGLiteSocketServer({
-    db,
-    host,
-    port: options.port ?? 0,
-    maxConnections: options.maxConnections ?? 32,
-  })
+  const directory = options.socketDirectory
+  const listenPath = directory === undefined ? undefined : socketPath(directory, options.port ?? 5432)
+  const maxConnections = options.maxConnections ?? 32
+  const server = new PGLiteSocketServer(
+    listenPath === undefined
+      ? { db, host, port: options.port ?? 0, maxConnections }
+      : { db, path: listenPath, maxConnections },
+  )
   keepBatchesTogether(server, db)
   try {
+    if (listenPath !== undefined) {
+      if (Buffer.byteLength(listenPath) > SOCKET_PATH_MAX_BYTES) {
+        throw new Error(`the socket path ${listenPath} is longer than the ${SOCKET_PATH_MAX_BYTES} bytes the system takes`)
+      }
+      await rm(listenPath, { force: true })
+    }
     await server.start()
+    // The private directory already keeps others out; the socket's own mode says so too.
+    if (listenPath !== undefined) await chmod(listenPath, 0o600)
   } catch (error) {
+    await server.stop().catch(() => undefined)
     await db.close().catch(() => undefined)
     throw error
   }
   const address = server.getServerConn()
-  const port = Number(address.split(':').at(-1))
   return {
-    url: `postgres://postgres@${host}:${port}/postgres?sslmode=disable`,
+    url:
+      directory === undefined
+        ? `postgres://postgres@${host}:${Number(address.split(':').at(-1))}/postgres?sslmode=disable`
+        : socketUrl(directory, options.port ?? 5432),
     async stop() {
       await server.stop()
       await db.close()
