@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process'
-import { existsSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, statSync } from 'node:fs'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
@@ -224,6 +224,8 @@ describe('npm start on the embedded default', () => {
     'serves the embedded Postgres on a Unix socket in the private data folder, not on a TCP port: other users cannot connect, the CLI and both services can',
     async () => {
       const stack = await newStack()
+      // Open to others, as a project folder usually is: only the data folder itself keeps them out.
+      chmodSync(path.dirname(stack.dataDir), 0o755)
       // Something else on the TCP port of the same number no longer matters.
       const squatter = net.createServer()
       await new Promise<void>((resolve) => squatter.listen({ host: '127.0.0.1', port: stack.postgresPort }, resolve))
