@@ -16,7 +16,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
 import { socketPath, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
-import { EnvError, portFromEnv } from '../common/src/env.ts'
+import { EnvError, poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
 import { printableUrl } from '../common/src/database/printableUrl.ts'
 import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
 import {
@@ -159,10 +159,19 @@ async function assertServicePortsFree(planned: PlannedService[]): Promise<void> 
   }
 }
 
-async function startDatabase(dataDir: string, socketDirectory: string, port: number): Promise<EmbeddedPostgres> {
+/**
+ * Client connections the embedded server takes: both services' pools (DATABASE_POOL_SIZE each),
+ * the gateway's LISTEN connection, the keys CLI's two and the demo key's one, with room to spare.
+ * PGlite is one backend however many there are; a connection past the cap would be refused.
+ */
+function embeddedConnectionCap(poolSize: number): number {
+  return Math.max(32, 2 * poolSize + 8)
+}
+
+async function startDatabase(dataDir: string, socketDirectory: string, port: number, poolSize: number): Promise<EmbeddedPostgres> {
   const pgliteDir = path.join(dataDir, PGLITE_FOLDER)
   await ensureDatabaseCreated(pgliteDir, say)
-  databaseStarting = startEmbeddedPostgres({ dataDir: pgliteDir, socketDirectory, port })
+  databaseStarting = startEmbeddedPostgres({ dataDir: pgliteDir, socketDirectory, port, maxConnections: embeddedConnectionCap(poolSize) })
   try {
     database = await databaseStarting
   } catch (error) {
@@ -209,11 +218,12 @@ async function main(): Promise<void> {
   }
 
   let databaseUrl = env.DATABASE_URL
-  let embedded: { port: number; socketDirectory: string } | undefined
+  let embedded: { port: number; socketDirectory: string; poolSize: number } | undefined
   const dataDir = path.resolve(env.DATA_DIR || 'data')
   if (!databaseUrl) {
     const port = portFromEnv('EMBEDDED_POSTGRES_PORT', EMBEDDED_DEFAULT_PORT, env)
     if (port === 0) throw new EnvError('EMBEDDED_POSTGRES_PORT must be 1-65535: it names the socket file (.s.PGSQL.<port>), there is no free port to pick')
+    const poolSize = poolSizeFromEnv(env)
     warn(
       'DATABASE_URL is not set: Postgres is PGlite embedded in this process ' +
         `(data in ${path.join(dataDir, PGLITE_FOLDER)}). This is the single-process default for one machine; ` +
@@ -234,7 +244,7 @@ async function main(): Promise<void> {
       },
     })
     ownedDataDir = dataDir
-    embedded = { port, socketDirectory }
+    embedded = { port, socketDirectory, poolSize }
   }
   // Fail in a second with a clear message rather than after PGlite's start with a child's stack trace.
   await assertServicePortsFree(planned)
@@ -245,7 +255,7 @@ async function main(): Promise<void> {
     say('INTERNAL_TOKEN is not set: generated a random one for this run (set it to call the pets-service directly)')
   }
 
-  if (embedded) databaseUrl = (await startDatabase(dataDir, embedded.socketDirectory, embedded.port)).url
+  if (embedded) databaseUrl = (await startDatabase(dataDir, embedded.socketDirectory, embedded.port, embedded.poolSize)).url
   if (stopping || !databaseUrl) return
   // Again, now that seconds have passed: /readyz must not be answered by someone else's process.
   await assertServicePortsFree(planned)

@@ -69,8 +69,8 @@ function stackEnv(stack: Stack): NodeJS.ProcessEnv {
 }
 
 /** `npm start` in its own process group, so a test can SIGKILL the whole tree like a crash. */
-async function npmStart(stack: Stack): Promise<NodeProcess> {
-  const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+async function npmStart(stack: Stack, env: NodeJS.ProcessEnv = {}): Promise<NodeProcess> {
+  const proc = startNode('scripts/start.ts', { ...stackEnv(stack), ...env }, { detached: true })
   // What the user waits for: the line saying what listens where.
   await waitForOutput(proc, '[start] ready:', READY_MILLIS)
   await waitForReady(`http://127.0.0.1:${stack.opsPort}/readyz`, proc, 5_000)
@@ -231,7 +231,7 @@ describe('npm start on the embedded default', () => {
       await new Promise<void>((resolve) => squatter.listen({ host: '127.0.0.1', port: stack.postgresPort }, resolve))
       let proc: NodeProcess
       try {
-        proc = await npmStart(stack)
+        proc = await npmStart(stack, { DATABASE_POOL_SIZE: '20' })
       } finally {
         await new Promise((resolve) => squatter.close(resolve))
       }
@@ -251,6 +251,15 @@ describe('npm start on the embedded default', () => {
         expect(rows).toEqual([{ count: 1 }])
       } finally {
         await client.end()
+      }
+      // Both services may fill pools of DATABASE_POOL_SIZE (20 here) beside the CLI: the server takes
+      // them all, past its default of 32 connections.
+      const pools = Array.from({ length: 40 }, () => new pg.Client({ host: stack.dataDir, port: stack.postgresPort, user: 'postgres', database: 'postgres' }))
+      try {
+        const answered = await Promise.all(pools.map(async (pooled) => (await pooled.connect(), (await pooled.query('SELECT 1 AS one')).rows[0].one)))
+        expect(answered).toEqual(Array(40).fill(1))
+      } finally {
+        await Promise.all(pools.map((pooled) => pooled.end().catch(() => undefined)))
       }
 
       if (process.getuid?.() === 0) {
