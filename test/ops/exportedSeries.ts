@@ -36,7 +36,7 @@ export async function registeredSeries(): Promise<Record<Job, Set<string>>> {
   const build = async (job: Job) => {
     const registry = new Registry()
     collectDefaultMetrics({ register: registry })
-    registerPoolMetrics(registry, { totalCount: 0, idleCount: 0, waitingCount: 0 } as unknown as pg.Pool)
+    registerPoolMetrics(registry, { totalCount: 0, idleCount: 0, waitingCount: 0, options: { max: 10 } } as unknown as pg.Pool)
     if (job === 'gateway') {
       const metrics = createGatewayMetrics(registry)
       metrics.observeKeyCache({ stats: { hits: 0, misses: 0 }, size: 0 } as unknown as KeyCache)
