@@ -1,4 +1,4 @@
-import { readFileSync, rmSync } from 'node:fs'
+import { lstatSync, readFileSync, rmdirSync, rmSync } from 'node:fs'
 import { access, chmod, link, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
@@ -67,14 +67,26 @@ export async function socketDirectoryFor(dataDir: string, port: number): Promise
 
 /**
  * Removes a socket directory socketDirectoryFor made under the temporary directory: the one of
- * this run, or of a run that did not stop cleanly (from its discovery file's URL). Any other
- * directory, the data directory above all, is left alone. Synchronous so it also works in an exit handler.
+ * this run, or of a run that did not stop cleanly (from its discovery file's URL). Only what it
+ * made goes: the socket file and then the folder if that left it empty. A folder that only looks
+ * like one (a data directory named `aas-postgres-…` under the temporary directory, whose record
+ * names it as its socket folder) keeps everything else in it. Synchronous so it also works in an exit handler.
  */
 export function removeTemporarySocketDirectory(url: string): void {
-  const directory = socketAddress(url)?.directory
-  if (directory === undefined) return
+  const address = socketAddress(url)
+  if (address === undefined) return
+  const { directory, file } = address
   if (path.dirname(directory) !== os.tmpdir() || !path.basename(directory).startsWith(TEMPORARY_SOCKET_PREFIX)) return
-  rmSync(directory, { recursive: true, force: true })
+  try {
+    if (lstatSync(file).isSocket()) rmSync(file, { force: true })
+  } catch {
+    // No socket: the run stopped cleanly, and the server removed it.
+  }
+  try {
+    rmdirSync(directory)
+  } catch {
+    // Gone already, or not empty: not a folder of socketDirectoryFor's alone.
+  }
 }
 
 /** The socket directory and its socket file named by a socket-form URL (socketUrl); undefined for a TCP URL. */

@@ -1,4 +1,5 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -51,5 +52,34 @@ describe("npm start's data folder", () => {
     expect(statSync(directory).mode & 0o777).toBe(0o700)
     removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
     expect(existsSync(directory)).toBe(false)
+  })
+
+  it('keeps the database of a data folder named like a temporary socket folder when a run on it crashed', async () => {
+    // DATA_DIR=/tmp/aas-postgres-…: short enough for the socket, so the folder is also its socket folder.
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'aas-postgres-'))
+    made.push(dataDir)
+    mkdirSync(path.join(dataDir, 'pglite'))
+    writeFileSync(path.join(dataDir, 'pglite', 'PG_VERSION'), '17\n')
+    expect(await socketDirectoryFor(dataDir, 54329)).toBe(dataDir)
+    // What the next start does with the crashed run's record.
+    removeTemporarySocketDirectory(embeddedUrl(dataDir, 54329))
+    expect(existsSync(path.join(dataDir, 'pglite', 'PG_VERSION'))).toBe(true)
+  })
+
+  it("after a crash, removes the temporary socket folder with the socket the killed run left in it", async () => {
+    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(parent)
+    const dataDir = path.join(parent, 'd'.repeat(SOCKET_PATH_MAX_BYTES), 'data')
+    mkdirSync(dataDir, { recursive: true })
+    const directory = await socketDirectoryFor(dataDir, 54329)
+    made.push(directory)
+    const killed = net.createServer()
+    await new Promise<void>((resolve) => killed.listen(path.join(directory, '.s.PGSQL.54329'), resolve))
+    try {
+      removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+      expect(existsSync(directory)).toBe(false)
+    } finally {
+      killed.close()
+    }
   })
 })
