@@ -54,15 +54,23 @@ export async function socketDirectoryFor(dataDir: string, port: number): Promise
   const { mode, uid } = await stat(dataDir)
   const mine = process.getuid === undefined || uid === process.getuid()
   if (mine && (mode & 0o077) === 0 && Buffer.byteLength(socketPath(dataDir, port)) <= SOCKET_PATH_MAX_BYTES) return dataDir
-  const directory = await mkdtemp(path.join(os.tmpdir(), TEMPORARY_SOCKET_PREFIX))
+  const directory = await mkdtemp(path.join(temporaryRoot(), TEMPORARY_SOCKET_PREFIX))
   if (Buffer.byteLength(socketPath(directory, port)) > SOCKET_PATH_MAX_BYTES) {
     await rm(directory, { recursive: true, force: true })
     throw new Error(
-      `the embedded Postgres's socket path is too long for the system both in ${dataDir} and in ${os.tmpdir()}; ` +
+      `the embedded Postgres's socket path is too long for the system both in ${dataDir} and in ${temporaryRoot()}; ` +
         'set DATA_DIR (or TMPDIR) to a shorter path',
     )
   }
   return directory
+}
+
+/**
+ * The system's temporary directory as an absolute path: in the URL, a socket folder from a
+ * relative TMPDIR is a host name to pg (ENOTFOUND: the services wait for Postgres for ever).
+ */
+function temporaryRoot(): string {
+  return path.resolve(os.tmpdir())
 }
 
 /**
@@ -76,7 +84,7 @@ export function removeTemporarySocketDirectory(url: string): void {
   const address = socketAddress(url)
   if (address === undefined) return
   const { directory, file } = address
-  if (path.dirname(directory) !== os.tmpdir() || !path.basename(directory).startsWith(TEMPORARY_SOCKET_PREFIX)) return
+  if (path.dirname(directory) !== temporaryRoot() || !path.basename(directory).startsWith(TEMPORARY_SOCKET_PREFIX)) return
   try {
     if (lstatSync(file).isSocket()) rmSync(file, { force: true })
   } catch {

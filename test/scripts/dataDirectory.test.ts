@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -80,6 +80,26 @@ describe("npm start's data folder", () => {
       expect(existsSync(directory)).toBe(false)
     } finally {
       killed.close()
+    }
+  })
+
+  it('with a relative TMPDIR, the socket still goes to a folder pg reaches as a socket (an absolute path), removed when the run ends', async () => {
+    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(parent)
+    const dataDir = path.join(parent, 'd'.repeat(SOCKET_PATH_MAX_BYTES), 'data')
+    mkdirSync(dataDir, { recursive: true })
+    const temporary = mkdtempSync(path.join(os.tmpdir(), 'aas-tmp-'))
+    made.push(temporary)
+    const previous = process.env.TMPDIR
+    process.env.TMPDIR = path.relative(process.cwd(), temporary)
+    try {
+      const directory = await socketDirectoryFor(dataDir, 54329)
+      expect(path.isAbsolute(directory)).toBe(true)
+      removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+      expect(readdirSync(temporary)).toEqual([])
+    } finally {
+      if (previous === undefined) delete process.env.TMPDIR
+      else process.env.TMPDIR = previous
     }
   })
 })
