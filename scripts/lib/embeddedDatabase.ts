@@ -44,8 +44,9 @@ const TEMPORARY_SOCKET_PREFIX = 'aas-postgres-'
  * The directory for the embedded database's Unix socket: the data directory itself, private to
  * this user (0700; made so here), where `psql -h <DATA_DIR> -p <port>` finds it. When the socket's
  * path there would be longer than a socket path can be (SOCKET_PATH_MAX_BYTES), or the folder
- * cannot be made private (another user's), a new private folder under the system's temporary
- * directory instead: the discovery file names it, and the run removes it when it stops
+ * cannot be made private (another user's), or cannot hold a socket at all (a Windows drive under
+ * WSL, some container bind mounts), a new private folder under the system's temporary directory
+ * instead: the discovery file names it, and the run removes it when it stops
  * (removeTemporarySocketDirectory).
  */
 export async function socketDirectoryFor(dataDir: string, port: number): Promise<string> {
@@ -53,7 +54,8 @@ export async function socketDirectoryFor(dataDir: string, port: number): Promise
   await chmod(dataDir, 0o700).catch(() => undefined)
   const { mode, uid } = await stat(dataDir)
   const mine = process.getuid === undefined || uid === process.getuid()
-  if (mine && (mode & 0o077) === 0 && Buffer.byteLength(socketPath(dataDir, port)) <= SOCKET_PATH_MAX_BYTES) return dataDir
+  const fits = Buffer.byteLength(socketPath(dataDir, port)) <= SOCKET_PATH_MAX_BYTES
+  if (mine && (mode & 0o077) === 0 && fits && (await canHoldSocket(dataDir))) return dataDir
   const directory = await mkdtemp(path.join(temporaryRoot(), TEMPORARY_SOCKET_PREFIX))
   if (Buffer.byteLength(socketPath(directory, port)) > SOCKET_PATH_MAX_BYTES) {
     await rm(directory, { recursive: true, force: true })
@@ -63,6 +65,20 @@ export async function socketDirectoryFor(dataDir: string, port: number): Promise
     )
   }
   return directory
+}
+
+/**
+ * Whether a Unix socket can be made in `directory`: bound once under a name no longer than the
+ * server's (so a run on this folder is not disturbed), then removed.
+ */
+export function canHoldSocket(directory: string): Promise<boolean> {
+  const probe = path.join(directory, `.s.p${process.pid}`)
+  return new Promise((resolve) => {
+    const server = net.createServer()
+    server.once('error', () => resolve(false))
+    // Closing a listening Unix socket server removes its file.
+    server.listen(probe, () => server.close(() => resolve(true)))
+  })
 }
 
 /**

@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -52,6 +52,22 @@ describe("npm start's data folder", () => {
     expect(statSync(directory).mode & 0o777).toBe(0o700)
     removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
     expect(existsSync(directory)).toBe(false)
+  })
+
+  it('a data folder where no socket can be made (a Windows drive under WSL, some bind mounts): the socket goes to a private temporary folder', async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(dataDir)
+    // Binding fails there: a folder already stands where the probe's socket would go.
+    mkdirSync(path.join(dataDir, `.s.p${process.pid}`))
+    const directory = await socketDirectoryFor(dataDir, 54329)
+    expect(path.dirname(directory)).toBe(os.tmpdir())
+    expect(statSync(directory).mode & 0o777).toBe(0o700)
+    removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+    expect(existsSync(directory)).toBe(false)
+    // A folder that can hold one is used, and the probe leaves nothing behind.
+    rmdirSync(path.join(dataDir, `.s.p${process.pid}`))
+    expect(await socketDirectoryFor(dataDir, 54329)).toBe(dataDir)
+    expect(readdirSync(dataDir)).toEqual([])
   })
 
   it('keeps the database of a data folder named like a temporary socket folder when a run on it crashed', async () => {
