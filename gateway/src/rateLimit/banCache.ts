@@ -45,7 +45,12 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
       forgottenAt.set(keyId, forgets)
       bans.delete(keyId)
     },
+    /** Bans not ended yet. Ended ones are dropped here: a key that stops calling never looks its ban up again. */
     get size(): number {
+      const now = clock()
+      const ended: string[] = []
+      bans.forEach((ban, keyId) => ban.until <= now && ended.push(keyId))
+      for (const keyId of ended) bans.delete(keyId)
       return bans.size
     },
   }

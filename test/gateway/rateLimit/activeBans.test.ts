@@ -1,0 +1,34 @@
+import { Registry } from 'prom-client'
+import { describe, expect, it } from 'vitest'
+import { createGatewayMetrics } from '../../../gateway/src/metrics/gatewayMetrics.ts'
+import { createBanCache } from '../../../gateway/src/rateLimit/banCache.ts'
+import type { KeyLimits } from '../../../gateway/src/rateLimit/planLimits.ts'
+
+const limits: KeyLimits = {
+  minute: { limit: 60, windowMillis: 60_000, bucketMillis: 5_000 },
+  day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+}
+
+describe('gateway_active_bans', () => {
+  async function scrape(registry: Registry): Promise<string | undefined> {
+    return (await registry.metrics()).split('\n').find((line) => line.startsWith('gateway_active_bans '))
+  }
+
+  // A banned client usually stops calling, or was unbanned elsewhere: its ban is then never
+  // looked up again, and the gauge read 4 for bans that had ended minutes before (soak test).
+  it('counts a ban until it ends, also when its key sends no request after that', async () => {
+    let now = 0
+    const bans = createBanCache({ clock: () => now })
+    const registry = new Registry()
+    createGatewayMetrics(registry).observeBans(bans)
+
+    bans.remember('key_short', bans.ticket(), limits, 10_000, 10_000, 0)
+    bans.remember('key_long', bans.ticket(), limits, 60_000, 60_000, 2)
+    expect(await scrape(registry)).toBe('gateway_active_bans 2')
+
+    now = 10_000
+    expect(await scrape(registry)).toBe('gateway_active_bans 1')
+    now = 60_000
+    expect(await scrape(registry)).toBe('gateway_active_bans 0')
+  })
+})
