@@ -71,7 +71,7 @@ export async function socketDirectoryFor(dataDir: string, port: number): Promise
  * Whether a Unix socket can be made in `directory`: bound once under a name no longer than the
  * server's (so a run on this folder is not disturbed), then removed.
  */
-export function canHoldSocket(directory: string): Promise<boolean> {
+function canHoldSocket(directory: string): Promise<boolean> {
   const probe = path.join(directory, `.s.p${process.pid}`)
   return new Promise((resolve) => {
     const server = net.createServer()

@@ -19,6 +19,15 @@ describe("npm start's data folder", () => {
     for (const directory of made.splice(0)) rmSync(directory, { recursive: true, force: true })
   })
 
+  /** A data folder whose socket path would be longer than a socket path can be. */
+  function tooDeepForASocket(): string {
+    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(parent)
+    const dataDir = path.join(parent, 'd'.repeat(SOCKET_PATH_MAX_BYTES), 'data')
+    mkdirSync(dataDir, { recursive: true })
+    return dataDir
+  }
+
   it('is made private to its user (0700) when it already exists open to others, as PGlite writes most files 0666', async () => {
     const dataDir = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
     made.push(dataDir)
@@ -43,10 +52,7 @@ describe("npm start's data folder", () => {
   })
 
   it('too deep for a socket path: the socket goes to a new private folder under the temporary directory, removed when the run ends', async () => {
-    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
-    made.push(parent)
-    const dataDir = path.join(parent, 'd'.repeat(SOCKET_PATH_MAX_BYTES), 'data')
-    mkdirSync(dataDir, { recursive: true })
+    const dataDir = tooDeepForASocket()
     const directory = await socketDirectoryFor(dataDir, 54329)
     expect(path.dirname(directory)).toBe(os.tmpdir())
     expect(statSync(directory).mode & 0o777).toBe(0o700)
@@ -83,10 +89,7 @@ describe("npm start's data folder", () => {
   })
 
   it("after a crash, removes the temporary socket folder with the socket the killed run left in it", async () => {
-    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
-    made.push(parent)
-    const dataDir = path.join(parent, 'd'.repeat(SOCKET_PATH_MAX_BYTES), 'data')
-    mkdirSync(dataDir, { recursive: true })
+    const dataDir = tooDeepForASocket()
     const directory = await socketDirectoryFor(dataDir, 54329)
     made.push(directory)
     const killed = net.createServer()
@@ -100,10 +103,7 @@ describe("npm start's data folder", () => {
   })
 
   it('with a relative TMPDIR, the socket still goes to a folder pg reaches as a socket (an absolute path), removed when the run ends', async () => {
-    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
-    made.push(parent)
-    const dataDir = path.join(parent, 'd'.repeat(SOCKET_PATH_MAX_BYTES), 'data')
-    mkdirSync(dataDir, { recursive: true })
+    const dataDir = tooDeepForASocket()
     const temporary = mkdtempSync(path.join(os.tmpdir(), 'aas-tmp-'))
     made.push(temporary)
     const previous = process.env.TMPDIR

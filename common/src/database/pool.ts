@@ -1,5 +1,6 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
+import { DEFAULT_POOL_SIZE } from '../env.ts'
 
 export interface PoolOptions {
   connectionString: string
@@ -30,7 +31,7 @@ export function createPool(options: PoolOptions): pg.Pool {
   const pool = new pg.Pool({
     connectionString: options.connectionString,
     application_name: options.applicationName,
-    max: options.max ?? 10,
+    max: options.max ?? DEFAULT_POOL_SIZE,
     connectionTimeoutMillis: options.connectionTimeoutMillis ?? 2_000,
     idleTimeoutMillis: 30_000,
     statement_timeout: statementTimeout,
