@@ -15,7 +15,7 @@ describe('gateway_active_bans', () => {
   }
 
   // A banned client usually stops calling, or was unbanned elsewhere: its ban is then never
-  // looked up again, and the gauge read 4 for bans that had ended minutes before (soak test).
+  // looked up again, and the gauge read 1 for bans that had ended minutes before (soak test).
   it('counts a ban until it ends, also when its key sends no request after that', async () => {
     let now = 0
     const bans = createBanCache({ clock: () => now })
