@@ -371,12 +371,14 @@ export function createKeyRepository(pool: pg.Pool) {
       // would step over them again. Only the primary key must serve it: with statistics from before
       // the backlog aged (the day's entries all newer then), the planner expects few old entries and
       // would read and sort the whole log for every batch (138 ms a batch at 400,000 entries, past a
-      // 100 ms timeout, measured). So no sort on this connection while it purges; a connection whose
-      // work failed is dropped, setting and all (withConnection).
+      // 100 ms timeout, measured). So no sort, for each batch in a transaction of its own: the
+      // setting ends with it, also where connections share a session (PGlite) or a server
+      // connection (a transaction pooler), and a connection whose work failed is dropped.
       let purged = await withConnection(pool, async (client) => {
         let deletedInAll = 0
-        await client.query('SET enable_sort = off')
         for (let after = 0; ; ) {
+          await client.query('BEGIN')
+          await client.query('SET LOCAL enable_sort = off')
           const { rows }: { rows: { deleted: number; last: number | null }[] } = await client.query(
             `WITH deleted AS (
                DELETE FROM gateway.api_key_changes WHERE ctid = ANY(ARRAY(
@@ -386,13 +388,12 @@ export function createKeyRepository(pool: pg.Pool) {
              SELECT count(*)::int AS deleted, max(id) AS last FROM deleted`,
             [batchRows, after],
           )
+          await client.query('COMMIT')
           const deleted = rows[0]?.deleted ?? 0
           deletedInAll += deleted
-          if (deleted < batchRows) break
+          if (deleted < batchRows) return deletedInAll
           after = rows[0]?.last ?? after
         }
-        await client.query('RESET enable_sort')
-        return deletedInAll
       })
       // Bans: one record per key at most.
       for (;;) {
