@@ -92,6 +92,17 @@ describe('gateway readiness (/readyz of the real process)', () => {
     }
   })
 
+  it('opens at most DATABASE_POOL_SIZE Postgres connections for its pool, and its ops scrape says how many that is', async () => {
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: upstream.url, env: { DATABASE_POOL_SIZE: '3' } })
+    try {
+      const scrape = await (await fetch(`${gateway.opsUrl}/metrics`)).text()
+      expect(scrape).toMatch(/^pg_pool_connections\{state="max"\} 3$/m)
+      expect(Number(/^pg_pool_connections\{state="total"\} (\d+)$/m.exec(scrape)?.[1])).toBeLessThanOrEqual(3)
+    } finally {
+      gateway.cleanup()
+    }
+  })
+
   it('is not ready, saying why, when the pets-service refuses its INTERNAL_TOKEN', async () => {
     const pets = await startPetsService(database.url, { internalToken: 'another-internal-token-0123456789' })
     const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: pets.url, notReady: true, readyTimeoutMillis: 30_000 })
