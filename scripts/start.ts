@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
-import { socketPath, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
+import { socketPath, socketUrl, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
 import { EnvError, poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
 import { printableUrl } from '../common/src/database/printableUrl.ts'
 import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
@@ -36,7 +36,6 @@ import {
   PGLITE_FOLDER,
   assertPortFree,
   claimDataDirectory,
-  embeddedUrl,
   ensureDatabaseCreated,
   ownerRecord,
   releaseDataDirectory,
@@ -232,7 +231,7 @@ async function main(): Promise<void> {
     // A Unix socket in a private folder, not a TCP port: the server takes any user and password,
     // so the folder's permissions are what keep other users of the machine out.
     const socketDirectory = await socketDirectoryFor(dataDir, port)
-    const url = embeddedUrl(socketDirectory, port)
+    const url = socketUrl(socketDirectory, port)
     if (socketDirectory !== dataDir) temporarySocketUrl = url
     await claimDataDirectory(dataDir, ownerRecord(url), {
       onStale: (previous) => {

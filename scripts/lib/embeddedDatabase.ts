@@ -4,7 +4,7 @@ import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
-import { SOCKET_PATH_MAX_BYTES, socketPath, socketUrl } from '../../common/src/database/embeddedPostgres.ts'
+import { SOCKET_PATH_MAX_BYTES, socketPath } from '../../common/src/database/embeddedPostgres.ts'
 import {
   DISCOVERY_FILE,
   processIdentity,
@@ -31,10 +31,6 @@ export function ownerRecord(url: string): EmbeddedDatabaseRecord {
 
 export function discoveryFilePath(dataDir: string): string {
   return path.join(dataDir, DISCOVERY_FILE)
-}
-
-export function embeddedUrl(socketDirectory: string, port: number): string {
-  return socketUrl(socketDirectory, port)
 }
 
 /** Where a temporary socket directory is made when the data directory cannot hold the socket. */

@@ -3,10 +3,9 @@ import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { SOCKET_PATH_MAX_BYTES } from '../../common/src/database/embeddedPostgres.ts'
+import { SOCKET_PATH_MAX_BYTES, socketUrl } from '../../common/src/database/embeddedPostgres.ts'
 import {
   claimDataDirectory,
-  embeddedUrl,
   ownerRecord,
   releaseDataDirectory,
   removeTemporarySocketDirectory,
@@ -47,7 +46,7 @@ describe("npm start's data folder", () => {
     expect(await socketDirectoryFor(dataDir, 54329)).toBe(dataDir)
     expect(statSync(dataDir).mode & 0o777).toBe(0o700)
     // Never removed as if it were a temporary socket folder.
-    removeTemporarySocketDirectory(embeddedUrl(dataDir, 54329))
+    removeTemporarySocketDirectory(socketUrl(dataDir, 54329))
     expect(existsSync(dataDir)).toBe(true)
   })
 
@@ -56,7 +55,7 @@ describe("npm start's data folder", () => {
     const directory = await socketDirectoryFor(dataDir, 54329)
     expect(path.dirname(directory)).toBe(os.tmpdir())
     expect(statSync(directory).mode & 0o777).toBe(0o700)
-    removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+    removeTemporarySocketDirectory(socketUrl(directory, 54329))
     expect(existsSync(directory)).toBe(false)
   })
 
@@ -68,7 +67,7 @@ describe("npm start's data folder", () => {
     const directory = await socketDirectoryFor(dataDir, 54329)
     expect(path.dirname(directory)).toBe(os.tmpdir())
     expect(statSync(directory).mode & 0o777).toBe(0o700)
-    removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+    removeTemporarySocketDirectory(socketUrl(directory, 54329))
     expect(existsSync(directory)).toBe(false)
     // A folder that can hold one is used, and the probe leaves nothing behind.
     rmdirSync(path.join(dataDir, `.s.p${process.pid}`))
@@ -84,7 +83,7 @@ describe("npm start's data folder", () => {
     writeFileSync(path.join(dataDir, 'pglite', 'PG_VERSION'), '17\n')
     expect(await socketDirectoryFor(dataDir, 54329)).toBe(dataDir)
     // What the next start does with the crashed run's record.
-    removeTemporarySocketDirectory(embeddedUrl(dataDir, 54329))
+    removeTemporarySocketDirectory(socketUrl(dataDir, 54329))
     expect(existsSync(path.join(dataDir, 'pglite', 'PG_VERSION'))).toBe(true)
   })
 
@@ -95,7 +94,7 @@ describe("npm start's data folder", () => {
     const killed = net.createServer()
     await new Promise<void>((resolve) => killed.listen(path.join(directory, '.s.PGSQL.54329'), resolve))
     try {
-      removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+      removeTemporarySocketDirectory(socketUrl(directory, 54329))
       expect(existsSync(directory)).toBe(false)
     } finally {
       killed.close()
@@ -111,7 +110,7 @@ describe("npm start's data folder", () => {
     try {
       const directory = await socketDirectoryFor(dataDir, 54329)
       expect(path.isAbsolute(directory)).toBe(true)
-      removeTemporarySocketDirectory(embeddedUrl(directory, 54329))
+      removeTemporarySocketDirectory(socketUrl(directory, 54329))
       expect(readdirSync(temporary)).toEqual([])
     } finally {
       if (previous === undefined) delete process.env.TMPDIR

@@ -85,6 +85,22 @@ export function isUsable(record: ApiKeyRecord): boolean {
 }
 
 /** SQL for the gateway schema's API keys; everything else works with ApiKeyRecord. */
+/**
+ * Runs one statement that only an index serves well, in its order, with sorts and bitmap scans off
+ * for it alone: statistics the table has outgrown would otherwise have the planner read and sort
+ * far more than the statement returns. In a transaction of its own, so the settings end with it,
+ * also where connections share a session (PGlite) or a server connection (a transaction pooler);
+ * a connection whose statement failed is dropped by the caller's withConnection.
+ */
+async function inIndexOrder<R extends pg.QueryResultRow>(client: pg.PoolClient, text: string, values: unknown[]): Promise<R[]> {
+  await client.query('BEGIN')
+  await client.query('SET LOCAL enable_sort = off')
+  await client.query('SET LOCAL enable_bitmapscan = off')
+  const { rows } = await client.query<R>(text, values)
+  await client.query('COMMIT')
+  return rows
+}
+
 export function createKeyRepository(pool: pg.Pool) {
   async function updateOne(sql: string, params: unknown[]): Promise<ApiKeyRecord | undefined> {
     const { rows } = await pool.query<ApiKeyRecord>(`${sql} RETURNING ${COLUMNS}`, params)
@@ -220,23 +236,18 @@ export function createKeyRepository(pool: pg.Pool) {
       // Only the (xid, id) index returns these rows in order, a page at a time. Without statistics
       // (a table autovacuum has not analysed yet: a quiet gateway's, or a minute after a bulk
       // commit) the planner would rather fetch every entry of the transaction and sort them, on
-      // every page: so, for this statement, no sort and no bitmap scan.
-      // In a transaction of its own, so the settings end with it (a connection dropped on failure).
-      return withConnection(pool, async (client) => {
-        await client.query('BEGIN')
-        await client.query('SET LOCAL enable_sort = off')
-        await client.query('SET LOCAL enable_bitmapscan = off')
-        const { rows } = await client.query<FeedEntry & { xid: string }>(
+      // every page.
+      return withConnection(pool, (client) =>
+        inIndexOrder<FeedEntry & { xid: string }>(
+          client,
           `SELECT ${FEED_COLUMNS}, xid::text AS xid FROM gateway.api_key_changes
             WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid >= $4::xid8 AND ($5::xid8 IS NULL OR xid <= $5::xid8) AND id <= $6
               AND xid < pg_snapshot_xmax(pg_current_snapshot())
             ORDER BY api_key_changes.xid, api_key_changes.id LIMIT $7`,
           // $3 is the snapshot, as FEED_COLUMNS has it.
           [page.after.xid, page.after.id, snapshot, page.fromXid, page.toXid ?? null, page.upTo, page.limit],
-        )
-        await client.query('COMMIT')
-        return rows
-      })
+        ),
+      )
     },
 
     /** Which of `xids` (transactions running at an earlier position) have entries visible now with ids up to `upTo`. */
@@ -371,15 +382,12 @@ export function createKeyRepository(pool: pg.Pool) {
       // would step over them again. Only the primary key must serve it: with statistics from before
       // the backlog aged (the day's entries all newer then), the planner expects few old entries and
       // would read and sort the whole log for every batch (138 ms a batch at 400,000 entries, past a
-      // 100 ms timeout, measured). So no sort, for each batch in a transaction of its own: the
-      // setting ends with it, also where connections share a session (PGlite) or a server
-      // connection (a transaction pooler), and a connection whose work failed is dropped.
+      // 100 ms timeout, measured).
       let purged = await withConnection(pool, async (client) => {
         let deletedInAll = 0
         for (let after = 0; ; ) {
-          await client.query('BEGIN')
-          await client.query('SET LOCAL enable_sort = off')
-          const { rows }: { rows: { deleted: number; last: number | null }[] } = await client.query(
+          const [batch] = await inIndexOrder<{ deleted: number; last: number | null }>(
+            client,
             `WITH deleted AS (
                DELETE FROM gateway.api_key_changes WHERE ctid = ANY(ARRAY(
                  SELECT ctid FROM gateway.api_key_changes WHERE id > $2 AND changed_at < now() - interval '1 day'
@@ -388,11 +396,10 @@ export function createKeyRepository(pool: pg.Pool) {
              SELECT count(*)::int AS deleted, max(id) AS last FROM deleted`,
             [batchRows, after],
           )
-          await client.query('COMMIT')
-          const deleted = rows[0]?.deleted ?? 0
+          const deleted = batch?.deleted ?? 0
           deletedInAll += deleted
           if (deleted < batchRows) return deletedInAll
-          after = rows[0]?.last ?? after
+          after = batch?.last ?? after
         }
       })
       // Bans: one record per key at most.
