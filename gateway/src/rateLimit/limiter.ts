@@ -114,27 +114,38 @@ export function createLimiter(options: LimiterOptions): Limiter {
 
 /** How long key guesses must go without a failed call before the log says their count recovered. */
 const GUESSES_QUIET_BEFORE_RECOVERED_MILLIS = 10_000
+/** How long their calls must keep failing before the log says, at error level, that the count is failing. */
+const GUESSES_FAILING_BEFORE_ERROR_MILLIS = 1_000
 
 /**
  * The per-IP count of key guesses in Redis: its calls in the store's metrics beside the keyed
- * decisions (so RateLimitStoreErrors sees them), and a log line when they start failing and one
- * when they have recovered. Meanwhile each gateway counts guesses alone, so N gateways let N
- * times the limit through, and an outage that keyed traffic does not happen to meet would
- * otherwise go unseen. Recovered means no failure for 10 s: on a Redis Cluster with one master
- * down, guesses from different addresses fail and succeed in turn, and that is one outage.
+ * decisions (so RateLimitStoreErrors sees them), and log lines when they start failing and when
+ * they have recovered. Meanwhile each gateway counts guesses alone, so N gateways let N times
+ * the limit through, and an outage that keyed traffic does not happen to meet would otherwise go
+ * unseen. The first failure is a warning (one stall on a busy machine fails every call it holds
+ * at once); failures still coming a second later are the outage, said once at error level.
+ * Recovered means no failure for 10 s: on a Redis Cluster with one master down, guesses from
+ * different addresses fail and succeed in turn, and that is one outage.
  */
 export function guessCallReporter(kind: Limiter['storeKind'], observer: StoreObserver | undefined, logger: Logger, clock = () => performance.now()) {
-  let failing = false
+  let failingSince: number | undefined
+  let errorSaid = false
   let lastFailure = -Infinity
   return (seconds: number, result: 'ok' | 'timeout' | 'error', error?: unknown): void => {
     observer?.call(kind, seconds, result)
     const now = clock()
     if (result !== 'ok') {
       lastFailure = now
-      if (!failing) logger.error({ err: error }, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers')
-      failing = true
-    } else if (failing && now - lastFailure >= GUESSES_QUIET_BEFORE_RECOVERED_MILLIS) {
-      failing = false
+      if (failingSince === undefined) {
+        failingSince = now
+        logger.warn({ err: error }, 'per-IP count of key guesses: a call to Redis failed; counted by this gateway alone meanwhile')
+      } else if (!errorSaid && now - failingSince >= GUESSES_FAILING_BEFORE_ERROR_MILLIS) {
+        errorSaid = true
+        logger.error({ err: error }, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers')
+      }
+    } else if (failingSince !== undefined && now - lastFailure >= GUESSES_QUIET_BEFORE_RECOVERED_MILLIS) {
+      failingSince = undefined
+      errorSaid = false
       logger.info('per-IP count of key guesses recovered: shared in Redis again')
     }
   }

@@ -20,6 +20,16 @@ export interface ResilientStoreOptions {
   clock?: () => number
 }
 
+interface DomainHealth {
+  skipUntil: number
+  /** A failure was logged (warn) and no success since. */
+  failing: boolean
+  /** The outage was logged (error) and no success since. */
+  setAside: boolean
+  failuresInARow: number
+  failuresCounted: number
+}
+
 export type ResilientDecision = LimitDecision & { degraded: boolean }
 
 /**
@@ -37,10 +47,10 @@ export function createResilientStore(options: ResilientStoreOptions) {
    * aside only its own keys, and the others' successes neither hide its failure nor announce its
    * recovery.
    */
-  const health = new Map<string, { skipUntil: number; failing: boolean; failuresInARow: number; failuresCounted: number }>()
+  const health = new Map<string, DomainHealth>()
   const healthOf = (domain: string) => {
     let known = health.get(domain)
-    if (!known) health.set(domain, (known = { skipUntil: 0, failing: false, failuresInARow: 0, failuresCounted: 0 }))
+    if (!known) health.set(domain, (known = { skipUntil: 0, failing: false, setAside: false, failuresInARow: 0, failuresCounted: 0 }))
     return known
   }
   const where = (domain: string) => ({ store: options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
@@ -61,6 +71,7 @@ export function createResilientStore(options: ResilientStoreOptions) {
         state.failuresInARow = 0
         if (state.failing) {
           state.failing = false
+          state.setAside = false
           options.logger.info(where(domain), 'rate-limit store recovered')
         }
         return { ...decision, degraded: false }
@@ -72,9 +83,15 @@ export function createResilientStore(options: ResilientStoreOptions) {
           state.failuresCounted++
           if (++state.failuresInARow >= failuresBeforePause) state.skipUntil = clock() + pause
         }
+        // A late reply on a busy moment is a warning; a store failing often enough to be set aside
+        // is the outage an operator is paged for, said once until it recovers.
         if (!state.failing) {
           state.failing = true
-          options.logger.error({ err: error, ...where(domain) }, 'rate-limit store failing')
+          options.logger.warn({ err: error, ...where(domain) }, 'rate-limit store call failed')
+        }
+        if (!state.setAside && state.failuresInARow >= failuresBeforePause) {
+          state.setAside = true
+          options.logger.error({ err: error, ...where(domain), setAsideMillis: pause }, 'rate-limit store failing')
         }
         return fallbackOr(error, request)
       }

@@ -100,6 +100,33 @@ describe('onStoreFailure open: a stall that fails the calls in flight together',
   })
 })
 
+describe('what the log says when Redis fails', () => {
+  it('a late reply now and then is a warning, not an error: the error is for a Redis failing enough to be set aside', async () => {
+    const primary = primaryThatCanFail()
+    const log = captureLog()
+    const store = createResilientStore({ primary: primary.store, fallback: createMemoryStore(), logger: pino(log.stream), clock: () => 1_000_000 })
+    for (let i = 0; i < 2; i++) {
+      primary.state.failing = true
+      await store.consume(request)
+      primary.state.failing = false
+      await store.consume(request)
+    }
+    expect(log.entries().map((entry) => [entry.level, entry.msg])).toEqual([
+      [40, 'rate-limit store call failed'],
+      [30, 'rate-limit store recovered'],
+      [40, 'rate-limit store call failed'],
+      [30, 'rate-limit store recovered'],
+    ])
+
+    primary.state.failing = true
+    for (let i = 0; i < 5; i++) await store.consume(request)
+    expect(log.entries().slice(4).map((entry) => [entry.level, entry.msg, entry.setAsideMillis])).toEqual([
+      [40, 'rate-limit store call failed', undefined],
+      [50, 'rate-limit store failing', 1_000],
+    ])
+  })
+})
+
 describe('onStoreFailure open: a Redis that stays later than the budget under steady traffic', () => {
   it('is set aside after three failures one after another, not asked by every request', async () => {
     // Each call waits until the test fails it; traffic is steady, so every batch of calls is sent
@@ -168,7 +195,10 @@ describe('Redis Cluster: one failed master sets aside only its own keys', () => 
     expect((await store.consume(onA)).degraded).toBe(false)
     expect(calls).toBe(callsAfterPause + 1)
 
-    const lines = log.entries().map((entry) => [entry.msg, entry.node])
-    expect(lines).toEqual([['rate-limit store failing', '10.0.0.3:6379']])
+    const lines = log.entries().map((entry) => [entry.level, entry.msg, entry.node])
+    expect(lines).toEqual([
+      [40, 'rate-limit store call failed', '10.0.0.3:6379'],
+      [50, 'rate-limit store failing', '10.0.0.3:6379'],
+    ])
   })
 })

@@ -416,24 +416,34 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
     expect(await gateway.keys.activeBans([id])).toEqual(new Map())
   })
 
-  it('closed: says once that the store is failing, not once per request it answers 503', async () => {
+  it('closed: warns at the first failure and says once, at error level, that the store is failing, not once per request it answers 503', async () => {
     const { gateway, log } = await onDeadRedis((file) => void (file.onStoreFailure = 'closed'))
     const { key } = await gateway.createKey()
     for (let i = 0; i < 30; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
     const beyondAccessLines = log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
-    expect(beyondAccessLines.map((entry) => entry.msg)).toEqual(['rate-limit store failing'])
+    expect(beyondAccessLines.map((entry) => [entry.level, entry.msg])).toEqual([
+      [40, 'rate-limit store call failed'],
+      [50, 'rate-limit store failing'],
+    ])
   })
 
-  it('key guesses: says once that their shared per-IP count is failing, and counts each failed call with the store errors', async () => {
+  it('key guesses: warns at the first failed count, says once at error level that it is still failing a second later, and counts each failed call with the store errors', async () => {
     const { gateway, log } = await onDeadRedis((file) => void (file.anonymous.perMinute = 100))
-    for (let i = 0; i < 5; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
-    const beyondAccessLines = log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
-    expect(beyondAccessLines.map((entry) => entry.msg)).toEqual([
-      'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers',
+    const guess = async () => expectErrorResponse(await gateway.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
+    for (let i = 0; i < 5; i++) await guess()
+    const beyondAccessLines = () => log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
+    expect(beyondAccessLines().map((entry) => [entry.level, entry.msg])).toEqual([
+      [40, 'per-IP count of key guesses: a call to Redis failed; counted by this gateway alone meanwhile'],
+    ])
+    await sleep(1_000)
+    for (let i = 0; i < 2; i++) await guess()
+    expect(beyondAccessLines().map((entry) => [entry.level, entry.msg])).toEqual([
+      [40, 'per-IP count of key guesses: a call to Redis failed; counted by this gateway alone meanwhile'],
+      [50, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers'],
     ])
     const metrics = await gateway.registry.metrics()
     const failed = [...metrics.matchAll(/^gateway_rate_limit_store_errors_total\{store="redis",kind="(?:timeout|error)"\} (\d+)$/gm)]
-    expect(failed.reduce((sum, match) => sum + Number(match[1]), 0)).toBe(5)
-    expect(metrics).toMatch(/^gateway_rate_limit_store_duration_seconds_count\{store="redis"\} 5$/m)
+    expect(failed.reduce((sum, match) => sum + Number(match[1]), 0)).toBe(7)
+    expect(metrics).toMatch(/^gateway_rate_limit_store_duration_seconds_count\{store="redis"\} 7$/m)
   })
 })
