@@ -159,3 +159,21 @@ export function drainMillisFromEnv(env: NodeJS.ProcessEnv = process.env): number
   }
   return Math.round(seconds * 1_000)
 }
+
+/**
+ * GATEWAY_MAX_CONNECTIONS, PETS_MAX_CONNECTIONS (1–1000000): the most client connections a
+ * service's public port holds at once; unset, the service derives it from its open-file limit
+ * (connectionCap.ts). A malformed value stops the process at boot.
+ */
+export function maxConnectionsFromEnv(name: string, fallback: number | undefined, env: NodeJS.ProcessEnv = process.env): number | undefined {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return fallback
+  const count = Number(raw)
+  if (!/^\d+$/.test(raw) || count < 1 || count > MAX_CONNECTIONS_LIMIT) {
+    throw new EnvError(`${name} must be a whole number of connections from 1 to ${MAX_CONNECTIONS_LIMIT}, got "${raw}"`)
+  }
+  return count
+}
+
+/** The highest server.maxConnections (and its environment variables) accept. */
+export const MAX_CONNECTIONS_LIMIT = 1_000_000

@@ -11,12 +11,15 @@ import {
   onShutdownSignal,
 } from '../../common/src/lifecycle/shutdown.ts'
 import { checkLogLevel, createLogger } from '../../common/src/logger.ts'
+import { capConnections, connectionBudget, openFileLimit } from '../../common/src/http/connectionCap.ts'
+import { registerConnectionMetrics } from '../../common/src/ops/connectionMetrics.ts'
 import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { createConfigSource } from './config/configSource.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
 import { createGatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
+import { UPSTREAM_CONNECTIONS } from './proxy/upstreamProxy.ts'
 import { createLimiter } from './rateLimit/limiter.ts'
 import { upstreamAcceptsGateway } from './upstreamCheck.ts'
 import { wireGateway } from './wiring.ts'
@@ -48,7 +51,8 @@ async function main(): Promise<void> {
   warnOfPublishedToken(internalToken, logger)
   const drainMillis = drainMillisFromEnv()
 
-  const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', max: poolSizeFromEnv(), logger })
+  const poolSize = poolSizeFromEnv()
+  const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', max: poolSize, logger })
   registerPoolMetrics(registry, pool)
   const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
   // The ops port first: while Postgres is awaited the process is alive (/healthz) and not ready.
@@ -90,6 +94,13 @@ async function main(): Promise<void> {
     internalToken,
     logger,
   })
+  capConnections(app.server, connectionBudget({
+    configured: config.server.maxConnections,
+    // The pool, the change feed's LISTEN connection, and each upstream's connection pool.
+    outboundConnections: poolSize + 1 + UPSTREAM_CONNECTIONS * Object.keys(config.upstreams).length,
+    openFileLimit: openFileLimit(),
+  }), logger, 'server.maxConnections (GATEWAY_MAX_CONNECTIONS)')
+  registerConnectionMetrics(registry, { public: app.server, ops: ops.server })
   const stopPurge = purgeHourly('key changes and ban records past a day', () => repository.purgeChanges(), logger)
   const stopWatching = configSource.watch()
   process.off('SIGHUP', holdReload)

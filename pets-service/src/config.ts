@@ -1,4 +1,4 @@
-import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, poolSizeFromEnv, portFromEnv, previousInternalTokenFromEnv } from '../../common/src/env.ts'
+import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, maxConnectionsFromEnv, poolSizeFromEnv, portFromEnv, previousInternalTokenFromEnv } from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
@@ -13,6 +13,8 @@ export interface PetsServiceConfig {
   previousInternalToken?: string
   /** SHUTDOWN_DRAIN_SECONDS: the drain before the listener closes on SIGTERM. */
   drainMillis: number
+  /** PETS_MAX_CONNECTIONS: client connections the public port holds at once; unset, derived from the open-file limit. */
+  maxConnections?: number
 }
 
 /** Environment only (see the README's table); a missing or malformed value stops the boot. */
@@ -27,5 +29,6 @@ export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServic
     internalToken: internalTokenFromEnv(env),
     previousInternalToken: previousInternalTokenFromEnv(env),
     drainMillis: drainMillisFromEnv(env),
+    maxConnections: maxConnectionsFromEnv('PETS_MAX_CONNECTIONS', undefined, env),
   })
 }

@@ -12,6 +12,8 @@ import {
   onShutdownSignal,
 } from '../../common/src/lifecycle/shutdown.ts'
 import { checkLogLevel, createLogger } from '../../common/src/logger.ts'
+import { capConnections, connectionBudget, openFileLimit } from '../../common/src/http/connectionCap.ts'
+import { registerConnectionMetrics } from '../../common/src/ops/connectionMetrics.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildPetsService } from './app.ts'
@@ -48,6 +50,12 @@ async function main(): Promise<void> {
   const pets = createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) })
   const app = await buildPetsService({ pets, internalToken: config.internalToken, previousInternalToken: config.previousInternalToken, logger, registry })
 
+  capConnections(app.server, connectionBudget({
+    configured: config.maxConnections,
+    outboundConnections: config.poolSize,
+    openFileLimit: openFileLimit(),
+  }), logger, 'PETS_MAX_CONNECTIONS')
+  registerConnectionMetrics(registry, { public: app.server, ops: ops.server })
   const stopPurge = purgeHourly('idempotency keys past their 24 h', () => pets.purgeIdempotencyKeys(), logger)
 
   await app.listen({ host: config.host, port: config.port })

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, poolSizeFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, maxConnectionsFromEnv, poolSizeFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
 import { checkLogLevel } from '../../common/src/logger.ts'
 import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
@@ -43,6 +43,19 @@ describe('environment the services read at boot', () => {
       expect(() => poolSizeFromEnv({ DATABASE_POOL_SIZE: raw }), raw).toThrow(`DATABASE_POOL_SIZE must be a whole number of connections from 1 to 1000, got "${raw}"`)
     }
     expect(loadPetsConfig({ DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456', DATABASE_POOL_SIZE: '25' }).poolSize).toBe(25)
+  })
+
+  it('takes PETS_MAX_CONNECTIONS as a whole number from 1 to 1000000, derived at start when unset, and refuses anything else by name', () => {
+    const pets = { DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456' }
+    expect(loadPetsConfig(pets).maxConnections).toBeUndefined()
+    expect(loadPetsConfig({ ...pets, PETS_MAX_CONNECTIONS: '' }).maxConnections).toBeUndefined()
+    expect(loadPetsConfig({ ...pets, PETS_MAX_CONNECTIONS: '2000' }).maxConnections).toBe(2000)
+    expect(maxConnectionsFromEnv('PETS_MAX_CONNECTIONS', undefined, { PETS_MAX_CONNECTIONS: '1000000' })).toBe(1_000_000)
+    for (const raw of ['0', '1000001', '2.5', '-3', '1e3', ' 4', 'many']) {
+      expect(() => loadPetsConfig({ ...pets, PETS_MAX_CONNECTIONS: raw }), raw).toThrow(
+        `PETS_MAX_CONNECTIONS must be a whole number of connections from 1 to 1000000, got "${raw}"`,
+      )
+    }
   })
 
   it('listens on an IP address or a host name, and refuses a host with a port or IPv6 in brackets by name instead of failing later with ENOTFOUND', () => {

@@ -67,6 +67,15 @@ describe('gateway config', () => {
     const config = resolveGatewayConfig(file, { GATEWAY_PORT: '18080', GATEWAY_HOST: '127.0.0.1', GATEWAY_OPS_PORT: '19464', PETS_URL: 'http://pets:3001' })
     expect(config.server).toMatchObject({ host: '127.0.0.1', port: 18080, opsPort: 19464 })
     expect(config.upstreams.pets.url).toBe('http://pets:3001')
+    // The shipped file leaves the connection cap to be derived from the open-file limit at start.
+    expect(config.server.maxConnections).toBeUndefined()
+    file.server.maxConnections = 5_000
+    expect(resolveGatewayConfig(file, {}).server.maxConnections).toBe(5_000)
+    expect(resolveGatewayConfig(file, { GATEWAY_MAX_CONNECTIONS: '800' }).server.maxConnections).toBe(800)
+    expect(() => resolveGatewayConfig(file, { GATEWAY_MAX_CONNECTIONS: '0' })).toThrow(
+      'GATEWAY_MAX_CONNECTIONS must be a whole number of connections from 1 to 1000000, got "0"',
+    )
+    delete file.server.maxConnections
     const clustered = resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: 'redis-a:7000, redis-b:7000', REDIS_URL: 'redis://r:6379' })
     expect(clustered.redis).toMatchObject({ url: 'redis://r:6379', clusterNodes: ['redis-a:7000', 'redis-b:7000'] })
     expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: 'eighty' })).toThrow(/GATEWAY_PORT/)
@@ -120,6 +129,7 @@ describe('gateway config', () => {
   it('reports every bad value with its line', () => {
     expect(problemsOf('bad-values.yaml')).toEqual([
       'test/fixtures/config/bad-values.yaml:1: server.port must be <= 65535',
+      'test/fixtures/config/bad-values.yaml:1: server.maxConnections must be >= 1',
       'test/fixtures/config/bad-values.yaml:3: upstreams.pets.url must be an http:// or https:// URL',
       'test/fixtures/config/bad-values.yaml:3: upstreams.pets.timeoutSeconds must be >= 0.001',
       'test/fixtures/config/bad-values.yaml:4: keyCache.ttlSeconds must be >= 0.001',

@@ -3,7 +3,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { parse, stringify } from 'yaml'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
-import { baseEnv, freePort, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
+import { baseEnv, freePort, startNode, startProcess, waitForReady, type NodeProcess } from '../scripts/processes.ts'
 
 export const OPS_TEST_TOKEN = 'ops-test-internal-token-0123456789'
 
@@ -58,6 +58,8 @@ export async function startGatewayProcess(options: {
   /** The test expects it not to become ready: wait only until it has started (/readyz no longer "starting"). */
   notReady?: boolean
   internalToken?: string
+  /** Starts it under this open-file limit (soft and hard, through prlimit), as a container's or a unit's nofile sets it. */
+  openFileLimit?: number
 }): Promise<GatewayProcess & { cleanup(): void }> {
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-ops-'))
   const configPath = path.join(directory, 'gateway.yaml')
@@ -70,7 +72,9 @@ export async function startGatewayProcess(options: {
     internalToken: options.internalToken,
     extra: { ...options.env, GATEWAY_CONFIG: configPath },
   })
-  const proc = startNode('gateway/src/main.ts', env)
+  const proc = options.openFileLimit === undefined
+    ? startNode('gateway/src/main.ts', env)
+    : startProcess('prlimit', [`--nofile=${options.openFileLimit}:${options.openFileLimit}`, process.execPath, '--import', 'tsx', 'gateway/src/main.ts'], env)
   const opsUrl = `http://127.0.0.1:${opsPort}`
   const timeoutMillis = options.readyTimeoutMillis ?? 15_000
   const readyz = async () => {

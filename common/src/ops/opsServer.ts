@@ -1,4 +1,5 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import { OPS_MAX_CONNECTIONS } from '../http/connectionCap.ts'
 import { singleLineRequestLogging } from '../http/requestContext.ts'
 import type { Registry } from 'prom-client'
 
@@ -56,6 +57,9 @@ export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
     requestTimeout: OPS_CLIENT_TIMEOUT_MILLIS,
   })
   ops.server.headersTimeout = OPS_CLIENT_TIMEOUT_MILLIS
+  // The port is reachable by whoever reaches the host (0.0.0.0 on the gateway by default): a flood
+  // of it must not take the descriptors the public port, Postgres and the upstream need.
+  ops.server.maxConnections = OPS_MAX_CONNECTIONS
   const timeout = options.checkTimeoutMillis ?? 1_000
 
   ops.get('/healthz', async () => ({ status: 'ok' }))

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
-import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, portFromEnv, urlScheme } from '../../../common/src/env.ts'
+import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, maxConnectionsFromEnv, portFromEnv, urlScheme } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 
@@ -18,7 +18,15 @@ export interface UpstreamConfig {
 }
 
 export interface GatewayConfig {
-  server: { host: string; port: number; opsHost: string; opsPort: number; trustedProxies: string[] }
+  server: {
+    host: string
+    port: number
+    opsHost: string
+    opsPort: number
+    trustedProxies: string[]
+    /** Client connections the public port holds at once; undefined: derived from the open-file limit at start (connectionCap.ts). */
+    maxConnections?: number
+  }
   upstreams: {
     pets: UpstreamConfig
     orders?: UpstreamConfig
@@ -306,6 +314,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
       opsHost: listenHostFromEnv('GATEWAY_OPS_HOST', file.server.opsHost, env),
       opsPort: portFromEnv('GATEWAY_OPS_PORT', file.server.opsPort, env),
       trustedProxies: file.server.trustedProxies ?? [],
+      ...optional('maxConnections', maxConnectionsFromEnv('GATEWAY_MAX_CONNECTIONS', file.server.maxConnections, env)),
     },
     upstreams: {
       pets: upstream(file.upstreams.pets, petsUrlFromEnv(env)),
@@ -334,6 +343,11 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
     openapi: { servers: { ...(file.openapi?.servers ?? DEFAULT_API_SERVERS) } },
   }
   return deepFreeze(config)
+}
+
+/** `{ [name]: value }`, or nothing for undefined: the frozen config carries no key set to undefined. */
+function optional<K extends string, V>(name: K, value: V | undefined): Partial<Record<K, V>> {
+  return value === undefined ? {} : ({ [name]: value } as Record<K, V>)
 }
 
 function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {

@@ -54,6 +54,8 @@ export const GatewayConfigSchema = Type.Object(
         opsHost: Type.String({ minLength: 1 }),
         opsPort: Port,
         trustedProxies: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { maxItems: 100 })),
+        // Client connections the public port holds at once; unset, derived from the open-file limit.
+        maxConnections: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'a whole number of connections, 1 to 1000000' })),
       },
       { additionalProperties: false },
     ),
