@@ -39,6 +39,14 @@ describe('errors as clients see them', () => {
     expect(error.headers).toEqual({ 'retry-after': '5' })
   })
 
+  it('answers 503 with Retry-After, not 500, when the process has no file descriptor left to reach Postgres', () => {
+    for (const code of ['EMFILE', 'ENFILE']) {
+      const error = toApiError(Object.assign(new Error(`connect ${code} 127.0.0.1:5432 - Local (undefined:undefined)`), { code, errno: -24, syscall: 'connect' }), petsFrameworkErrors)
+      expect(error.toBody(), code).toEqual({ code: 'service_unavailable', message: expect.not.stringContaining('5432'), status: 503 })
+      expect(error.headers).toEqual({ 'retry-after': '5' })
+    }
+  })
+
   it('passes a declared ApiError through unchanged', () => {
     const declared = petsErrors.create('pet_not_found')
     expect(toApiError(declared, petsFrameworkErrors)).toBe(declared)

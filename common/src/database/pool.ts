@@ -125,7 +125,9 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number): void {
 // SQLSTATE classes 08 (connection exception) and 57 (operator intervention: shutdown,
 // statement timeout) and 53 (insufficient resources) mean "try again later", not a bug.
 const UNAVAILABLE_SQLSTATE = /^(08|53|57)/
-const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'])
+// EMFILE and ENFILE: this process (or the host) has no file descriptor left for a new connection
+// until others close; the database is as unreachable as if it refused, and as temporarily.
+const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EMFILE', 'ENFILE'])
 const UNAVAILABLE_MESSAGES = [
   'timeout exceeded when trying to connect',
   'Connection terminated',
