@@ -42,11 +42,21 @@ async function flood(port: number, count: number): Promise<{ sockets: net.Socket
   return { sockets, closedByServer: () => closed }
 }
 
+/** Polls until `done` holds; fails the test at the deadline instead of guessing how long the gateway needs. */
+async function until(done: () => boolean | Promise<boolean>, timeoutMillis: number): Promise<void> {
+  const deadline = performance.now() + timeoutMillis
+  while (!(await done())) {
+    if (performance.now() > deadline) throw new Error(`not done within ${timeoutMillis} ms`)
+    await sleep(20)
+  }
+}
+
 /** GET over a connection of its own (not the test's pooled ones): the status, or the error that ended it. */
-async function onNewConnection(url: string): Promise<{ status?: number; text?: string; error?: string }> {
+async function onNewConnection(url: string, key?: string): Promise<{ status?: number; text?: string; error?: string }> {
   const agent = new Agent()
   try {
-    const response = await fetch(url, { dispatcher: agent, signal: AbortSignal.timeout(5_000) } as unknown as RequestInit)
+    const headers = key === undefined ? {} : { authorization: `Bearer ${key}` }
+    const response = await fetch(url, { headers, dispatcher: agent, signal: AbortSignal.timeout(5_000) } as unknown as RequestInit)
     return { status: response.status, text: await response.text() }
   } catch (error) {
     return { error: String((error as { cause?: { code?: string } }).cause?.code ?? error) }
@@ -99,8 +109,9 @@ describe('a connection flood on a gateway process under a low open-file limit', 
 
       const { sockets, closedByServer } = await flood(gateway.apiPort, FLOOD)
       held.push(...sockets)
-      // Let the gateway accept (and refuse) the whole flood before the real clients speak.
-      await sleep(1_000)
+      // The gateway has accepted the whole flood, and closed what is past its cap, before the real clients speak.
+      const pastTheCap = FLOOD + CLIENTS - EXPECTED_CAP
+      await until(() => closedByServer() >= pastTheCap, 20_000)
 
       for (const [index, client] of clients.entries()) {
         client.socket.write(`GET /v1/pets?limit=1 HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer ${keys[index]}\r\n\r\n`)
@@ -122,7 +133,7 @@ describe('a connection flood on a gateway process under a low open-file limit', 
       expect(sample(metrics, 'http_connections', 'listener="public",state="open"')).toBe(EXPECTED_CAP)
       const refused = sample(metrics, 'http_connections_refused_total', 'listener="public"') ?? 0
       // The flood beyond the cap was closed as it came in, and the counter saw each.
-      expect(refused).toBe(FLOOD + CLIENTS - EXPECTED_CAP)
+      expect(refused).toBe(pastTheCap)
       expect(closedByServer()).toBe(refused)
 
       // A new client connection while the cap is held is closed without an answer (its client
@@ -133,8 +144,8 @@ describe('a connection flood on a gateway process under a low open-file limit', 
 
       // Once the flood lets go, new connections are served again.
       for (const socket of held) socket.destroy()
-      await sleep(500)
-      const after = await fetch(`${gateway.url}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${keys[0]}` } })
+      let after: Awaited<ReturnType<typeof onNewConnection>> = {}
+      await until(async () => (after = await onNewConnection(`${gateway.url}/v1/pets?limit=1`, keys[0])).status !== undefined, 20_000)
       expect(after.status).toBe(200)
       recordScenario({
         area: 'Load',
