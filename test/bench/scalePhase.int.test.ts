@@ -5,8 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { runScalePhase, type ScaleReport } from '../../bench/scale/scalePhase.ts'
 import type { SharedService } from '../../bench/targets/types.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /**
  * The scale phase of `npm run bench`, small: 3,000 distinct keys through the gateway's Redis store
@@ -18,13 +17,12 @@ import { freshDatabase } from '../helpers/testDatabase.ts'
 const KEYS = 3_000
 const KEY_CACHE = 500
 
-let database: TestDatabase
+const database = suiteDatabase()
 let logDir: string
 const started = new Map<string, Promise<SharedService>>()
 let report: ScaleReport
 
 beforeAll(async () => {
-  database = await freshDatabase()
   logDir = await mkdtemp(path.join(os.tmpdir(), 'aas-scale-test-'))
   report = await runScalePhase({
     databaseUrl: database.url,
@@ -46,7 +44,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const service of started.values()) await (await service.catch(() => undefined))?.stop()
   await rm(logDir, { recursive: true, force: true })
-  await database?.drop()
 })
 
 describe('many distinct keys through the limiter', () => {

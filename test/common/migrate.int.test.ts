@@ -1,23 +1,15 @@
 import { createHash } from 'node:crypto'
 import pg from 'pg'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 describe('migrations at boot', () => {
-  let database: TestDatabase
-
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
-  afterAll(async () => {
-    await database?.drop()
-  })
+  const database = suiteDatabase()
 
   // The request pool bounds statements at 5 s; a second replica waits for the first's migrations
   // as long as they take (here 6.5 s), then finds nothing left to apply.

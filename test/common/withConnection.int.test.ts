@@ -1,16 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { createPool, withConnection } from '../../common/src/database/pool.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 describe('a connection checked out of the pool', () => {
-  let database: TestDatabase
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
-  afterAll(async () => {
-    await database?.drop()
-  })
+  const database = suiteDatabase()
 
   // pg-pool takes its own 'error' listener off a connection while it is checked out: one lost
   // then (Postgres restarted) was an uncaught exception, which ends a service (vitest reports it).

@@ -3,18 +3,16 @@ import { loadOpenApiDocument } from '../../gateway/src/openapi/document.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const SERVERS = { production: 'https://api.adoption.test/v1', staging: 'https://staging.adoption.test/v1' }
 
 describe('the OpenAPI document and the docs page, served by the gateway without a key', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({
       databaseUrl: database.url,
@@ -27,7 +25,6 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it('serves /v1/openapi.json: the document as JSON, naming the configured servers, limited per IP', async () => {
@@ -99,11 +96,10 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
 })
 
 describe('the docs routes under a tight per-IP limit', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let gateway: RunningGateway
 
   beforeAll(async () => {
-    database = await freshDatabase()
     gateway = await startGateway({
       databaseUrl: database.url,
       petsUrl: 'http://127.0.0.1:9',
@@ -114,7 +110,6 @@ describe('the docs routes under a tight per-IP limit', () => {
   })
   afterAll(async () => {
     await gateway?.close()
-    await database?.drop()
   })
 
   it('answers 429 rate_limited with Retry-After once the IP has used its anonymous quota', async () => {

@@ -3,19 +3,17 @@ import { KEY_PREFIX, generateApiKey } from '../../gateway/src/keys/apiKeyFormat.
 import { expectErrorResponse } from '../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { freshDatabase, suiteDatabase } from '../helpers/testDatabase.ts'
 import { sleep } from './rateLimit/httpLimits.ts'
 
 describe('gateway authentication', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   let second: RunningGateway
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     second = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
@@ -24,7 +22,6 @@ describe('gateway authentication', () => {
     await second?.close()
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   // RFC 6750 §3: error="invalid_token" once a bearer credential was sent; none without one, or for another scheme.

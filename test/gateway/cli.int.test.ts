@@ -10,8 +10,7 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { hashApiKey, isWellFormedApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { runKeysCli, type CliRun } from '../scripts/processes.ts'
 
 const ANY_KEY = /aas_[0-9A-Za-z]{38}/g
@@ -36,7 +35,7 @@ function expectUsageError(run: CliRun, message: string | RegExp) {
 }
 
 describe('keys CLI (npm run keys)', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pool: pg.Pool
   let repository: KeyRepository
   const created: string[] = []
@@ -45,13 +44,11 @@ describe('keys CLI (npm run keys)', () => {
   const schema = () => migrate(pool, GATEWAY_MIGRATIONS)
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pool = createPool({ connectionString: database.url, applicationName: 'cli-test', max: 2 })
     repository = createKeyRepository(pool)
   })
   afterAll(async () => {
     await pool?.end()
-    await database?.drop()
   })
 
   it('creates a key on a fresh database and prints it once; the printed key is the stored one', async () => {

@@ -5,8 +5,7 @@ import { chromium, type BrowserContext } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Debian's chromium; .ci/run installs it when missing. */
 const CHROMIUM = '/usr/bin/chromium'
@@ -18,14 +17,13 @@ const title = available
 if (!available) console.warn(`docs page test skipped: ${CHROMIUM} not found`)
 
 describe.skipIf(!available)('the /docs page in a browser', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   let profile: string
   let browser: BrowserContext | undefined
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     profile = mkdtempSync(path.join(tmpdir(), 'aas-chromium-'))
@@ -49,7 +47,6 @@ describe.skipIf(!available)('the /docs page in a browser', () => {
     if (profile) rmSync(profile, { recursive: true, force: true })
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it(title, async () => {

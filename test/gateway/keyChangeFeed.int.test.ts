@@ -1,6 +1,6 @@
 import pg from 'pg'
 import pino from 'pino'
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createKeyCache } from '../../gateway/src/keys/keyCache.ts'
@@ -8,9 +8,8 @@ import { startKeyChangeFeed, type KeyChangeFeedOptions } from '../../gateway/src
 import { createKeyRepository, isUsable, type FeedEntry, type KeyChange, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { freePort } from '../helpers/ports.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /**
  * The repository as the feed reads it, with a look at each read: `position` when it takes the
@@ -36,14 +35,7 @@ function countRows<T>(rows: T[], total: { count: number }): T[] {
 }
 
 describe('API key change notifications', () => {
-  let database: TestDatabase
-
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
-  afterAll(async () => {
-    await database?.drop()
-  })
+  const database = suiteDatabase()
 
   // Where LISTEN is unavailable (a transaction pooler, a lost connection) the periodic read alone
   // must keep the promise that a revocation reaches every gateway within 2 s.
@@ -230,14 +222,7 @@ describe('API key change notifications', () => {
 })
 
 describe('a gateway\'s key cache follows the change log whatever order its transactions commit in', () => {
-  let database: TestDatabase
-
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
-  afterAll(async () => {
-    await database?.drop()
-  })
+  const database = suiteDatabase()
 
   /** A gateway's key cache and change feed, wired as main.ts wires them, and an operator's psql session. */
   async function gatewayAndOperator() {

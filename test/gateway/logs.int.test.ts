@@ -5,27 +5,24 @@ import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { refusingUpstream, scriptedUpstream, silentUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { openRaw } from '../helpers/rawClient.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 describe('gateway logs', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   const gatewayLog = captureLog()
   const petsLog = captureLog()
   const gateways: RunningGateway[] = []
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url, { logStream: petsLog.stream })
     gateways.push(await startGateway({ databaseUrl: database.url, petsUrl: pets.url, logStream: gatewayLog.stream }))
   })
   afterAll(async () => {
     for (const gateway of gateways) await gateway.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it('write one line per request with request id, method, route, status, duration, key id and plan', async () => {

@@ -8,9 +8,8 @@ import { refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { openRaw } from '../helpers/rawClient.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Each metric family the gateway promises, with the labels its samples carry. */
 const FAMILIES: Record<string, string[]> = {
@@ -45,13 +44,12 @@ function samples(text: string, family: string): Record<string, string>[] {
 }
 
 describe('gateway metrics', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   const prefix = testKeyPrefix()
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({
       databaseUrl: database.url,
@@ -67,7 +65,6 @@ describe('gateway metrics', () => {
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 
@@ -151,13 +148,12 @@ describe('gateway metrics', () => {
 })
 
 describe('gateway metrics with an orders upstream configured', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let orders: TestUpstream
   let gateway: RunningGateway
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     orders = await refusingUpstream()
     gateway = await startGateway({
@@ -170,7 +166,6 @@ describe('gateway metrics with an orders upstream configured', () => {
     await gateway?.close()
     await orders?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it("exports the orders upstream's series under upstream=\"orders\", at zero before its first request, and counts its failures there", async () => {

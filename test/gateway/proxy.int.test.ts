@@ -15,9 +15,8 @@ import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '
 import { captureLog } from '../helpers/logCapture.ts'
 import { eventually } from './rateLimit/httpLimits.ts'
 import { openRaw } from '../helpers/rawClient.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const json = (body: unknown, headers: Record<string, string> = {}) => ({
   method: 'POST',
@@ -78,14 +77,13 @@ function postExpectingContinue(url: string, headers: Record<string, string>, bod
 }
 
 describe('gateway proxy to the real pets-service', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   let key: string
   let keyId: string
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     ;({ key, id: keyId } = await gateway.createKey())
@@ -93,7 +91,6 @@ describe('gateway proxy to the real pets-service', () => {
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it('creates a pet: 201, the pet, and a Location under /v1', async () => {
@@ -256,20 +253,14 @@ describe('gateway proxy to the real pets-service', () => {
 })
 
 describe('gateway proxy header hygiene and upstream failures', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let upstream: TestUpstream
   let gateway: RunningGateway | undefined
 
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
   afterEach(async () => {
     await gateway?.close()
     await upstream?.close()
     gateway = undefined
-  })
-  afterAll(async () => {
-    await database?.drop()
   })
 
   async function gatewayTo(target: TestUpstream, timeoutSeconds = 10, maxInFlight?: number, logStream?: NodeJS.WritableStream) {
@@ -772,19 +763,17 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
 describe('rotating INTERNAL_TOKEN without an outage', () => {
   const NEW_TOKEN = 'rotated-internal-token-0123456789'
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   const gateways: RunningGateway[] = []
 
   beforeAll(async () => {
-    database = await freshDatabase()
     // Step one of the rotation: the pets-service takes the new credential and still accepts the old.
     pets = await startPetsService(database.url, { internalToken: NEW_TOKEN, previousInternalToken: TEST_INTERNAL_TOKEN })
   })
   afterAll(async () => {
     for (const gateway of gateways) await gateway.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it('a pets-service given INTERNAL_TOKEN_PREVIOUS serves gateways on the old and on the new credential, and no other', async () => {

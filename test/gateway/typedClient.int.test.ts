@@ -4,8 +4,7 @@ import type { paths } from '../../gateway/openapi/schema.ts'
 import { contractFetch } from '../helpers/contract.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /**
  * End to end as an integrator works: the types generated from the document
@@ -13,13 +12,12 @@ import { freshDatabase } from '../helpers/testDatabase.ts'
  * pets-service and Postgres. Every answer also passes the contract check.
  */
 describe('a typed openapi-fetch client, generated from the document', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   let client: ReturnType<typeof createClient<paths>>
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     const { key } = await gateway.createKey()
@@ -28,7 +26,6 @@ describe('a typed openapi-fetch client, generated from the document', () => {
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it('creates, lists and fetches pets', async () => {

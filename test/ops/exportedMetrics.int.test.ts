@@ -4,9 +4,8 @@ import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { baseEnv, freePort, killAll, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
 import { PROMETHEUS_SYNTHETIC, TARGET_LABELS, parseExposition, type Job } from './exportedSeries.ts'
 import {
@@ -27,14 +26,13 @@ import {
  * the alert rules and the dashboard use must be in it.
  */
 describe('metrics named by the alert rules and the dashboard exist in a live scrape', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: NodeProcess
   let gateway: RunningGateway
   const scrapes = {} as Record<Job, string>
   const prefix = testKeyPrefix()
 
   beforeAll(async () => {
-    database = await freshDatabase()
     const [petsPort, petsOpsPort] = [await freePort(), await freePort()]
     pets = startNode('pets-service/src/main.ts', {
       ...baseEnv(),
@@ -76,7 +74,6 @@ describe('metrics named by the alert rules and the dashboard exist in a live scr
   afterAll(async () => {
     await gateway?.close()
     await killAll()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

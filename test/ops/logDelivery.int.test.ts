@@ -1,17 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { LOG_FLUSH_MILLIS } from '../../common/src/logger.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { TOKEN, baseEnv, freePort, killAll, petsClient, startNode, waitForOutput, waitForReady } from '../scripts/processes.ts'
 
-let database: TestDatabase
-
-beforeAll(async () => {
-  database = await freshDatabase()
-})
+const database = suiteDatabase()
 afterAll(async () => {
   await killAll()
-  await database?.drop()
 })
 
 describe('logs of a quiet service', () => {

@@ -3,11 +3,10 @@ import { createPool } from '../../common/src/database/pool.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { freePort } from '../helpers/ports.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
 import { startPrivateRedis } from '../helpers/redisServer.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { killAll } from '../scripts/processes.ts'
 import { OPS_TEST_TOKEN, cuttableRelay, startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
@@ -40,18 +39,16 @@ function storeConfig(prefix: string, onStoreFailure: 'open' | 'closed') {
 }
 
 describe('gateway readiness (/readyz of the real process)', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let upstream: TestUpstream
   const prefix = testKeyPrefix()
 
   beforeAll(async () => {
-    database = await freshDatabase()
     upstream = await recordingUpstream()
   })
   afterEach(killAll)
   afterAll(async () => {
     await upstream?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

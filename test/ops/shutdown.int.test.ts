@@ -1,12 +1,11 @@
 import http from 'node:http'
 import type net from 'node:net'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { exitWithin, killAll, waitForPortClosed } from '../scripts/processes.ts'
 import { startGatewayProcess } from './gatewayProcess.ts'
 
@@ -51,15 +50,8 @@ async function slowUpstream(delayMillis = UPSTREAM_DELAY_MILLIS) {
 }
 
 describe('gateway shutdown on SIGTERM', () => {
-  let database: TestDatabase
-
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
+  const database = suiteDatabase()
   afterEach(killAll)
-  afterAll(async () => {
-    await database?.drop()
-  })
 
   it('turns /readyz to 503 first, lets the in-flight request finish 200, then closes and exits 0', async () => {
     const upstream = await slowUpstream()

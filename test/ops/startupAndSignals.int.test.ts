@@ -1,9 +1,8 @@
 import net from 'node:net'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { baseEnv, exitWithin, freePort, killAll, startNode, waitForOutput, waitForReady, type NodeProcess } from '../scripts/processes.ts'
 import { OPS_TEST_TOKEN, gatewayProcessEnv } from './gatewayProcess.ts'
@@ -19,17 +18,15 @@ async function probe(opsPort: number, path: '/healthz' | '/readyz') {
 }
 
 describe('starting before Postgres, and signals at the edges of a process life', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let upstream: TestUpstream
 
   beforeAll(async () => {
-    database = await freshDatabase()
     upstream = await recordingUpstream()
   })
   afterEach(killAll)
   afterAll(async () => {
     await upstream?.close()
-    await database?.drop()
   })
 
   const gatewayEnv = (databaseUrl: string, extra: NodeJS.ProcessEnv = {}) => gatewayProcessEnv({ databaseUrl, petsUrl: upstream.url, extra })

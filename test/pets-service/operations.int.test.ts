@@ -11,11 +11,10 @@ import { buildPetsService } from '../../pets-service/src/app.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
 import { TEST_INTERNAL_TOKEN, jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const auth = { 'x-internal-token': TEST_INTERNAL_TOKEN }
 
@@ -102,15 +101,11 @@ describe('pets-service when Postgres is unavailable', () => {
 })
 
 describe('pets-service when Postgres stops answering in the middle of a connection', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
 
   beforeAll(async () => {
-    database = await freshDatabase()
     const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
     await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
-  })
-  afterAll(async () => {
-    await database?.drop()
   })
 
   it('answers 503 within the statement timeout plus one second, then serves again once Postgres answers', async () => {
@@ -167,14 +162,7 @@ describe('pets-service when Postgres stops answering in the middle of a connecti
 })
 
 describe('pets-service operations', () => {
-  let database: TestDatabase
-
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
-  afterAll(async () => {
-    await database?.drop()
-  })
+  const database = suiteDatabase()
 
   it('applies each migration exactly once when two instances start together', async () => {
     const pools = [0, 1].map(() => createPool({ connectionString: database.url, applicationName: 'migrate-test' }))

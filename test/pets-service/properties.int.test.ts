@@ -1,22 +1,19 @@
 import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const ERROR_BODY = { code: expect.any(String), message: expect.any(String) }
 
 describe('pets-service under random input', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let service: RunningPetsService
 
   beforeAll(async () => {
-    database = await freshDatabase()
     service = await startPetsService(database.url)
   })
   afterAll(async () => {
     await service?.close()
-    await database?.drop()
   })
 
   const field = fc.oneof(

@@ -1,8 +1,7 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 // An adoption store's catalogue: the old pets were adopted long ago, the recent ones wait for a home.
 const SOLD = 240_000
@@ -18,12 +17,11 @@ const rowsRead = (node: PlanNode): number =>
   (node['Rows Removed by Filter'] ?? 0) + (node.Plans ? node.Plans.reduce((sum, child) => sum + rowsRead(child), 0) : node['Actual Rows'])
 
 describe('status-filtered pages in a catalogue whose statuses cluster by id', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let service: RunningPetsService
   let admin: pg.Client
 
   beforeAll(async () => {
-    database = await freshDatabase()
     service = await startPetsService(database.url)
     admin = new pg.Client({ connectionString: database.url })
     await admin.connect()
@@ -36,7 +34,6 @@ describe('status-filtered pages in a catalogue whose statuses cluster by id', ()
   afterAll(async () => {
     await admin?.end()
     await service?.close()
-    await database?.drop()
   })
 
   /** GET `path` from the real service, then EXPLAIN ANALYZE the very statement its repository sent for it. */

@@ -3,8 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Sends raw bytes and returns everything the server answers before it closes. */
 function raw(url: string, bytes: string): Promise<string> {
@@ -26,12 +25,11 @@ function parse(answer: string) {
 }
 
 describe('requests the HTTP parser refuses still get the Error body', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
   })
@@ -47,7 +45,6 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   /**

@@ -4,8 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Every status the system documents; anything else is a defect. */
 const DOCUMENTED = new Set([200, 201, 400, 401, 404, 405, 408, 413, 415, 422, 429, 431, 501, 502, 503, 504])
@@ -56,13 +55,12 @@ function bodyOf(answer: RawAnswer): string {
 }
 
 describe('the gateway under hostile input', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   let key: string
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     ;({ key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 1_000_000_000 }))
@@ -70,7 +68,6 @@ describe('the gateway under hostile input', () => {
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   const segment = fc.oneof(

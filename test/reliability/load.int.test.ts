@@ -9,11 +9,10 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { bulkInsertKeys, mostAdmittedInAnyWindow, staticUpstream, type IssuedKey } from '../helpers/loadTools.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { SOAK, maxOf, minOf, percentile, printedInSoak, scaled } from '../helpers/soak.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
 import { killAll } from '../scripts/processes.ts'
 
@@ -42,7 +41,7 @@ interface Gateway {
 
 describe('load held by three gateways sharing one Redis', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let upstream: Awaited<ReturnType<typeof staticUpstream>>
   let gateways: Gateway[] = []
   let loadKeys: IssuedKey[]
@@ -74,7 +73,6 @@ describe('load held by three gateways sharing one Redis', () => {
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     const pool = createPool({ connectionString: database.url, applicationName: 'load-test' })
     await migrate(pool, GATEWAY_MIGRATIONS)
     await pool.end()
@@ -117,7 +115,6 @@ describe('load held by three gateways sharing one Redis', () => {
     }
     await killAll()
     await upstream?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

@@ -2,11 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { createKey, staticUpstream } from '../helpers/loadTools.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { openRaw, parseAnswer, type RawConnection } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { maxOf, minOf, percentile, printedInSoak, scaled } from '../helpers/soak.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
 import { killAll } from '../scripts/processes.ts'
 
@@ -23,7 +22,7 @@ const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, m
 const PET = JSON.stringify({ name: 'Slowpoke', categoryId: 1 })
 
 describe('slow and idle clients', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   let key: string
@@ -34,7 +33,6 @@ describe('slow and idle clients', () => {
     `Content-Type: application/json\r\nContent-Length: ${contentLength}\r\n\r\n`
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, clientTimeouts: TIMEOUTS })
     key = (await gateway.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })).key
@@ -42,7 +40,6 @@ describe('slow and idle clients', () => {
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await database?.drop()
   })
 
   it('slowloris: headers dribbled a byte every 100 ms get 408 request_timeout and the socket closed at the headers timeout', async () => {

@@ -3,9 +3,8 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import type { TestDatabase } from '../helpers/postgres.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import {
   baseEnv,
   freePort,
@@ -249,13 +248,7 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
 })
 
 describe.skipIf(process.platform !== 'linux')('npm run start:gateway and start:pets, signalled through the npm process only', () => {
-  let database: TestDatabase
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
-  afterAll(async () => {
-    await database?.drop()
-  })
+  const database = suiteDatabase()
 
   /** Both services' environment on free loopback ports, against `databaseUrl`; info lines name a stop's cause. */
   async function servicesEnv(databaseUrl: string) {

@@ -1,20 +1,14 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { freshDatabase } from '../helpers/testDatabase.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { baseEnv, freePort, killAll, petBody, petsClient, startNode, TOKEN, waitForPortClosed, waitForReady } from './processes.ts'
 
 // `npm run start:pets` against a real Postgres, killed without any chance to shut down.
 const READY_MILLIS = 60_000
 
-let database: TestDatabase
-
-beforeAll(async () => {
-  database = await freshDatabase()
-})
+const database = suiteDatabase()
 afterEach(killAll)
 afterAll(async () => {
   await killAll()
-  await database?.drop()
 })
 
 describe('pets-service on a real Postgres', () => {

@@ -1,12 +1,11 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { garbageUpstream, silentUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { cuttableRelay } from '../ops/gatewayProcess.ts'
 
 const TEST_FILE = 'test/security/errorBodies.int.test.ts'
@@ -27,15 +26,11 @@ async function leakyUpstream(): Promise<TestUpstream> {
 }
 
 describe('Error bodies carry no stack trace, SQL, address or upstream text', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   const started: { close(): Promise<void> }[] = []
 
-  beforeAll(async () => {
-    database = await freshDatabase()
-  })
   afterAll(async () => {
     for (const service of started.reverse()) await service.close().catch(() => undefined)
-    await database?.drop()
   })
 
   async function gatewayTo(petsUrl: string, databaseUrl = database.url): Promise<RunningGateway> {

@@ -6,10 +6,9 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { generateApiKey, isWellFormedApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
 import { OPS_TEST_TOKEN, startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import {
   baseEnv,
   exitWithin,
@@ -53,7 +52,7 @@ interface Answer {
 
 describe('no API key in any log, metric, Redis key or stored row', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pool: pg.Pool
   let pets: NodeProcess
   let petsUrl: string
@@ -63,7 +62,6 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
   let created: CliRun
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pool = createPool({ connectionString: database.url, applicationName: 'security-test', max: 2 })
     const [petsPort, petsOpsPort] = [await freePort(), await freePort()]
     // Every process logs at its most talkative level: no line may carry a key.
@@ -100,7 +98,6 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
     await killAll()
     gateway?.cleanup()
     await pool?.end()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

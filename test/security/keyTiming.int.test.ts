@@ -7,9 +7,8 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { isWellFormedApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { killAll } from '../scripts/processes.ts'
 import { LOADED_MACHINE, compareWithBaseline, median, type GroupComparison } from './timingStatistics.ts'
 
@@ -54,14 +53,13 @@ const GROUPS: [string, (real: string) => string][] = [
 ]
 
 describe('how long an invalid key takes to refuse', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pool: pg.Pool
   let upstream: http.Server
   let gateway: GatewayProcess & { cleanup(): void }
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
 
   beforeAll(async () => {
-    database = await freshDatabase()
     // The gateway is ready once its upstream answers at all; no request here gets past a 401.
     upstream = http.createServer((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
     await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
@@ -81,7 +79,6 @@ describe('how long an invalid key takes to refuse', () => {
     gateway?.cleanup()
     await new Promise((resolve) => upstream?.close(resolve))
     await pool?.end()
-    await database?.drop()
   })
 
   /** One request, over the one keep-alive connection; the time to the end of the answer, in µs. */

@@ -5,15 +5,14 @@ import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymous
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, keyNames, testKeyPrefix } from '../../helpers/redis.ts'
 import { openRaw, type RawConnection } from '../../helpers/rawClient.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('requests without a valid key are limited per client IP', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   const gateways: RunningGateway[] = []
   let created = 0
@@ -36,7 +35,6 @@ describe('requests without a valid key are limited per client IP', () => {
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
   })
   // Each test's gateways go with it: kept to the end of the file, their pools and change-feed
@@ -46,7 +44,6 @@ describe('requests without a valid key are limited per client IP', () => {
   })
   afterAll(async () => {
     await pets?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

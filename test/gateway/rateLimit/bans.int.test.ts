@@ -5,16 +5,15 @@ import type { KeyChange } from '../../../gateway/src/keys/keyRepository.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { testKeyPrefix } from '../../helpers/redis.ts'
 import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { runKeysCli } from '../../scripts/processes.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, codeOf, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('bans over HTTP, on two gateways sharing a private Redis', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let redis: PrivateRedis
   let a: RunningGateway
@@ -66,7 +65,6 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     redis = await startPrivateRedis()
     const options = {
@@ -90,7 +88,6 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     await b?.close()
     await pets?.close()
     await redis?.close()
-    await database?.drop()
   })
 
   let banned: { key: string; id: string }

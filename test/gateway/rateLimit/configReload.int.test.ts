@@ -19,9 +19,8 @@ import { GATEWAY_MIGRATIONS } from '../../../gateway/src/migrations.ts'
 import { createLimiter, type Limiter } from '../../../gateway/src/rateLimit/limiter.ts'
 import { contractFetch } from '../../helpers/contract.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, keyed } from './httpLimits.ts'
 
 const silent = pino({ level: 'silent' })
@@ -168,7 +167,7 @@ describe('a running gateway follows a config reload on its next request', () => 
   const prefix = testKeyPrefix()
   let directory: string
   let copy: ReturnType<typeof configCopy>
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let pool: pg.Pool
   let limiter: Limiter
@@ -178,7 +177,6 @@ describe('a running gateway follows a config reload on its next request', () => 
   let url: string
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     directory = mkdtempSync(path.join(os.tmpdir(), 'aas-config-'))
     copy = configCopy(directory, prefix)
@@ -206,7 +204,6 @@ describe('a running gateway follows a config reload on its next request', () => 
     await limiter?.close()
     await pool?.end()
     await pets?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
     rmSync(directory, { recursive: true, force: true })
   })

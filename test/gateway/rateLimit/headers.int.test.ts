@@ -5,9 +5,8 @@ import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { refusingUpstream, silentUpstream, type TestUpstream } from '../../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, expectRateLimitHeaders, expectTooManyRequests, keyed } from './httpLimits.ts'
 
 const json = (body: unknown) => ({ method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
@@ -34,7 +33,7 @@ async function forgingUpstream(): Promise<TestUpstream> {
 
 describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   const upstreams: TestUpstream[] = []
   const gateways: RunningGateway[] = []
@@ -57,7 +56,6 @@ describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     gateway = await gatewayTo(pets.url)
     ;({ key } = await gateway.createKey({ plan: 'enterprise', perMinute: 10_000, perDay: 100_000 }))
@@ -66,7 +64,6 @@ describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
     for (const started of gateways) await started.close()
     for (const upstream of upstreams) await upstream.close()
     await pets?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

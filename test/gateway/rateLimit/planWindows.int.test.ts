@@ -1,20 +1,18 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('plan windows as a client sees them', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
   let shortWindows: RunningGateway
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     const common = { databaseUrl: database.url, petsUrl: pets.url, env: { REDIS_URL: TEST_REDIS_URL } }
     gateway = await startGateway({
@@ -37,7 +35,6 @@ describe('plan windows as a client sees them', () => {
     await gateway?.close()
     await shortWindows?.close()
     await pets?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

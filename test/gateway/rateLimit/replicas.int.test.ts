@@ -1,16 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, codeOf, expectRateLimitHeaders, expectTooManyRequests, keyed } from './httpLimits.ts'
 
 const SKEW_MILLIS = 45_000
 
 describe('gateway replicas sharing one Redis', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let a: RunningGateway
   let b: RunningGateway
@@ -34,7 +33,6 @@ describe('gateway replicas sharing one Redis', () => {
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     const options = {
       databaseUrl: database.url,
@@ -53,7 +51,6 @@ describe('gateway replicas sharing one Redis', () => {
   afterAll(async () => {
     for (const gateway of [a, b, skewed]) await gateway?.close()
     await pets?.close()
-    await database?.drop()
     await deleteKeysWithPrefix(prefix)
   })
 

@@ -8,10 +8,9 @@ import { freePort } from '../../helpers/ports.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { testKeyPrefix } from '../../helpers/redis.ts'
 import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { anonymous, eventually, expectRateLimitHeaders, keyed, sleep } from './httpLimits.ts'
 
 /** What "answered within the 50 ms budget" may cost end to end on a loaded 2-core machine; a hang is seconds. */
@@ -19,7 +18,7 @@ const ANSWER_WITHIN_MILLIS = 1_000
 
 describe('Redis faults: every request is answered within the budget, open or closed, and recovery is automatic', () => {
   const prefix = testKeyPrefix()
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let redis: PrivateRedis
   let open: RunningGateway
@@ -110,7 +109,6 @@ describe('Redis faults: every request is answered within the budget, open or clo
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     redis = await startPrivateRedis()
     const gatewayFor = (onStoreFailure: 'open' | 'closed') =>
@@ -146,7 +144,6 @@ describe('Redis faults: every request is answered within the budget, open or clo
     await closed?.close()
     await pets?.close()
     await redis?.close()
-    await database?.drop()
   })
 
   it('a busy gateway is not a slow Redis: a reply already waiting beats the budget', async () => {
@@ -342,18 +339,16 @@ describe('Redis faults: every request is answered within the budget, open or clo
 })
 
 describe('a gateway whose Redis is down from the start (nothing listens at REDIS_URL)', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   const gateways: RunningGateway[] = []
 
   beforeAll(async () => {
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
   })
   afterAll(async () => {
     for (const gateway of gateways) await gateway.close()
     await pets?.close()
-    await database?.drop()
   })
 
   /** Such a gateway, and what it logs. */

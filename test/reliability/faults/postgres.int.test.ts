@@ -3,10 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../../helpers/tcpRelay.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 
 /**
  * The README's fault table: "Postgres unreachable: 503 service_unavailable within the 2 s
@@ -33,7 +32,7 @@ interface Pet {
  * ones, as a lost network or a stopped server would.
  */
 describe('Postgres down (the services reach it through relays the test cuts)', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let gatewayRelay: Relay
   let petsRelay: Relay
   let pets: RunningPetsService
@@ -47,7 +46,6 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     const target = new URL(database.url)
     gatewayRelay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
     petsRelay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
@@ -69,7 +67,6 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
     await gatewayRelay?.close()
     await petsRelay?.close()
     await direct?.end()
-    await database?.drop()
   })
 
   async function timed(path: string, init: RequestInit & { key: string }) {

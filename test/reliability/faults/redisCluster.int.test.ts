@@ -3,10 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { limitKey } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { startRedisCluster, testKeyPrefix, type TestCluster } from '../../helpers/redis.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 
 /**
  * What "answered within the 50 ms Redis budget" may cost end to end, through an in-process gateway
@@ -70,14 +69,13 @@ async function shardOf(node: string, slot: number): Promise<{ master: string; re
 describe('Redis Cluster: the master holding a key is killed while requests flow', () => {
   const prefix = testKeyPrefix()
   let cluster: TestCluster
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: RunningPetsService
   let closed: RunningGateway
   let open: RunningGateway
 
   beforeAll(async () => {
     cluster = await startRedisCluster({ replicasPerMaster: 1 })
-    database = await freshDatabase()
     pets = await startPetsService(database.url)
     const gatewayFor = (onStoreFailure: 'open' | 'closed') =>
       startGateway({
@@ -97,7 +95,6 @@ describe('Redis Cluster: the master holding a key is killed while requests flow'
     await closed?.close()
     await pets?.close()
     await cluster?.stop()
-    await database?.drop()
   })
 
   it('answers every request within the budget, recovers on the promoted replica, and over-admits at most the requests in flight', async () => {

@@ -5,9 +5,8 @@ import { eventually } from '../../gateway/rateLimit/httpLimits.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN } from '../../helpers/petsService.ts'
-import type { TestDatabase } from '../../helpers/postgres.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
-import { freshDatabase } from '../../helpers/testDatabase.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { baseEnv, freePort, killAll, startNode, waitForPortClosed, waitForReady, type NodeProcess } from '../../scripts/processes.ts'
 
 /** The gateway's upstream timeout in this file (upstreams.pets.timeoutSeconds; 10 s shipped). */
@@ -36,7 +35,7 @@ async function liveHeapBytes(): Promise<number> {
  * again on the same port.
  */
 describe('pets-service down, hung, slow and restarted, through the gateway', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let gateway: RunningGateway
   let key: string
   let pets: NodeProcess | undefined
@@ -73,7 +72,6 @@ describe('pets-service down, hung, slow and restarted, through the gateway', () 
   }
 
   beforeAll(async () => {
-    database = await freshDatabase()
     port = await freePort()
     opsPort = await freePort()
     await startPets()
@@ -93,7 +91,6 @@ describe('pets-service down, hung, slow and restarted, through the gateway', () 
     if (pets) process.kill(pets.pid, 'SIGCONT')
     await gateway?.close()
     await killAll()
-    await database?.drop()
   })
 
   it('hung (SIGSTOP): 504 upstream_timeout after timeoutSeconds, and 200 again once it runs', async () => {
