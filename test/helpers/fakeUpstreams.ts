@@ -15,16 +15,22 @@ async function listen(server: net.Server): Promise<string> {
   return `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`
 }
 
-function closer(server: net.Server, sockets: Set<net.Socket>) {
+/**
+ * Listens on an ephemeral loopback port. `close` destroys the connections still open first, so
+ * that a client's idle keep-alive socket does not hold the server open.
+ */
+export async function serveOnLoopback(server: net.Server): Promise<TestUpstream> {
+  const sockets = new Set<net.Socket>()
   server.on('connection', (socket) => {
     sockets.add(socket)
     socket.on('close', () => sockets.delete(socket))
   })
-  return () =>
+  const close = () =>
     new Promise<void>((resolve) => {
       for (const socket of sockets) socket.destroy()
       server.close(() => resolve())
     })
+  return { url: await listen(server), close }
 }
 
 /** Answers 200 with what it received, and remembers every request. */
@@ -41,9 +47,7 @@ export async function recordingUpstream(): Promise<TestUpstream & { requests: ht
       response.end(JSON.stringify({ path: request.url, method: request.method }))
     })
   })
-  const sockets = new Set<net.Socket>()
-  const close = closer(server, sockets)
-  return { url: await listen(server), close, requests, bodies }
+  return { ...(await serveOnLoopback(server)), requests, bodies }
 }
 
 /** Answers as `answer` says: for the answers no well-behaved upstream gives (a stack trace, a trickle, its own internal headers). */
@@ -55,17 +59,13 @@ export async function scriptedUpstream(
     requests.push({ url: request.url ?? '', headers: request.headers })
     answer(request, response)
   })
-  const sockets = new Set<net.Socket>()
-  const close = closer(server, sockets)
-  return { url: await listen(server), close, requests }
+  return { ...(await serveOnLoopback(server)), requests }
 }
 
 /** Accepts connections and never answers. */
 export async function silentUpstream(): Promise<TestUpstream> {
   const server = net.createServer(() => undefined)
-  const sockets = new Set<net.Socket>()
-  const close = closer(server, sockets)
-  return { url: await listen(server), close }
+  return serveOnLoopback(server)
 }
 
 /** Answers every request with bytes that are not HTTP. */
@@ -73,9 +73,7 @@ export async function garbageUpstream(): Promise<TestUpstream> {
   const server = net.createServer((socket) => {
     socket.once('data', () => socket.end('HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\x00\x01 broken\r\n\r\n'))
   })
-  const sockets = new Set<net.Socket>()
-  const close = closer(server, sockets)
-  return { url: await listen(server), close }
+  return serveOnLoopback(server)
 }
 
 /** An address where nothing listens. */

@@ -1,8 +1,8 @@
 import http from 'node:http'
-import type net from 'node:net'
 import pg from 'pg'
 import { displayPrefix, generateApiKey, generateKeyId, hashApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { serveOnLoopback } from './fakeUpstreams.ts'
 
 /**
  * An upstream that answers every request at once with a small JSON array: the cheapest possible
@@ -20,21 +20,7 @@ export async function staticUpstream(): Promise<{ url: string; requests(): numbe
     })
   })
   server.keepAliveTimeout = 60_000
-  const sockets = new Set<net.Socket>()
-  server.on('connection', (socket) => {
-    sockets.add(socket)
-    socket.on('close', () => sockets.delete(socket))
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
-    requests: () => count,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy()
-        server.close(() => resolve())
-      }),
-  }
+  return { ...(await serveOnLoopback(server)), requests: () => count }
 }
 
 export interface IssuedKey {

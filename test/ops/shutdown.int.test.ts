@@ -1,8 +1,8 @@
 import http from 'node:http'
-import type net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { serveOnLoopback } from '../helpers/fakeUpstreams.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
@@ -19,7 +19,6 @@ async function slowUpstream(delayMillis = UPSTREAM_DELAY_MILLIS) {
   let arrived: (at: number) => void = () => undefined
   const firstRequest = new Promise<number>((resolve) => (arrived = resolve))
   let received = 0
-  const sockets = new Set<net.Socket>()
   const server = http.createServer((request, response) => {
     if (request.url === '/auth-check') {
       response.writeHead(204).end()
@@ -32,21 +31,7 @@ async function slowUpstream(delayMillis = UPSTREAM_DELAY_MILLIS) {
       response.end('[{"id":1,"name":"Rex","categoryId":1,"status":"available"}]')
     }, delayMillis)
   })
-  server.on('connection', (socket) => {
-    sockets.add(socket)
-    socket.on('close', () => sockets.delete(socket))
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
-    firstRequest,
-    received: () => received,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy()
-        server.close(() => resolve())
-      }),
-  }
+  return { ...(await serveOnLoopback(server)), firstRequest, received: () => received }
 }
 
 describe('gateway shutdown on SIGTERM', () => {
