@@ -8,7 +8,7 @@ import { refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { openRaw } from '../helpers/rawClient.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../helpers/redis.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Each metric family the gateway promises, with the labels its samples carry. */
@@ -47,7 +47,7 @@ describe('gateway metrics', () => {
   const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
 
   beforeAll(async () => {
     pets = await startPetsService(database.url)
@@ -65,7 +65,6 @@ describe('gateway metrics', () => {
   afterAll(async () => {
     await gateway?.close()
     await pets?.close()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('exports each ban step at zero before any ban, so that a rate over the counter sees a gateway\'s first bans', async () => {

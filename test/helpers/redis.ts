@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Redis } from 'ioredis'
+import { afterAll } from 'vitest'
 import { canListen, freePort } from './ports.ts'
 
 /**
@@ -14,6 +15,17 @@ export const TEST_REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
 
 export function testKeyPrefix(): string {
   return `aas-test:${randomBytes(4).toString('hex')}:`
+}
+
+/**
+ * A key prefix for the enclosing describe block (or file), deleted and checked by
+ * deleteKeysWithPrefix in an afterAll. Call it before the hooks that start what writes under it:
+ * vitest runs "after" hooks in reverse, so the deletion then comes after those have closed.
+ */
+export function suiteKeyPrefix(): string {
+  const prefix = testKeyPrefix()
+  afterAll(() => deleteKeysWithPrefix(prefix))
+  return prefix
 }
 
 /** A Redis key name holding something shaped like an API key (`aas_` and 16+ base62 characters). */

@@ -4,7 +4,7 @@ import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN } from '../helpers/petsService.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../helpers/redis.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { baseEnv, freePort, killAll, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
 import { PROMETHEUS_SYNTHETIC, TARGET_LABELS, parseExposition, type Job } from './exportedSeries.ts'
@@ -30,7 +30,7 @@ describe('metrics named by the alert rules and the dashboard exist in a live scr
   let pets: NodeProcess
   let gateway: RunningGateway
   const scrapes = {} as Record<Job, string>
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
 
   beforeAll(async () => {
     const [petsPort, petsOpsPort] = [await freePort(), await freePort()]
@@ -74,7 +74,6 @@ describe('metrics named by the alert rules and the dashboard exist in a live scr
   afterAll(async () => {
     await gateway?.close()
     await killAll()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('every metric and label the rules and the dashboard use is scraped from the job they select', () => {

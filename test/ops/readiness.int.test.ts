@@ -4,7 +4,7 @@ import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { freePort } from '../helpers/ports.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../helpers/redis.ts'
 import { startPrivateRedis } from '../helpers/redisServer.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
@@ -41,7 +41,7 @@ function storeConfig(prefix: string, onStoreFailure: 'open' | 'closed') {
 describe('gateway readiness (/readyz of the real process)', () => {
   const database = suiteDatabase()
   let upstream: TestUpstream
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
 
   beforeAll(async () => {
     upstream = await recordingUpstream()
@@ -49,7 +49,6 @@ describe('gateway readiness (/readyz of the real process)', () => {
   afterEach(killAll)
   afterAll(async () => {
     await upstream?.close()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('is not ready, naming postgres, while Postgres is unreachable, and ready again when it returns', async () => {

@@ -9,7 +9,7 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { bulkInsertKeys, mostAdmittedInAnyWindow, staticUpstream, type IssuedKey } from '../helpers/loadTools.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../helpers/redis.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { SOAK, maxOf, minOf, percentile, printedInSoak, scaled } from '../helpers/soak.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
@@ -40,7 +40,7 @@ interface Gateway {
 }
 
 describe('load held by three gateways sharing one Redis', () => {
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
   let upstream: Awaited<ReturnType<typeof staticUpstream>>
   let gateways: Gateway[] = []
@@ -115,7 +115,6 @@ describe('load held by three gateways sharing one Redis', () => {
     }
     await killAll()
     await upstream?.close()
-    await deleteKeysWithPrefix(prefix)
   })
 
   async function call(gateway: Gateway, key: string): Promise<number> {

@@ -6,7 +6,7 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { generateApiKey, isWellFormedApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository, type NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
 import { OPS_TEST_TOKEN, startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../helpers/redis.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import {
@@ -51,7 +51,7 @@ interface Answer {
 }
 
 describe('no API key in any log, metric, Redis key or stored row', () => {
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
   let pool: pg.Pool
   let pets: NodeProcess
@@ -98,7 +98,6 @@ describe('no API key in any log, metric, Redis key or stored row', () => {
     await killAll()
     gateway?.cleanup()
     await pool?.end()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('a whole session of valid, malformed, unknown, revoked and expired keys leaves only hashes behind', { timeout: 90_000 }, async () => {

@@ -5,13 +5,13 @@ import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymous
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, keyNames, testKeyPrefix } from '../../helpers/redis.ts'
+import { TEST_REDIS_URL, keyNames, suiteKeyPrefix } from '../../helpers/redis.ts'
 import { openRaw, type RawConnection } from '../../helpers/rawClient.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('requests without a valid key are limited per client IP', () => {
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
   let pets: RunningPetsService
   const gateways: RunningGateway[] = []
@@ -44,7 +44,6 @@ describe('requests without a valid key are limited per client IP', () => {
   })
   afterAll(async () => {
     await pets?.close()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('answers 401 three times, then 429 rate_limited, whether the key is missing, malformed or unknown', async () => {

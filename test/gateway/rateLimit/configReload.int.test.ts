@@ -19,7 +19,7 @@ import { GATEWAY_MIGRATIONS } from '../../../gateway/src/migrations.ts'
 import { createLimiter, type Limiter } from '../../../gateway/src/rateLimit/limiter.ts'
 import { contractFetch } from '../../helpers/contract.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../../helpers/redis.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, keyed } from './httpLimits.ts'
 
@@ -164,7 +164,7 @@ describe('config source: reload keeps a valid config in force', () => {
 })
 
 describe('a running gateway follows a config reload on its next request', () => {
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
   let directory: string
   let copy: ReturnType<typeof configCopy>
   const database = suiteDatabase()
@@ -204,7 +204,6 @@ describe('a running gateway follows a config reload on its next request', () => 
     await limiter?.close()
     await pool?.end()
     await pets?.close()
-    await deleteKeysWithPrefix(prefix)
     rmSync(directory, { recursive: true, force: true })
   })
 

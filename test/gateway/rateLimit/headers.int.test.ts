@@ -5,7 +5,7 @@ import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { refusingUpstream, silentUpstream, type TestUpstream } from '../../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../../helpers/redis.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, expectRateLimitHeaders, expectTooManyRequests, keyed } from './httpLimits.ts'
 
@@ -32,7 +32,7 @@ async function forgingUpstream(): Promise<TestUpstream> {
 }
 
 describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
   let pets: RunningPetsService
   const upstreams: TestUpstream[] = []
@@ -64,7 +64,6 @@ describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
     for (const started of gateways) await started.close()
     for (const upstream of upstreams) await upstream.close()
     await pets?.close()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('200, 201, 400, 404 and 405 from the pets-service carry both windows', async () => {

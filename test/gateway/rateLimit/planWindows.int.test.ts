@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../../helpers/redis.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('plan windows as a client sees them', () => {
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
   let pets: RunningPetsService
   let gateway: RunningGateway
@@ -35,7 +35,6 @@ describe('plan windows as a client sees them', () => {
     await gateway?.close()
     await shortWindows?.close()
     await pets?.close()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('Free plan: 60 requests admitted with Remaining counting down, then 429 rate_limited', async () => {

@@ -1,14 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
+import { TEST_REDIS_URL, suiteKeyPrefix } from '../../helpers/redis.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, codeOf, expectRateLimitHeaders, expectTooManyRequests, keyed } from './httpLimits.ts'
 
 const SKEW_MILLIS = 45_000
 
 describe('gateway replicas sharing one Redis', () => {
-  const prefix = testKeyPrefix()
+  const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
   let pets: RunningPetsService
   let a: RunningGateway
@@ -51,7 +51,6 @@ describe('gateway replicas sharing one Redis', () => {
   afterAll(async () => {
     for (const gateway of [a, b, skewed]) await gateway?.close()
     await pets?.close()
-    await deleteKeysWithPrefix(prefix)
   })
 
   it('300 concurrent requests over three gateways for a 100/min key: exactly 100 admitted, 200 × 429', async () => {
