@@ -1,31 +1,25 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { loadOpenApiDocument } from '../../gateway/src/openapi/document.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startGateway } from '../helpers/gateway.ts'
+import { startPetsService } from '../helpers/petsService.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const SERVERS = { production: 'https://api.adoption.test/v1', staging: 'https://staging.adoption.test/v1' }
 
 describe('the OpenAPI document and the docs page, served by the gateway without a key', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
-
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() =>
+    startGateway({
       databaseUrl: database.url,
       petsUrl: pets.url,
       configure: (file) => {
         file.openapi = { servers: SERVERS }
       },
-    })
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
-  })
+    }),
+  )
 
   it('serves /v1/openapi.json: the document as JSON, naming the configured servers, limited per IP', async () => {
     const response = await gateway.request('/v1/openapi.json')
@@ -97,20 +91,15 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
 
 describe('the docs routes under a tight per-IP limit', () => {
   const database = suiteDatabase()
-  let gateway: RunningGateway
-
-  beforeAll(async () => {
-    gateway = await startGateway({
+  const gateway = suiteService(() =>
+    startGateway({
       databaseUrl: database.url,
       petsUrl: 'http://127.0.0.1:9',
       configure: (file) => {
         file.anonymous.perMinute = 3
       },
-    })
-  })
-  afterAll(async () => {
-    await gateway?.close()
-  })
+    }),
+  )
 
   it('answers 429 rate_limited with Retry-After once the IP has used its anonymous quota', async () => {
     for (let i = 0; i < 3; i++) expect((await gateway.request(i === 1 ? '/docs' : '/v1/openapi.json')).status).toBe(200)

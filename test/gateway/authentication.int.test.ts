@@ -1,28 +1,18 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { KEY_PREFIX, generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startGateway } from '../helpers/gateway.ts'
+import { startPetsService } from '../helpers/petsService.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { freshDatabase, suiteDatabase } from '../helpers/testDatabase.ts'
 import { sleep } from './rateLimit/httpLimits.ts'
 
 describe('gateway authentication', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
-  let second: RunningGateway
-
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
-    second = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
-  })
-  afterAll(async () => {
-    await second?.close()
-    await gateway?.close()
-    await pets?.close()
-  })
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url }))
+  const second = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url }))
 
   // RFC 6750 §3: error="invalid_token" once a bearer credential was sent; none without one, or for another scheme.
   async function expectUnauthorized(response: Response, code: string, sent: 'bearer' | 'other scheme' = 'bearer') {

@@ -3,8 +3,9 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { chromium, type BrowserContext } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startGateway } from '../helpers/gateway.ts'
+import { startPetsService } from '../helpers/petsService.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Debian's chromium; .ci/run installs it when missing. */
@@ -18,14 +19,12 @@ if (!available) console.warn(`docs page test skipped: ${CHROMIUM} not found`)
 
 describe.skipIf(!available)('the /docs page in a browser', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url }))
   let profile: string
   let browser: BrowserContext | undefined
 
   beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     profile = mkdtempSync(path.join(tmpdir(), 'aas-chromium-'))
     browser = await chromium.launchPersistentContext(profile, {
       executablePath: CHROMIUM,
@@ -45,8 +44,6 @@ describe.skipIf(!available)('the /docs page in a browser', () => {
   afterAll(async () => {
     await browser?.close()
     if (profile) rmSync(profile, { recursive: true, force: true })
-    await gateway?.close()
-    await pets?.close()
   })
 
   it(title, async () => {

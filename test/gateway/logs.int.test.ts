@@ -4,25 +4,24 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { refusingUpstream, scriptedUpstream, silentUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { openRaw } from '../helpers/rawClient.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 describe('gateway logs', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
   const gatewayLog = captureLog()
   const petsLog = captureLog()
+  const pets = suiteService(() => startPetsService(database.url, { logStream: petsLog.stream }))
   const gateways: RunningGateway[] = []
 
   beforeAll(async () => {
-    pets = await startPetsService(database.url, { logStream: petsLog.stream })
     gateways.push(await startGateway({ databaseUrl: database.url, petsUrl: pets.url, logStream: gatewayLog.stream }))
   })
   afterAll(async () => {
     for (const gateway of gateways) await gateway.close()
-    await pets?.close()
   })
 
   it('write one line per request with request id, method, route, status, duration, key id and plan', async () => {

@@ -1,14 +1,15 @@
 import { pino } from 'pino'
 import { Registry } from 'prom-client'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
-import { refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { refusingUpstream } from '../helpers/fakeUpstreams.ts'
+import { startGateway } from '../helpers/gateway.ts'
 import { openRaw } from '../helpers/rawClient.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startPetsService } from '../helpers/petsService.ts'
 import { TEST_REDIS_URL, suiteKeyPrefix } from '../helpers/redis.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Each metric family the gateway promises, with the labels its samples carry. */
@@ -45,13 +46,10 @@ function samples(text: string, family: string): Record<string, string>[] {
 
 describe('gateway metrics', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
   const prefix = suiteKeyPrefix()
-
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() =>
+    startGateway({
       databaseUrl: database.url,
       petsUrl: pets.url,
       env: { REDIS_URL: TEST_REDIS_URL },
@@ -60,12 +58,8 @@ describe('gateway metrics', () => {
         file.redis.commandTimeoutMillis = 1_000
         file.bans = { strikes: 2, ladder: ['60s', '5m'] }
       },
-    })
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
-  })
+    }),
+  )
 
   it('exports each ban step at zero before any ban, so that a rate over the counter sees a gateway\'s first bans', async () => {
     expect(samples(await gateway.registry.metrics(), 'gateway_bans_total')).toEqual([{ step: '0' }, { step: '1' }])
@@ -148,24 +142,15 @@ describe('gateway metrics', () => {
 
 describe('gateway metrics with an orders upstream configured', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let orders: TestUpstream
-  let gateway: RunningGateway
-
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    orders = await refusingUpstream()
-    gateway = await startGateway({
+  const pets = suiteService(() => startPetsService(database.url))
+  const orders = suiteService(refusingUpstream)
+  const gateway = suiteService(() =>
+    startGateway({
       databaseUrl: database.url,
       petsUrl: pets.url,
       configure: (file) => void (file.upstreams.orders = { url: orders.url }),
-    })
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await orders?.close()
-    await pets?.close()
-  })
+    }),
+  )
 
   it("exports the orders upstream's series under upstream=\"orders\", at zero before its first request, and counts its failures there", async () => {
     const before = await gateway.registry.metrics()

@@ -11,11 +11,12 @@ import {
   type TestUpstream,
 } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { TEST_INTERNAL_TOKEN, startPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { eventually } from './rateLimit/httpLimits.ts'
 import { openRaw } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const json = (body: unknown, headers: Record<string, string> = {}) => ({
@@ -78,19 +79,13 @@ function postExpectingContinue(url: string, headers: Record<string, string>, bod
 
 describe('gateway proxy to the real pets-service', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url }))
   let key: string
   let keyId: string
 
   beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     ;({ key, id: keyId } = await gateway.createKey())
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
   })
 
   it('creates a pet: 201, the pet, and a Location under /v1', async () => {
@@ -764,16 +759,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 describe('rotating INTERNAL_TOKEN without an outage', () => {
   const NEW_TOKEN = 'rotated-internal-token-0123456789'
   const database = suiteDatabase()
-  let pets: RunningPetsService
+  // Step one of the rotation: the pets-service takes the new credential and still accepts the old.
+  const pets = suiteService(() => startPetsService(database.url, { internalToken: NEW_TOKEN, previousInternalToken: TEST_INTERNAL_TOKEN }))
   const gateways: RunningGateway[] = []
 
-  beforeAll(async () => {
-    // Step one of the rotation: the pets-service takes the new credential and still accepts the old.
-    pets = await startPetsService(database.url, { internalToken: NEW_TOKEN, previousInternalToken: TEST_INTERNAL_TOKEN })
-  })
   afterAll(async () => {
     for (const gateway of gateways) await gateway.close()
-    await pets?.close()
   })
 
   it('a pets-service given INTERNAL_TOKEN_PREVIOUS serves gateways on the old and on the new credential, and no other', async () => {

@@ -1,9 +1,10 @@
 import createClient from 'openapi-fetch'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { beforeAll, describe, expect, it } from 'vitest'
 import type { paths } from '../../gateway/openapi/schema.ts'
 import { contractFetch } from '../helpers/contract.ts'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startGateway } from '../helpers/gateway.ts'
+import { startPetsService } from '../helpers/petsService.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /**
@@ -13,19 +14,13 @@ import { suiteDatabase } from '../helpers/testDatabase.ts'
  */
 describe('a typed openapi-fetch client, generated from the document', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url }))
   let client: ReturnType<typeof createClient<paths>>
 
   beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     const { key } = await gateway.createKey()
     client = createClient<paths>({ baseUrl: `${gateway.url}/v1`, fetch: contractFetch, headers: { authorization: `Bearer ${key}` } })
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
   })
 
   it('creates, lists and fetches pets', async () => {

@@ -1,20 +1,14 @@
 import fc from 'fast-check'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { describe, expect, it } from 'vitest'
+import { jsonPost, startPetsService } from '../helpers/petsService.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const ERROR_BODY = { code: expect.any(String), message: expect.any(String) }
 
 describe('pets-service under random input', () => {
   const database = suiteDatabase()
-  let service: RunningPetsService
-
-  beforeAll(async () => {
-    service = await startPetsService(database.url)
-  })
-  afterAll(async () => {
-    await service?.close()
-  })
+  const service = suiteService(() => startPetsService(database.url))
 
   const field = fc.oneof(
     fc.string({ maxLength: 120 }),

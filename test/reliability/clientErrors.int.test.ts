@@ -1,8 +1,9 @@
 import net from 'node:net'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
-import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { describe, expect, it } from 'vitest'
+import { startGateway } from '../helpers/gateway.ts'
+import { TEST_INTERNAL_TOKEN, startPetsService } from '../helpers/petsService.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Sends raw bytes and returns everything the server answers before it closes. */
@@ -26,13 +27,9 @@ function parse(answer: string) {
 
 describe('requests the HTTP parser refuses still get the Error body', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url }))
 
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
-  })
   /** The service answers a good request with 200 afterwards. */
   async function servesNext(service: string): Promise<number> {
     if (service === 'gateway') {
@@ -41,11 +38,6 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     }
     return (await pets.request('/pets')).status
   }
-
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
-  })
 
   /**
    * Sends `bytes` the HTTP parser refuses and checks the refusal: its status line, the Error body

@@ -1,9 +1,10 @@
 import net from 'node:net'
 import fc from 'fast-check'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { beforeAll, describe, expect, it } from 'vitest'
+import { startGateway } from '../helpers/gateway.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startPetsService } from '../helpers/petsService.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 /** Every status the system documents; anything else is a defect. */
@@ -56,18 +57,12 @@ function bodyOf(answer: RawAnswer): string {
 
 describe('the gateway under hostile input', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url }))
   let key: string
 
   beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
     ;({ key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 1_000_000_000 }))
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
   })
 
   const segment = fc.oneof(

@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { startGateway } from '../helpers/gateway.ts'
 import { createKey, staticUpstream } from '../helpers/loadTools.ts'
-import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
+import { startPetsService } from '../helpers/petsService.ts'
 import { openRaw, parseAnswer, type RawConnection } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { maxOf, minOf, percentile, printedInSoak, scaled } from '../helpers/soak.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
 import { killAll } from '../scripts/processes.ts'
@@ -23,8 +24,8 @@ const PET = JSON.stringify({ name: 'Slowpoke', categoryId: 1 })
 
 describe('slow and idle clients', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
+  const pets = suiteService(() => startPetsService(database.url))
+  const gateway = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: pets.url, clientTimeouts: TIMEOUTS }))
   let key: string
 
   const petRows = async () => Number((await pets.pool.query<{ count: string }>('SELECT count(*) FROM pets.pets')).rows[0]!.count)
@@ -33,13 +34,7 @@ describe('slow and idle clients', () => {
     `Content-Type: application/json\r\nContent-Length: ${contentLength}\r\n\r\n`
 
   beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, clientTimeouts: TIMEOUTS })
     key = (await gateway.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })).key
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await pets?.close()
   })
 
   it('slowloris: headers dribbled a byte every 100 ms get 408 request_timeout and the socket closed at the headers timeout', async () => {

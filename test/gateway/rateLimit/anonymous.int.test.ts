@@ -1,19 +1,20 @@
 import { Redis } from 'ioredis'
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymousLimiter.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import { startPetsService } from '../../helpers/petsService.ts'
 import { TEST_REDIS_URL, keyNames, suiteKeyPrefix } from '../../helpers/redis.ts'
 import { openRaw, type RawConnection } from '../../helpers/rawClient.ts'
+import { suiteService } from '../../helpers/suiteService.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, anonymous, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('requests without a valid key are limited per client IP', () => {
   const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
-  let pets: RunningPetsService
+  const pets = suiteService(() => startPetsService(database.url))
   const gateways: RunningGateway[] = []
   let created = 0
 
@@ -34,16 +35,10 @@ describe('requests without a valid key are limited per client IP', () => {
     return started
   }
 
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-  })
   // Each test's gateways go with it: kept to the end of the file, their pools and change-feed
   // connections added up to Postgres's max_connections beside the other files running meanwhile.
   afterEach(async () => {
     for (const started of gateways.splice(0)) await started.close()
-  })
-  afterAll(async () => {
-    await pets?.close()
   })
 
   it('answers 401 three times, then 429 rate_limited, whether the key is missing, malformed or unknown', async () => {

@@ -1,41 +1,35 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import { describe, expect, it } from 'vitest'
+import { startGateway } from '../../helpers/gateway.ts'
+import { startPetsService } from '../../helpers/petsService.ts'
 import { TEST_REDIS_URL, suiteKeyPrefix } from '../../helpers/redis.ts'
+import { suiteService } from '../../helpers/suiteService.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
 
 describe('plan windows as a client sees them', () => {
   const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
-  let pets: RunningPetsService
-  let gateway: RunningGateway
-  let shortWindows: RunningGateway
-
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    const common = { databaseUrl: database.url, petsUrl: pets.url, env: { REDIS_URL: TEST_REDIS_URL } }
-    gateway = await startGateway({
-      ...common,
+  const pets = suiteService(() => startPetsService(database.url))
+  const common = () => ({ databaseUrl: database.url, petsUrl: pets.url, env: { REDIS_URL: TEST_REDIS_URL } })
+  const gateway = suiteService(() =>
+    startGateway({
+      ...common(),
       configure: (file) => {
         file.redis.keyPrefix = `${prefix}plan:`
         file.redis.commandTimeoutMillis = EXACT_OUTCOME_BUDGET_MILLIS
       },
-    })
-    shortWindows = await startGateway({
-      ...common,
+    }),
+  )
+  const shortWindows = suiteService(() =>
+    startGateway({
+      ...common(),
       configure: (file) => {
         file.redis.keyPrefix = `${prefix}short:`
         file.redis.commandTimeoutMillis = EXACT_OUTCOME_BUDGET_MILLIS
         file.windows.minute = { length: '2s', bucket: '1s' }
       },
-    })
-  })
-  afterAll(async () => {
-    await gateway?.close()
-    await shortWindows?.close()
-    await pets?.close()
-  })
+    }),
+  )
 
   it('Free plan: 60 requests admitted with Remaining counting down, then 429 rate_limited', async () => {
     const { key } = await gateway.createKey({ plan: 'free' })

@@ -10,6 +10,7 @@ import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import { testKeyPrefix } from '../../helpers/redis.ts'
 import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
+import { suiteService } from '../../helpers/suiteService.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { anonymous, eventually, expectRateLimitHeaders, keyed, sleep } from './httpLimits.ts'
 
@@ -340,15 +341,11 @@ describe('Redis faults: every request is answered within the budget, open or clo
 
 describe('a gateway whose Redis is down from the start (nothing listens at REDIS_URL)', () => {
   const database = suiteDatabase()
-  let pets: RunningPetsService
+  const pets = suiteService(() => startPetsService(database.url))
   const gateways: RunningGateway[] = []
 
-  beforeAll(async () => {
-    pets = await startPetsService(database.url)
-  })
   afterAll(async () => {
     for (const gateway of gateways) await gateway.close()
-    await pets?.close()
   })
 
   /** Such a gateway, and what it logs. */
