@@ -5,10 +5,9 @@ import { BASE_RESERVED_FDS, OPS_MAX_CONNECTIONS } from '../../common/src/http/co
 import { DEFAULT_POOL_SIZE } from '../../common/src/env.ts'
 import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { createKey } from '../helpers/loadTools.ts'
-import type { TestDatabase } from '../helpers/postgres.ts'
 import { openRaw, parseAnswer, type RawConnection } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { freshDatabase } from '../helpers/testDatabase.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { OPS_TEST_TOKEN, startGatewayProcess, type GatewayProcess } from '../ops/gatewayProcess.ts'
 import { baseEnv, freePort, killAll, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
 
@@ -71,7 +70,7 @@ function sample(metrics: string, name: string, labels: string): number | undefin
 }
 
 describe('a connection flood on a gateway process under a low open-file limit', () => {
-  let database: TestDatabase
+  const database = suiteDatabase()
   let pets: NodeProcess
   let petsUrl: string
   let gateway: GatewayProcess & { cleanup(): void }
@@ -79,7 +78,6 @@ describe('a connection flood on a gateway process under a low open-file limit', 
   const clients: RawConnection[] = []
 
   beforeAll(async () => {
-    database = await freshDatabase()
     const [petsPort, petsOps] = [await freePort(), await freePort()]
     pets = startNode('pets-service/src/main.ts', {
       ...baseEnv(),
@@ -97,7 +95,6 @@ describe('a connection flood on a gateway process under a low open-file limit', 
     for (const client of clients) client.socket.destroy()
     await killAll()
     gateway?.cleanup()
-    await database?.drop()
   })
 
   it(
