@@ -59,6 +59,11 @@ describe('keys command line', () => {
     expect(parseCommand(['--json', 'list'])).toEqual(parseCommand(['list', '--json']))
     expect(parseCommand(['--json', 'show', 'key_abc'])).toEqual({ name: 'show', id: 'key_abc', json: true })
   })
+
+  it('says no command was given when --json is all there is, not that --json is an unknown command', () => {
+    expect(() => parseCommand(['--json'])).toThrow('no command given')
+    expect(() => parseCommand(['--json', '--json'])).toThrow('no command given')
+  })
 })
 
 describe('keys --per-minute and --per-day', () => {

@@ -28,7 +28,7 @@ Options:
   --per-minute N, --per-day N
                           custom limits, given together, per-day at least per-minute;
                           required by a plan whose limits are "custom" (enterprise)
-  --expires <when>        a duration (30m, 12h, 30d, 8w) or an ISO date (2026-12-31,
+  --expires <when>        a duration (90s, 30m, 12h, 30d, 8w) or an ISO date (2026-12-31,
                           2026-12-31T18:00:00Z); without it the key does not expire
   --json                  print exactly one JSON object on stdout and nothing else
   -h, --help              this text
@@ -73,7 +73,7 @@ export function parseCommand(argv: string[], now = new Date()): Command {
   }
   // `--json` may come before the command too (`keys --json list`), as with most CLIs.
   const first = argv.findIndex((argument) => argument !== '--json')
-  const [name, ...rest] = first > 0 ? [...argv.slice(first), ...argv.slice(0, first)] : argv
+  const [name, ...rest] = first === -1 ? [] : [...argv.slice(first), ...argv.slice(0, first)]
   if (name === undefined) throw new UsageError('no command given')
   if (name === 'help' || name === '--help' || name === '-h') return { name: 'help' }
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
