@@ -131,22 +131,31 @@ export function guessCallReporter(kind: Limiter['storeKind'], observer: StoreObs
   let failingSince: number | undefined
   let errorSaid = false
   let lastFailure = -Infinity
+  let servedSinceFailure = false
+  // Recovered: a call served, and no failure for 10 s. Checked at a failure too: guesses can be
+  // sparse, and a late reply minutes after the last one is a new warning, not the outage's error.
+  const recovered = (now: number) => {
+    if (failingSince === undefined || !servedSinceFailure || now - lastFailure < GUESSES_QUIET_BEFORE_RECOVERED_MILLIS) return
+    failingSince = undefined
+    errorSaid = false
+    logger.info('per-IP count of key guesses recovered: shared in Redis again')
+  }
   return (seconds: number, result: 'ok' | 'timeout' | 'error', error?: unknown): void => {
     observer?.call(kind, seconds, result)
     const now = clock()
-    if (result !== 'ok') {
-      lastFailure = now
-      if (failingSince === undefined) {
-        failingSince = now
-        logger.warn({ err: error }, 'per-IP count of key guesses: a call to Redis failed; counted by this gateway alone meanwhile')
-      } else if (!errorSaid && now - failingSince >= GUESSES_FAILING_BEFORE_ERROR_MILLIS) {
-        errorSaid = true
-        logger.error({ err: error }, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers')
-      }
-    } else if (failingSince !== undefined && now - lastFailure >= GUESSES_QUIET_BEFORE_RECOVERED_MILLIS) {
-      failingSince = undefined
-      errorSaid = false
-      logger.info('per-IP count of key guesses recovered: shared in Redis again')
+    if (result === 'ok') {
+      servedSinceFailure = true
+      return recovered(now)
+    }
+    recovered(now)
+    lastFailure = now
+    servedSinceFailure = false
+    if (failingSince === undefined) {
+      failingSince = now
+      logger.warn({ err: error }, 'per-IP count of key guesses: a call to Redis failed; counted by this gateway alone meanwhile')
+    } else if (!errorSaid && now - failingSince >= GUESSES_FAILING_BEFORE_ERROR_MILLIS) {
+      errorSaid = true
+      logger.error({ err: error }, 'per-IP count of key guesses failing in Redis: each gateway counts guesses alone until it recovers')
     }
   }
 }

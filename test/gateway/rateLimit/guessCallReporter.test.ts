@@ -46,4 +46,19 @@ describe('what the operator is told about the shared per-IP count of key guesses
       [30, 'per-IP count of key guesses recovered: shared in Redis again'],
     ])
   })
+
+  it('a late reply long after the last one, with calls served in between, is a new warning, not the error of an outage', () => {
+    const { report, lines, at } = reporter()
+    report(0.05, 'timeout')
+    at(50)
+    report(0.001, 'ok')
+    // Guesses are sparse: the next call comes a minute later, and is one more late reply.
+    at(60_000)
+    report(0.05, 'timeout')
+    expect(lines.map((line) => [line.level, line.msg])).toEqual([
+      [40, 'per-IP count of key guesses: a call to Redis failed; counted by this gateway alone meanwhile'],
+      [30, 'per-IP count of key guesses recovered: shared in Redis again'],
+      [40, 'per-IP count of key guesses: a call to Redis failed; counted by this gateway alone meanwhile'],
+    ])
+  })
 })
