@@ -79,7 +79,7 @@ export function capConnections(server: Server, budget: ConnectionBudget, logger:
     logger.warn(
       fields,
       `the open-file limit (${budget.openFileLimit}) leaves fewer than ${budget.maxConnections} descriptors for client connections beside the ${budget.reservedFds} ` +
-        `kept for Postgres, the upstream, Redis and the ops port: raise it (ulimit -n, LimitNOFILE, --ulimit nofile) or lower ${variable}`,
+        `kept for the process's own connections (its Postgres pool, and on the gateway Redis and the upstreams) and the ops port: raise it (ulimit -n, LimitNOFILE, --ulimit nofile) or lower ${variable}`,
     )
   } else {
     logger.info(fields, `the public port holds at most ${budget.maxConnections} client connections at once; more are closed as soon as they are accepted`)
