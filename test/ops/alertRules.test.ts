@@ -8,6 +8,8 @@ const REQUIRED_ALERTS = {
   HighServerErrorRatio: '5xx ratio',
   UpstreamErrors: 'upstream down: failed upstream calls',
   UpstreamSaturated: 'upstream hung or slow: requests outstanding near maxInFlight',
+  ConnectionsNearCap: 'connection flood or too small a cap: connections held near the cap',
+  ConnectionsRefused: 'connections closed unread at the cap',
   ServiceDown: 'upstream (pets-service) or gateway down: scrape fails',
   RateLimitStoreErrors: 'Redis errors',
   RateLimitStoreUnavailable: 'Redis down with onStoreFailure closed',

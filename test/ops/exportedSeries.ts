@@ -1,6 +1,8 @@
+import { createServer } from 'node:net'
 import Fastify from 'fastify'
 import type pg from 'pg'
 import { Registry, collectDefaultMetrics } from 'prom-client'
+import { registerConnectionMetrics } from '../../common/src/ops/connectionMetrics.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import type { KeyCache } from '../../gateway/src/keys/keyCache.ts'
@@ -37,6 +39,7 @@ export async function registeredSeries(): Promise<Record<Job, Set<string>>> {
     const registry = new Registry()
     collectDefaultMetrics({ register: registry })
     registerPoolMetrics(registry, { totalCount: 0, idleCount: 0, waitingCount: 0, options: { max: 10 } } as unknown as pg.Pool)
+    registerConnectionMetrics(registry, { public: createServer(), ops: createServer() })
     if (job === 'gateway') {
       const metrics = createGatewayMetrics(registry)
       metrics.observeKeyCache({ stats: { hits: 0, misses: 0 }, size: 0 } as unknown as KeyCache)
