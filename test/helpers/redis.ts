@@ -80,21 +80,28 @@ export interface TestCluster {
   nodes: string[]
   /** The redis-server of nodes[i] is processes[i]. */
   processes: ChildProcess[]
+  /** Empty cluster-enabled servers outside the cluster (spareNodes), for an operator to add. */
+  spares: string[]
+  /** SIGKILL the server at `node` (a node or a spare) and start it again on its port, with its cluster config and no data. */
+  restart(node: string): Promise<void>
   stop(): Promise<void>
 }
 
 export interface TestClusterOptions {
   /** 1: each master gets a replica that takes over when it fails (six nodes). Default 0 (three masters). */
   replicasPerMaster?: 0 | 1
+  /** Extra servers started outside the cluster (TestCluster.spares). Default 0. */
+  spareNodes?: number
 }
 
 /** A three-master Redis Cluster on loopback ports, made with the machine's redis-server. */
 export async function startRedisCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
   const replicas = options.replicasPerMaster ?? 0
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-cluster-'))
-  const ports = await clusterPorts(3 * (1 + replicas))
+  const members = 3 * (1 + replicas)
+  const ports = await clusterPorts(members + (options.spareNodes ?? 0))
   const output = new Map<number, string>()
-  const processes = ports.map((port) => {
+  const spawnNode = (port: number) => {
     const child = spawn(
       'redis-server',
       [
@@ -107,7 +114,8 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
     // Kept so that a node that refuses to start can say why (its log goes to stdout).
     child.stdout!.on('data', (chunk: Buffer) => output.set(port, ((output.get(port) ?? '') + chunk.toString()).slice(-2000)))
     return child
-  })
+  }
+  const processes = ports.map(spawnNode)
   // Should the test worker die without its afterAll, the servers go with it.
   const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
   process.once('exit', killOnExit)
@@ -125,21 +133,22 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
     process.off('exit', killOnExit)
     rmSync(directory, { recursive: true, force: true })
   }
-  const nodes = ports.map((port) => `127.0.0.1:${port}`)
+  const all = ports.map((port) => `127.0.0.1:${port}`)
+  const nodes = all.slice(0, members)
+  const answering = (index: number) =>
+    waitFor(async () => {
+      const child = processes[index]!
+      if (child.exitCode !== null) throw new ExitedError(`redis-server on port ${ports[index]} exited: ${output.get(ports[index]!) ?? ''}`)
+      return (await ping(ports[index]!)) === 'PONG'
+    })
   try {
-    for (const [index, port] of ports.entries()) {
-      await waitFor(async () => {
-        const child = processes[index]!
-        if (child.exitCode !== null) throw new ExitedError(`redis-server on port ${port} exited: ${output.get(port) ?? ''}`)
-        return (await ping(port)) === 'PONG'
-      })
-    }
+    for (const index of ports.keys()) await answering(index)
     const created = spawnSync('redis-cli', ['--cluster', 'create', ...nodes, '--cluster-replicas', String(replicas), '--cluster-yes'], {
       encoding: 'utf8',
       timeout: 30_000,
     })
     if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stderr || created.stdout}`)
-    for (const port of ports) {
+    for (const port of ports.slice(0, members)) {
       await waitFor(async () => {
         const redis = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null })
         redis.on('error', () => undefined)
@@ -158,7 +167,20 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
     await stop()
     throw error
   }
-  return { nodes, processes, stop }
+  async function restart(node: string): Promise<void> {
+    const index = all.indexOf(node)
+    if (index < 0) throw new Error(`${node} is not a node of this cluster`)
+    const child = processes[index]!
+    if (child.exitCode === null && child.signalCode === null) {
+      await new Promise<void>((resolve) => {
+        child.once('exit', () => resolve())
+        child.kill('SIGKILL')
+      })
+    }
+    processes[index] = spawnNode(ports[index]!)
+    await answering(index)
+  }
+  return { nodes, processes, spares: all.slice(members), restart, stop }
 }
 
 async function ping(port: number): Promise<string | undefined> {

@@ -94,6 +94,9 @@ export function backstopTimeoutMillis(budgetMillis: number): number {
   return Math.max(10 * budgetMillis, 2_000)
 }
 
+/** How often a Cluster client reads the slot map when no redirect has made it do so. */
+export const SLOTS_REFRESH_MILLIS = 5_000
+
 /** Each client's last connection error, until it is ready again: why it has no connection (redisConnectionProblem). */
 const lastConnectionErrors = new WeakMap<RedisClient, string>()
 
@@ -116,13 +119,14 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1_000),
     lazyConnect: false,
   }
-  const client = connection.clusterNodes?.length
+  const seeds = connection.clusterNodes?.map((node) => {
+    const seed = clusterSeed(node)
+    if (!seed) throw new Error(`not a Redis Cluster seed (host:port): "${node}"`)
+    return seed
+  })
+  const client = seeds?.length
     ? new Cluster(
-        connection.clusterNodes.map((node) => {
-          const seed = clusterSeed(node)
-          if (!seed) throw new Error(`not a Redis Cluster seed (host:port): "${node}"`)
-          return seed
-        }),
+        seeds,
         {
           redisOptions: options,
           keyPrefix: connection.keyPrefix,
@@ -133,9 +137,14 @@ export function connectRedis(connection: RedisConnection): RedisClient {
           // Each command is bounded by the budget anyway, and a cluster that is down says so on it.
           enableReadyCheck: false,
           clusterRetryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 1_000),
+          // The slot map is otherwise read only at a redirect: a gateway with no traffic on a moved
+          // slot kept connections to masters that had since failed over and been removed, and lost
+          // them all at once with nowhere known to reconnect (reconnectThroughKnownNodes).
+          slotsRefreshInterval: SLOTS_REFRESH_MILLIS,
         },
       )
     : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
+  if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
   client.on('error', (error: Error) => lastConnectionErrors.set(client, error.message))
   client.on('ready', () => lastConnectionErrors.delete(client))
@@ -143,6 +152,25 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
   client.defineCommand('unbanKey', { numberOfKeys: 1, lua: UNBAN_LUA })
   return client
+}
+
+/**
+ * ioredis starts over from its startup nodes whenever it has lost every node connection at once
+ * (a network blip, every master restarted): from REDIS_CLUSTER_NODES alone. Nodes are replaced
+ * over a cluster's life (new nodes added, the old ones failed over and removed), so once none of
+ * the seeds is left the gateway never found the cluster again: every request on the fallback, or
+ * 503, until it was restarted with new seeds. Each refresh of the slot map therefore makes the
+ * nodes it names the startup nodes, the configured seeds after them.
+ */
+function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port: number }[]): void {
+  // startupNodes is ioredis's own list (private in its types), read on every (re)connect.
+  const cluster = client as unknown as { startupNodes: { host: string; port: number }[] }
+  client.on('refresh', () => {
+    const known = client.nodes('all').map((node) => ({ host: String(node.options.host), port: Number(node.options.port) }))
+    const key = (node: { host: string; port: number }) => `${node.host}:${node.port}`
+    const names = new Set(known.map(key))
+    cluster.startupNodes = [...known, ...seeds.filter((seed) => !names.has(key(seed)))]
+  })
 }
 
 const coalescers = new WeakMap<RedisClient, () => WhenSent>()
