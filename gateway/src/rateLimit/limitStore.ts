@@ -67,6 +67,11 @@ export interface LimitStore {
    * store. One failed master must not set the others' keys aside.
    */
   failureDomain?(keyId: string): string
+  /**
+   * False once a failure domain holds none of the keys (a Cluster master whose slots a failover
+   * or a reshard gave to another): its failure is over for every key it held.
+   */
+  holdsKeys?(domain: string): boolean
   /** Lifts a ban and clears strikes; the ladder step reached is kept. */
   unban(keyId: string): Promise<void>
   close(): Promise<void>

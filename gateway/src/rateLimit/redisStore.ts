@@ -275,6 +275,14 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
   const keyPrefix = client.options.keyPrefix ?? ''
   const failureDomain = (key: string): string =>
     client instanceof Cluster ? (client.slots[calculateSlot(keyPrefix + key)]?.[0] ?? UNKNOWN_MASTER) : 'redis'
+  // The masters serving slots, as of the client's last refresh of the slot map (at each MOVED and
+  // every few seconds): a dead master stays in it until its replica is promoted.
+  let slotOwners = new Set<string>()
+  if (client instanceof Cluster) {
+    client.on('refresh', () => {
+      slotOwners = new Set(client.slots.map((nodes) => nodes[0]).filter((node) => node !== undefined))
+    })
+  }
   async function call(request: LimitRequest, key: string, domain: string): Promise<ScriptReply> {
     const { minute, day, bans } = request
     // No deadline where the master is not known yet, nor in tests that fix the store's time.
@@ -306,6 +314,8 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
   return {
     kind: 'redis',
     failureDomain: (keyId) => failureDomain(limitKey(keyId)),
+    // Unknown until the first refresh: no domain is declared gone before the map is read.
+    holdsKeys: (domain) => !(client instanceof Cluster) || slotOwners.size === 0 || slotOwners.has(domain),
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const key = limitKey(request.keyId)
       const domain = failureDomain(key)

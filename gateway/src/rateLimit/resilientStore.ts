@@ -53,11 +53,28 @@ export function createResilientStore(options: ResilientStoreOptions) {
     if (!known) health.set(domain, (known = { skipUntil: 0, failing: false, setAside: false, failuresInARow: 0, failuresCounted: 0 }))
     return known
   }
+  /** Domains whose failure was logged and no success since. */
+  let failingDomains = 0
   const where = (domain: string) => ({ store: options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
 
   async function fallbackOr(error: unknown, request: LimitRequest): Promise<ResilientDecision> {
     if (!options.fallback) throw new StoreUnavailableError(error)
     return { ...(await options.fallback.consume({ ...request, nowMillis: undefined })), degraded: true }
+  }
+
+  /**
+   * A Cluster master that failed and then lost its slots (its replica was promoted, a reshard
+   * moved them) never answers a call again, so no success would end its failure: the log said it
+   * was failing and never that it recovered, and its stale state would greet it, should it serve
+   * slots again, with a recovery it had not had. Its keys are decided by their new master now.
+   */
+  function forgetDomainsWithoutKeys() {
+    for (const [domain, state] of health) {
+      if (!state.failing || options.primary.holdsKeys?.(domain) !== false) continue
+      health.delete(domain)
+      failingDomains--
+      options.logger.info({ ...where(domain), reason: 'its slots are served by another master (failover or reshard)' }, 'rate-limit store recovered')
+    }
   }
 
   return {
@@ -72,8 +89,10 @@ export function createResilientStore(options: ResilientStoreOptions) {
         if (state.failing) {
           state.failing = false
           state.setAside = false
+          failingDomains--
           options.logger.info(where(domain), 'rate-limit store recovered')
         }
+        if (failingDomains > 0) forgetDomainsWithoutKeys()
         return { ...decision, degraded: false }
       } catch (error) {
         // In a row means one after another: a failure counts only if none was counted while its
@@ -87,6 +106,7 @@ export function createResilientStore(options: ResilientStoreOptions) {
         // is the outage an operator is paged for, said once until it recovers.
         if (!state.failing) {
           state.failing = true
+          failingDomains++
           options.logger.warn({ err: error, ...where(domain) }, 'rate-limit store call failed')
         }
         if (!state.setAside && state.failuresInARow >= failuresBeforePause) {

@@ -202,3 +202,49 @@ describe('Redis Cluster: one failed master sets aside only its own keys', () => 
     ])
   })
 })
+
+describe('Redis Cluster: a failed master whose slots another master takes over', () => {
+  it('is logged as recovered once it serves no slot, and starts afresh should it serve slots again', async () => {
+    const inner = createMemoryStore()
+    // The key's master as the client's slot map says, and the masters serving slots.
+    let master = '10.0.0.3:6379'
+    let owners = new Set(['10.0.0.1:6379', '10.0.0.3:6379'])
+    let failing = true
+    const primary: LimitStore = {
+      ...inner,
+      failureDomain: () => master,
+      holdsKeys: (domain) => owners.has(domain),
+      async consume(input) {
+        if (failing) throw new Error('Connection is closed.')
+        return inner.consume(input)
+      },
+    }
+    const log = captureLog()
+    let now = 1_000_000
+    const store = createResilientStore({ primary, fallback: createMemoryStore(), logger: pino(log.stream), clock: () => now })
+    for (let i = 0; i < 3; i++) expect((await store.consume(request)).degraded).toBe(true)
+
+    // Its replica is promoted: the key's calls go to the new master and succeed.
+    master = '10.0.0.4:6379'
+    owners = new Set(['10.0.0.1:6379', '10.0.0.4:6379'])
+    failing = false
+    expect((await store.consume(request)).degraded).toBe(false)
+    expect((await store.consume(request)).degraded).toBe(false)
+    expect(log.entries().map((entry) => [entry.level, entry.msg, entry.node])).toEqual([
+      [40, 'rate-limit store call failed', '10.0.0.3:6379'],
+      [50, 'rate-limit store failing', '10.0.0.3:6379'],
+      [30, 'rate-limit store recovered', '10.0.0.3:6379'],
+    ])
+
+    // Failed back later: the old master serves the key again, and a failure there is a new one.
+    now += 60_000
+    master = '10.0.0.3:6379'
+    owners = new Set(['10.0.0.1:6379', '10.0.0.3:6379'])
+    expect((await store.consume(request)).degraded).toBe(false)
+    failing = true
+    expect((await store.consume(request)).degraded).toBe(true)
+    expect(log.entries().slice(3).map((entry) => [entry.level, entry.msg, entry.node])).toEqual([
+      [40, 'rate-limit store call failed', '10.0.0.3:6379'],
+    ])
+  })
+})
