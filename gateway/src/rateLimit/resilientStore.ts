@@ -28,6 +28,8 @@ interface DomainHealth {
   setAside: boolean
   failuresInARow: number
   failuresCounted: number
+  /** Forgotten (forgetDomainsWithoutKeys): what calls sent before then meet says nothing of the domain now. */
+  retired?: boolean
 }
 
 export type ResilientDecision = LimitDecision & { degraded: boolean }
@@ -67,10 +69,14 @@ export function createResilientStore(options: ResilientStoreOptions) {
    * moved them) never answers a call again, so no success would end its failure: the log said it
    * was failing and never that it recovered, and its stale state would greet it, should it serve
    * slots again, with a recovery it had not had. Its keys are decided by their new master now.
+   * Calls sent to it before the slot map changed still hold its state: whether they then succeed
+   * (a redirect followed) or time out where they were sent, they neither log it again nor move
+   * failingDomains away from the domains actually failing.
    */
   function forgetDomainsWithoutKeys() {
     for (const [domain, state] of health) {
       if (!state.failing || options.primary.holdsKeys?.(domain) !== false) continue
+      state.retired = true
       health.delete(domain)
       failingDomains--
       options.logger.info({ ...where(domain), reason: 'its slots are served by another master (failover or reshard)' }, 'rate-limit store recovered')
@@ -85,6 +91,7 @@ export function createResilientStore(options: ResilientStoreOptions) {
       const countedBefore = state.failuresCounted
       try {
         const decision = await options.primary.consume(request)
+        if (state.retired) return { ...decision, degraded: false }
         state.failuresInARow = 0
         if (state.failing) {
           state.failing = false
@@ -95,6 +102,7 @@ export function createResilientStore(options: ResilientStoreOptions) {
         if (failingDomains > 0) forgetDomainsWithoutKeys()
         return { ...decision, degraded: false }
       } catch (error) {
+        if (state.retired) return fallbackOr(error, request)
         // In a row means one after another: a failure counts only if none was counted while its
         // call was in flight, so the calls one stall fails together (a busy moment's late replies)
         // count once, and a stall that lasts is counted once per budget, three times in a row.

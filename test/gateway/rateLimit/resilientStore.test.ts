@@ -248,3 +248,65 @@ describe('Redis Cluster: a failed master whose slots another master takes over',
     ])
   })
 })
+
+describe('Redis Cluster: a failed master whose slots move while calls to it are still in flight', () => {
+  it('is logged as recovered once, whatever those calls then meet, and a later master that fails over is logged as recovered too', async () => {
+    const inner = createMemoryStore()
+    // Each key's master as the client's slot map says, and the masters serving slots.
+    const masters = new Map([['key_on_a', '10.0.0.1:6379'], ['key_on_c', '10.0.0.3:6379']])
+    let owners = new Set(['10.0.0.1:6379', '10.0.0.3:6379'])
+    const dead = new Set(['10.0.0.3:6379'])
+    // A call held by its master (a failover's write pause) until released: then it is redirected
+    // to the new master (true) or fails where it was sent (false).
+    let held: Promise<boolean> | undefined
+    const primary: LimitStore = {
+      ...inner,
+      failureDomain: (keyId) => masters.get(keyId)!,
+      holdsKeys: (domain) => owners.has(domain),
+      async consume(input) {
+        const master = masters.get(input.keyId)!
+        const redirected = held ? await held : false
+        if (!redirected && dead.has(master)) throw new Error('Redis did not answer within 50 ms')
+        return inner.consume(input)
+      },
+    }
+    const log = captureLog()
+    const store = createResilientStore({ primary, fallback: createMemoryStore(), logger: pino(log.stream), clock: () => 1_000_000 })
+    const onA = { ...request, keyId: 'key_on_a' }
+    const onC = { ...request, keyId: 'key_on_c' }
+    const holdOne = () => {
+      let release!: (redirected: boolean) => void
+      held = new Promise((resolve) => (release = resolve))
+      const decision = store.consume(onC)
+      held = undefined
+      return { decision, release }
+    }
+
+    expect((await store.consume(onC)).degraded).toBe(true)
+    // Two calls for C's key are sent to 10.0.0.3 and held there while its replica takes over.
+    const redirected = holdOne()
+    const timedOut = holdOne()
+    masters.set('key_on_c', '10.0.0.4:6379')
+    owners = new Set(['10.0.0.1:6379', '10.0.0.4:6379'])
+    expect((await store.consume(onC)).degraded).toBe(false)
+    redirected.release(true)
+    expect((await redirected.decision).degraded).toBe(false)
+    timedOut.release(false)
+    expect((await timedOut.decision).degraded).toBe(true)
+    expect((await store.consume(onC)).degraded).toBe(false)
+
+    // Later 10.0.0.1 fails too, and its replica takes over.
+    dead.add('10.0.0.1:6379')
+    expect((await store.consume(onA)).degraded).toBe(true)
+    masters.set('key_on_a', '10.0.0.2:6379')
+    owners = new Set(['10.0.0.2:6379', '10.0.0.4:6379'])
+    expect((await store.consume(onA)).degraded).toBe(false)
+
+    expect(log.entries().map((entry) => [entry.level, entry.msg, entry.node])).toEqual([
+      [40, 'rate-limit store call failed', '10.0.0.3:6379'],
+      [30, 'rate-limit store recovered', '10.0.0.3:6379'],
+      [40, 'rate-limit store call failed', '10.0.0.1:6379'],
+      [30, 'rate-limit store recovered', '10.0.0.1:6379'],
+    ])
+  })
+})
