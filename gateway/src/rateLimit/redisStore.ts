@@ -21,6 +21,7 @@ const OUTCOMES: LimitOutcome[] = ['admitted', 'limited', 'banned']
 const EXPIRED = 3
 /** A Cluster key's failure domain before the client knows the slot's master. */
 const UNKNOWN_MASTER = 'cluster'
+const CLUSTER_SLOTS = 16_384
 
 export interface RedisConnection {
   /** redis://… for one server, or a list of host:port seeds for Redis Cluster. */
@@ -278,9 +279,21 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
   // The masters serving slots, as of the client's last refresh of the slot map (at each MOVED and
   // every few seconds): a dead master stays in it until its replica is promoted.
   let slotOwners = new Set<string>()
+  // Keys in a slot no master serves (unassigned, with cluster-require-full-coverage no) are
+  // UNKNOWN_MASTER's for as long as that lasts: it holds keys until every slot has a master.
+  let everySlotServed = false
   if (client instanceof Cluster) {
     client.on('refresh', () => {
-      slotOwners = new Set(client.slots.map((nodes) => nodes[0]).filter((node) => node !== undefined))
+      const owners = new Set<string>()
+      let served = 0
+      for (let slot = 0; slot < CLUSTER_SLOTS; slot++) {
+        const master = client.slots[slot]?.[0]
+        if (master === undefined) continue
+        owners.add(master)
+        served++
+      }
+      slotOwners = owners
+      everySlotServed = served === CLUSTER_SLOTS
     })
   }
   async function call(request: LimitRequest, key: string, domain: string): Promise<ScriptReply> {
@@ -315,7 +328,8 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     kind: 'redis',
     failureDomain: (keyId) => failureDomain(limitKey(keyId)),
     // Unknown until the first refresh: no domain is declared gone before the map is read.
-    holdsKeys: (domain) => !(client instanceof Cluster) || slotOwners.size === 0 || slotOwners.has(domain),
+    holdsKeys: (domain) =>
+      !(client instanceof Cluster) || slotOwners.size === 0 || (domain === UNKNOWN_MASTER ? !everySlotServed : slotOwners.has(domain)),
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const key = limitKey(request.keyId)
       const domain = failureDomain(key)
