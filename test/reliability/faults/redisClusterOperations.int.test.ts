@@ -34,6 +34,12 @@ async function masterOf(node: string, slot: number): Promise<string> {
   return `${range[2][0]}:${range[2][1]}`
 }
 
+/** Calls `node` took after an ASK redirect (each is preceded by ASKING). */
+async function askingCalls(node: string): Promise<number> {
+  const asking = /cmdstat_asking:calls=(\d+)/.exec(String(await send(node, 'INFO', 'commandstats')))
+  return Number(asking?.[1] ?? 0)
+}
+
 async function waitFor(what: string, condition: () => Promise<boolean>): Promise<void> {
   const deadline = performance.now() + 10_000
   while (!(await condition().catch(() => false))) {
@@ -125,7 +131,7 @@ describe('Redis Cluster: the slot of a key in use is resharded to another master
       const keys = (await send(source, 'CLUSTER', 'GETKEYSINSLOT', slot, 100)) as string[]
       const [host, port] = target.split(':')
       await send(source, 'MIGRATE', host!, port!, '', 0, 5_000, 'KEYS', ...keys)
-      await sleep(400)
+      await waitFor('a call for the moved key is redirected with ASK', async () => (await askingCalls(target)) > 0)
       admittedAt.slotMoved = admitted().length
       for (const node of [target, source, ...cluster.nodes.filter((node) => node !== source && node !== target)]) {
         await send(node, 'CLUSTER', 'SETSLOT', slot, 'NODE', targetId)
@@ -138,8 +144,7 @@ describe('Redis Cluster: the slot of a key in use is resharded to another master
     }
 
     expect(await masterOf(seed, slot)).toBe(target)
-    const asking = /cmdstat_asking:calls=(\d+)/.exec(String(await send(target, 'INFO', 'commandstats')))
-    expect(Number(asking?.[1] ?? 0), 'calls redirected with ASK while the slot migrated').toBeGreaterThan(0)
+    expect(await askingCalls(target), 'calls redirected with ASK while the slot migrated').toBeGreaterThan(0)
     expect(admittedAt.slotMoved, 'requests admitted before the slot was handed over').toBeLessThan(LIMIT)
     for (const answer of answers) expect([200, 429], JSON.stringify(answer)).toContain(answer.status)
     // Each admission was counted once, on one master: exactly the limit, each with its own remaining.
