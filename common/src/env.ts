@@ -94,13 +94,18 @@ export const DEFAULT_POOL_SIZE = 10
  * adding replicas on a shared Postgres lowers it; a malformed value stops the process at boot.
  */
 export function poolSizeFromEnv(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env.DATABASE_POOL_SIZE
-  if (raw === undefined || raw === '') return DEFAULT_POOL_SIZE
-  const size = Number(raw)
-  if (!/^\d+$/.test(raw) || size < 1 || size > 1_000) {
-    throw new EnvError(`DATABASE_POOL_SIZE must be a whole number of connections from 1 to 1000, got "${raw}"`)
+  return connectionCountFromEnv('DATABASE_POOL_SIZE', 1_000, env) ?? DEFAULT_POOL_SIZE
+}
+
+/** A whole number of connections from 1 to `max`, or undefined when unset; anything else stops the process by name. */
+function connectionCountFromEnv(name: string, max: number, env: NodeJS.ProcessEnv): number | undefined {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return undefined
+  const count = Number(raw)
+  if (!/^\d+$/.test(raw) || count < 1 || count > max) {
+    throw new EnvError(`${name} must be a whole number of connections from 1 to ${max}, got "${raw}"`)
   }
-  return size
+  return count
 }
 
 export function requiredEnv(name: string, env: NodeJS.ProcessEnv = process.env): string {
@@ -166,13 +171,7 @@ export function drainMillisFromEnv(env: NodeJS.ProcessEnv = process.env): number
  * (connectionCap.ts). A malformed value stops the process at boot.
  */
 export function maxConnectionsFromEnv(name: string, fallback: number | undefined, env: NodeJS.ProcessEnv = process.env): number | undefined {
-  const raw = env[name]
-  if (raw === undefined || raw === '') return fallback
-  const count = Number(raw)
-  if (!/^\d+$/.test(raw) || count < 1 || count > MAX_CONNECTIONS_LIMIT) {
-    throw new EnvError(`${name} must be a whole number of connections from 1 to ${MAX_CONNECTIONS_LIMIT}, got "${raw}"`)
-  }
-  return count
+  return connectionCountFromEnv(name, MAX_CONNECTIONS_LIMIT, env) ?? fallback
 }
 
 /** The highest server.maxConnections (and its environment variables) accept. */

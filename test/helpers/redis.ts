@@ -84,7 +84,7 @@ export interface TestCluster {
   spares: string[]
   /** SIGKILL the server at `node` (a node or a spare) and start it again on its port, with its cluster config and no data. */
   restart(node: string): Promise<void>
-  stop(): Promise<void>
+  close(): Promise<void>
 }
 
 export interface TestClusterOptions {
@@ -119,7 +119,7 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
   // Should the test worker die without its afterAll, the servers go with it.
   const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
   process.once('exit', killOnExit)
-  const stop = async () => {
+  const close = async () => {
     await Promise.all(
       processes.map((child) =>
         child.exitCode !== null || child.signalCode !== null
@@ -164,7 +164,7 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
       })
     }
   } catch (error) {
-    await stop()
+    await close()
     throw error
   }
   async function restart(node: string): Promise<void> {
@@ -180,7 +180,7 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
     processes[index] = spawnNode(ports[index]!)
     await answering(index)
   }
-  return { nodes, processes, spares: all.slice(members), restart, stop }
+  return { nodes, processes, spares: all.slice(members), restart, close }
 }
 
 async function ping(port: number): Promise<string | undefined> {

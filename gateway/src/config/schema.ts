@@ -1,4 +1,5 @@
 import { Type, type Static } from 'typebox'
+import { MAX_CONNECTIONS_LIMIT } from '../../../common/src/env.ts'
 
 const Port = Type.Integer({ minimum: 0, maximum: 65_535 })
 const Limit = Type.Integer({ minimum: 1, maximum: 1_000_000_000 })
@@ -55,7 +56,7 @@ export const GatewayConfigSchema = Type.Object(
         opsPort: Port,
         trustedProxies: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { maxItems: 100 })),
         // Client connections the public port holds at once; unset, derived from the open-file limit.
-        maxConnections: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'a whole number of connections, 1 to 1000000' })),
+        maxConnections: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_CONNECTIONS_LIMIT, description: `a whole number of connections, 1 to ${MAX_CONNECTIONS_LIMIT}` })),
       },
       { additionalProperties: false },
     ),

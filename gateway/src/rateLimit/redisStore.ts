@@ -276,24 +276,16 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
   const keyPrefix = client.options.keyPrefix ?? ''
   const failureDomain = (key: string): string =>
     client instanceof Cluster ? (client.slots[calculateSlot(keyPrefix + key)]?.[0] ?? UNKNOWN_MASTER) : 'redis'
-  // The masters serving slots, as of the client's last refresh of the slot map (at each MOVED and
-  // every few seconds): a dead master stays in it until its replica is promoted.
-  let slotOwners = new Set<string>()
-  // Keys in a slot no master serves (unassigned, with cluster-require-full-coverage no) are
-  // UNKNOWN_MASTER's for as long as that lasts: it holds keys until every slot has a master.
-  let everySlotServed = false
+  // The failure domains holding keys as of the client's last refresh of the slot map (at each
+  // MOVED and every few seconds): the masters serving slots (a dead master stays among them until
+  // its replica is promoted), and UNKNOWN_MASTER while a slot has none (unassigned, with
+  // cluster-require-full-coverage no). Empty until the map is first read.
+  let holdingKeys = new Set<string>()
   if (client instanceof Cluster) {
     client.on('refresh', () => {
-      const owners = new Set<string>()
-      let served = 0
-      for (let slot = 0; slot < CLUSTER_SLOTS; slot++) {
-        const master = client.slots[slot]?.[0]
-        if (master === undefined) continue
-        owners.add(master)
-        served++
-      }
-      slotOwners = owners
-      everySlotServed = served === CLUSTER_SLOTS
+      const domains = new Set<string>()
+      for (let slot = 0; slot < CLUSTER_SLOTS; slot++) domains.add(client.slots[slot]?.[0] ?? UNKNOWN_MASTER)
+      holdingKeys = domains
     })
   }
   async function call(request: LimitRequest, key: string, domain: string): Promise<ScriptReply> {
@@ -328,8 +320,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     kind: 'redis',
     failureDomain: (keyId) => failureDomain(limitKey(keyId)),
     // Unknown until the first refresh: no domain is declared gone before the map is read.
-    holdsKeys: (domain) =>
-      !(client instanceof Cluster) || slotOwners.size === 0 || (domain === UNKNOWN_MASTER ? !everySlotServed : slotOwners.has(domain)),
+    holdsKeys: (domain) => holdingKeys.size === 0 || holdingKeys.has(domain),
     async consume(request: LimitRequest): Promise<LimitDecision> {
       const key = limitKey(request.keyId)
       const domain = failureDomain(key)

@@ -7,6 +7,7 @@ import { createMemoryStore } from '../../../gateway/src/rateLimit/memoryStore.ts
 import { createResilientStore } from '../../../gateway/src/rateLimit/resilientStore.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
 import { startRedisCluster, type TestCluster } from '../../helpers/redis.ts'
+import { suiteService } from '../../helpers/suiteService.ts'
 import { describeLimitStore } from './store.suite.ts'
 
 describeLimitStore('Redis Cluster (three masters)', async () => {
@@ -24,7 +25,7 @@ describeLimitStore('Redis Cluster (three masters)', async () => {
     async close() {
       client.disconnect()
       admin.disconnect()
-      await cluster.stop()
+      await cluster.close()
     },
   }
 })
@@ -33,13 +34,7 @@ describeLimitStore('Redis Cluster (three masters)', async () => {
 // master the client had only just found, before its connection was up; with no offline queue that
 // failed, and the client started over from the seeds, for up to 10 s of starts on the fallback.
 describe('Redis Cluster seeds', () => {
-  let cluster: TestCluster
-  beforeAll(async () => {
-    cluster = await startRedisCluster()
-  })
-  afterAll(async () => {
-    await cluster?.stop()
-  })
+  const cluster = suiteService(() => startRedisCluster())
 
   it.each([
     ['one seed of three masters', () => [cluster.nodes[1]!]],
@@ -70,7 +65,7 @@ describe('Redis Cluster: a slot no master serves', () => {
   })
   afterAll(async () => {
     for (const admin of admins) admin.disconnect()
-    await cluster?.stop()
+    await cluster?.close()
   })
 
   it('its keys are logged failing once and set aside, while the other keys stay on Redis', async () => {

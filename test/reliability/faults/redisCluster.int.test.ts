@@ -94,7 +94,7 @@ describe('Redis Cluster: the master holding a key is killed while requests flow'
     await open?.close()
     await closed?.close()
     await pets?.close()
-    await cluster?.stop()
+    await cluster?.close()
   })
 
   it('answers every request within the budget, recovers on the promoted replica, and over-admits at most the requests in flight', async () => {

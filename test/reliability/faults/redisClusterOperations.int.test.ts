@@ -5,7 +5,8 @@ import { SLOTS_REFRESH_MILLIS } from '../../../gateway/src/rateLimit/redisStore.
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
-import { startRedisCluster, testKeyPrefix, type TestCluster } from '../../helpers/redis.ts'
+import { startRedisCluster, testKeyPrefix } from '../../helpers/redis.ts'
+import { suiteService } from '../../helpers/suiteService.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 
 /** A node that accepts writes again after a restart: Redis holds a restarted master back 2 s, plus the client's reconnect. */
@@ -86,13 +87,7 @@ function gatewaysOn(nodes: () => string[], count: number) {
 }
 
 describe('Redis Cluster: the slot of a key in use is resharded to another master while two gateways serve it', () => {
-  let cluster: TestCluster
-  beforeAll(async () => {
-    cluster = await startRedisCluster()
-  })
-  afterAll(async () => {
-    await cluster?.stop()
-  })
+  const cluster = suiteService(() => startRedisCluster())
   const { prefix, gateways, logs } = gatewaysOn(() => cluster.nodes, 2)
 
   it('decides every request on Redis through ASK and MOVED, and holds the limit exactly', async () => {
@@ -155,13 +150,7 @@ describe('Redis Cluster: the slot of a key in use is resharded to another master
 })
 
 describe('Redis Cluster: every node named in REDIS_CLUSTER_NODES has left the cluster', () => {
-  let cluster: TestCluster
-  beforeAll(async () => {
-    cluster = await startRedisCluster({ spareNodes: 3 })
-  })
-  afterAll(async () => {
-    await cluster?.stop()
-  })
+  const cluster = suiteService(() => startRedisCluster({ spareNodes: 3 }))
   const { gateways } = gatewaysOn(() => cluster.nodes, 1)
 
   // Regression: after losing every node connection at once, the client started over from the
