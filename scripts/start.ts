@@ -16,7 +16,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
 import { socketPath, socketUrl, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
-import { EnvError, poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
+import { poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
 import { printableUrl } from '../common/src/database/printableUrl.ts'
 import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
 import {
@@ -220,8 +220,9 @@ async function main(): Promise<void> {
   let embedded: { port: number; socketDirectory: string; poolSize: number } | undefined
   const dataDir = path.resolve(env.DATA_DIR || 'data')
   if (!databaseUrl) {
-    const port = portFromEnv('EMBEDDED_POSTGRES_PORT', EMBEDDED_DEFAULT_PORT, env)
-    if (port === 0) throw new EnvError('EMBEDDED_POSTGRES_PORT must be 1-65535: it names the socket file (.s.PGSQL.<port>), there is no free port to pick')
+    const port = portFromEnv('EMBEDDED_POSTGRES_PORT', EMBEDDED_DEFAULT_PORT, env, {
+      why: 'it names the socket file .s.PGSQL.<port>, so there is no free port to pick',
+    })
     const poolSize = poolSizeFromEnv(env)
     warn(
       'DATABASE_URL is not set: Postgres is PGlite embedded in this process ' +

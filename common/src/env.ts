@@ -17,13 +17,20 @@ export function reportStartupFailure(logger: Logger, service: string, error: unk
   }
 }
 
+/** Where a port variable cannot take 0 (any free port), and why: said in the one message for every wrong value. */
+export interface NoFreePort {
+  why: string
+}
+
 /** Reads a TCP port from the environment; a malformed value stops the process at boot. */
-export function portFromEnv(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
+export function portFromEnv(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env, noFreePort?: NoFreePort): number {
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
-  const port = Number(raw)
-  if (!Number.isInteger(port) || port < 0 || port > 65_535) {
-    throw new EnvError(`${name} must be a port number between 0 and 65535, got "${raw}"`)
+  const port = /^\d{1,5}$/.test(raw) ? Number(raw) : Number.NaN
+  const lowest = noFreePort ? 1 : 0
+  if (!(port >= lowest && port <= 65_535)) {
+    const why = noFreePort ? ` (${noFreePort.why})` : ''
+    throw new EnvError(`${name} must be a port number between ${lowest} and 65535${why}, got "${raw}"`)
   }
   return port
 }

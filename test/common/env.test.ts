@@ -31,7 +31,20 @@ describe('environment the services read at boot', () => {
   it('reads a port, falls back when it is unset, and refuses one that is not a port', () => {
     expect(portFromEnv('P', 8080, { P: '9000' })).toBe(9000)
     expect(portFromEnv('P', 8080, {})).toBe(8080)
-    expect(() => portFromEnv('P', 8080, { P: '70000' })).toThrow('P must be a port number between 0 and 65535, got "70000"')
+    expect(portFromEnv('P', 8080, { P: '0' })).toBe(0)
+    for (const raw of ['70000', '-1', '80.5', '1e3', ' 80', '0x50', 'http']) {
+      expect(() => portFromEnv('P', 8080, { P: raw }), raw).toThrow(`P must be a port number between 0 and 65535, got "${raw}"`)
+    }
+  })
+
+  it('refuses 0 for a port that cannot be any free one, with the same range and the reason in one message', () => {
+    const socketName = { why: 'it names a socket file' }
+    expect(portFromEnv('P', 54329, { P: '5433' }, socketName)).toBe(5433)
+    for (const raw of ['0', '70000']) {
+      expect(() => portFromEnv('P', 54329, { P: raw }, socketName), raw).toThrow(
+        `P must be a port number between 1 and 65535 (it names a socket file), got "${raw}"`,
+      )
+    }
   })
 
   it('takes DATABASE_POOL_SIZE as a whole number of connections from 1 to 1000, 10 when unset, and refuses anything else by name', () => {
