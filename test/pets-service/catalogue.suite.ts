@@ -472,6 +472,31 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         await expectErrorResponse(one, 405, 'method_not_allowed')
       })
 
+      it('answers 405 and 404 whatever body the request carries: no route reads it', async () => {
+        // A client that labels every request application/json (many do, bodiless DELETEs included)
+        // was told its JSON was broken, and a Latin-1 or compressed body got 415, instead of 405.
+        const bodies: { label: string; headers: Record<string, string>; body?: string | Uint8Array }[] = [
+          { label: 'no body', headers: { 'content-type': 'application/json' } },
+          { label: 'broken JSON', headers: { 'content-type': 'application/json' }, body: '{bad' },
+          { label: 'not UTF-8', headers: { 'content-type': 'application/json' }, body: Buffer.from('{"name":"Caf\xe9"}', 'latin1') },
+          { label: 'a rounded number', headers: { 'content-type': 'application/json' }, body: '{"categoryId":1.0000000000000001}' },
+          { label: 'Latin-1', headers: { 'content-type': 'application/json; charset=latin1' }, body: '{}' },
+          { label: 'gzip', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: gzipSync('{}') },
+        ]
+        for (const { label, headers, body } of bodies) {
+          const one = await service.request('/pets/1', { method: 'DELETE', headers, body })
+          expect(one.headers.get('allow'), label).toBe('GET, HEAD')
+          await expectErrorResponse(one, 405, 'method_not_allowed')
+          const list = await service.request('/pets', { method: 'PUT', headers, body })
+          expect(list.headers.get('allow'), label).toBe('GET, HEAD, POST')
+          await expectErrorResponse(list, 405, 'method_not_allowed')
+          await expectErrorResponse(await service.request('/pets/1/photos', { method: 'POST', headers, body }), 404, 'not_found')
+        }
+        // The operations that do read a body still refuse the same bodies.
+        await expectErrorResponse(await service.request('/pets', { method: 'POST', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json')
+        expect(await storedCount(), 'pets stored').toBe(0)
+      })
+
       it('refuses callers without the internal credential with 401 on every operation, and stores nothing', async () => {
         const missing = await fetch(`${service.url}/pets`)
         await expectErrorResponse(missing, 401, 'unauthorized')
