@@ -45,10 +45,29 @@ describe('npm run check-config', () => {
     expect(unknown.stderr).toMatch(/^unknown option --strict\nusage:/)
   })
 
-  it('says plainly when the file does not exist', () => {
+  it('says plainly when the file does not exist, and where a relative path was looked for', () => {
     const run = checkConfig('config/missing.yaml')
     expect(run.status).toBe(1)
-    expect(run.stderr.trim()).toBe('config/missing.yaml: cannot be read (ENOENT)')
+    expect(run.stderr.trim()).toBe(`config/missing.yaml: cannot be read (ENOENT, looked for in ${process.cwd()})`)
+  })
+
+  it('reads a relative path from the directory `npm run check-config` was typed in, not the package root npm runs it from', () => {
+    // npm runs every script from the package's directory and says where it was typed in INIT_CWD.
+    const typedIn = mkdtempSync(path.join(os.tmpdir(), 'check-config-'))
+    try {
+      writeFileSync(path.join(typedIn, 'staging.yaml'), readFileSync('config/gateway.yaml', 'utf8'))
+      const env = { ...process.env, GATEWAY_CONFIG: '', INIT_CWD: typedIn, npm_lifecycle_event: 'check-config' }
+      const run = spawnSync(process.execPath, ['--import', 'tsx', 'gateway/src/cli/checkConfig.ts', 'staging.yaml'], { encoding: 'utf8', timeout: 30_000, env })
+      expect(run.stderr).toBe('')
+      expect(run.status).toBe(0)
+      expect(run.stdout).toMatch(/^staging\.yaml: valid \(plans: free, pro, business, enterprise/)
+      // The package's own file, given relative to the package root, is not what was typed there.
+      const shipped = spawnSync(process.execPath, ['--import', 'tsx', 'gateway/src/cli/checkConfig.ts', 'config/gateway.yaml'], { encoding: 'utf8', timeout: 30_000, env })
+      expect(shipped.status).toBe(1)
+      expect(shipped.stderr.trim()).toBe(`config/gateway.yaml: cannot be read (ENOENT, looked for in ${typedIn})`)
+    } finally {
+      rmSync(typedIn, { recursive: true, force: true })
+    }
   })
 
   it('names each trusted proxy the gateway could not use, with its line, and exits 1', () => {

@@ -18,10 +18,16 @@ if (options.length > 0) {
   process.exit(2)
 }
 const paths = args.length > 0 ? args : [process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH]
+/**
+ * npm runs a script from the package's directory and names the one it was typed in as INIT_CWD: a
+ * file given on the command line is read from there (`cd config && npm run check-config -- staging.yaml`).
+ * GATEWAY_CONFIG is read as the gateway reads it, from the directory the process runs in.
+ */
+const typedIn = args.length > 0 && process.env.npm_lifecycle_event === 'check-config' ? process.env.INIT_CWD : undefined
 let invalid = false
 for (const path of paths) {
   try {
-    const config = loadGatewayConfig(path, {})
+    const config = loadGatewayConfig(path, {}, typedIn || process.cwd())
     const plans = Object.keys(config.plans).join(', ')
     console.log(`${path}: valid (plans: ${plans}; onStoreFailure: ${config.onStoreFailure})`)
   } catch (error) {

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs'
+import { isAbsolute, resolve } from 'node:path'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
@@ -395,12 +396,22 @@ function clusterNodesFrom(raw: string): string[] {
   return nodes
 }
 
-export function loadGatewayConfig(path = process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, env = process.env): GatewayConfig {
+/**
+ * Reads and validates a config file; a relative `path` is read from `directory` and named as given.
+ * An unreadable relative path names the directory it was looked for in: npm runs every script from
+ * the package's directory, wherever the command was typed.
+ */
+export function loadGatewayConfig(
+  path = process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH,
+  env = process.env,
+  directory = process.cwd(),
+): GatewayConfig {
   let text: string
   try {
-    text = readFileSync(path, 'utf8')
+    text = readFileSync(resolve(directory, path), 'utf8')
   } catch (error) {
-    throw new ConfigError([`${path}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`])
+    const where = isAbsolute(path) ? '' : `, looked for in ${directory}`
+    throw new ConfigError([`${path}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'}${where})`])
   }
   return resolveGatewayConfig(parseGatewayConfig(text, path), env)
 }
