@@ -183,7 +183,13 @@ describe('gateway config', () => {
 
   it('reports YAML syntax errors and duplicate keys with their line', () => {
     expect(problemsOf('not-yaml.yaml')[0]).toMatch(/^test\/fixtures\/config\/not-yaml\.yaml:\d+: /)
-    expect(problemsOf('duplicate-key.yaml')).toEqual(['test/fixtures/config/duplicate-key.yaml:2: Map keys must be unique'])
+    expect(problemsOf('duplicate-key.yaml')).toEqual(['test/fixtures/config/duplicate-key.yaml:2: Map keys must be unique: onStoreFailure is set twice'])
+    const nested = readFileSync('config/gateway.yaml', 'utf8').replace(
+      'pro:        { perMinute: 300,  perDay: 10000 }',
+      'pro:        { perMinute: 300,  perDay: 10000 }\n  free: { perMinute: 5, perDay: 50 }',
+    )
+    const freeTwice = nested.split('\n').findIndex((line) => line.includes('free: { perMinute: 5')) + 1
+    expect(() => parseGatewayConfig(nested, 'x.yaml')).toThrow(`x.yaml:${freeTwice}: Map keys must be unique: plans.free is set twice`)
   })
 
   it('refuses a plan whose day limit is below its minute limit', () => {

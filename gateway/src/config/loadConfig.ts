@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs'
 import { isAbsolute, resolve } from 'node:path'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
-import { LineCounter, isCollection, isNode, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
+import { LineCounter, isCollection, isNode, isPair, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
 import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, maxConnectionsFromEnv, portFromEnv, urlScheme } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
@@ -138,6 +138,22 @@ function syntaxErrorLine(text: string, document: Document, lines: LineCounter, e
   return line
 }
 
+/** The parser's message; for a key given twice, which one (`plans.free`), as a long file may hold it at two far-apart lines. */
+function syntaxErrorMessage(document: Document, error: YAMLError): string {
+  const message = error.message.split('\n')[0]!
+  if (error.code !== 'DUPLICATE_KEY') return message
+  let duplicate: string | undefined
+  visit(document, {
+    Pair(_key, pair, ancestors) {
+      if (!isScalar(pair.key) || pair.key.range?.[0] !== error.pos[0]) return
+      const outer = ancestors.flatMap((node) => (isPair(node) && isScalar(node.key) ? [String(node.key.value)] : []))
+      duplicate = [...outer, String(pair.key.value)].join('.')
+      return visit.BREAK
+    },
+  })
+  return duplicate === undefined ? message : `${message}: ${duplicate} is set twice`
+}
+
 /**
  * Parses and validates a config text. Every problem with a setting's shape is reported, not only
  * the first; the rules across settings (crossChecks) are checked once the shapes are right.
@@ -147,7 +163,7 @@ export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): 
   const document = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false })
   if (document.errors.length > 0) {
     throw new ConfigError(
-      document.errors.map((error) => `${source}:${syntaxErrorLine(text, document, lines, error)}: ${error.message.split('\n')[0]}`),
+      document.errors.map((error) => `${source}:${syntaxErrorLine(text, document, lines, error)}: ${syntaxErrorMessage(document, error)}`),
     )
   }
   const contents = document.contents
