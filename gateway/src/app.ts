@@ -20,7 +20,7 @@ import type { GatewayConfig } from './config/loadConfig.ts'
 import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
-import { requestFraming } from './proxy/requestFraming.ts'
+import { pipelinedBehindClose, requestFraming } from './proxy/requestFraming.ts'
 import { BODY_LIMIT_BYTES, acceptOpaqueBodies } from './proxy/opaqueBodies.ts'
 import { upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { NewBan } from './rateLimit/banJournal.ts'
@@ -48,7 +48,8 @@ export interface GatewayDependencies {
 
 /**
  * The gateway's request pipeline, in the order every request goes through it:
- *   1. request id and one access-log line (key id and plan, never the key);
+ *   1. request id and one access-log line (key id and plan, never the key); a request pipelined
+ *      behind an answer that closes the connection waits for it, and goes no further if it does;
  *   2a. identify the bearer key (format and checksum first, then the key cache);
  *   3.  rate limit: ban, minute and day windows, strikes in one store call for a key,
  *       the per-IP anonymous limit otherwise; headers on every answer;
@@ -97,6 +98,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     unavailable: () =>
       gatewayErrors.create('service_unavailable', 'This instance is shutting down; retry.', { headers: { 'retry-after': '1' } }),
   })
+  await app.register(pipelinedBehindClose)
   // By plan too (DESIGN): a request without a valid key is the per-IP limit's, "anonymous".
   await app.register(httpMetrics, { registry: deps.registry, plan: (request) => request.apiKey?.plan ?? 'anonymous' })
   // 5 (registered early so every stage's failure takes the same shape)

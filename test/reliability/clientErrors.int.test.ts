@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import net from 'node:net'
 import { describe, expect, it } from 'vitest'
 import { startGateway } from '../helpers/gateway.ts'
@@ -200,6 +201,44 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
       )
       expect(answer).toMatch(/^HTTP\/1\.1 201 /)
       expect(answer).toMatch(/^connection: close$/im)
+    })
+
+    // RFC 9112 §9.6: a server closing the connection after an answer must not carry out the
+    // requests pipelined behind it, whose answers can never be sent. Node's parser reads on after
+    // a request that asked for keep-alive, whatever its answer then says: a create pipelined
+    // behind one of these stored a pet its client was never told about.
+    it.each([
+      [
+        'an HTTP/1.0 request framed with Transfer-Encoding',
+        (key: string) => `GET /v1/pets?limit=1 HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+        'HTTP/1.1 200 OK',
+      ],
+      [
+        'a request expecting 100-continue refused before its body was wanted',
+        () => 'POST /v1/pets HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+        'HTTP/1.1 401 Unauthorized',
+      ],
+    ])('%s: its answer closes the connection, and a create pipelined behind it is not carried out', async (_case, first, statusLine) => {
+      const { key } = await gateway.createKey()
+      const name = `Pipelined ${randomUUID()}`
+      const body = JSON.stringify({ name, categoryId: 1 })
+      const create = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+      const answer = await raw(gateway.url, first(key) + create)
+      expect(answer.match(/HTTP\/1\.1 \d{3} [A-Za-z ]+/g)).toEqual([statusLine])
+      expect(answer).toMatch(/^connection: close$/im)
+      // Give a create that went through time to reach Postgres.
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      const stored = await pets.pool.query('SELECT count(*)::int AS count FROM pets.pets WHERE name = $1', [name])
+      expect(stored.rows[0]).toEqual({ count: 0 })
+    })
+
+    it('serves a request pipelined behind a request expecting 100-continue that was let through', async () => {
+      const { key } = await gateway.createKey()
+      const body = JSON.stringify({ name: `Continued ${randomUUID()}`, categoryId: 1 })
+      const expecting = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+      const next = `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`
+      const answer = await raw(gateway.url, expecting + next)
+      expect(answer.match(/HTTP\/1\.1 \d{3} [A-Za-z ]+/g)).toEqual(['HTTP/1.1 100 Continue', 'HTTP/1.1 201 Created', 'HTTP/1.1 200 OK'])
     })
   })
 

@@ -1,3 +1,5 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { gatewayErrors } from '../errors.ts'
@@ -46,4 +48,64 @@ export const requestFraming = fp(
     })
   },
   { name: 'request-framing' },
+)
+
+/** Node's test for the expectation it answers with 100 Continue (_http_server.js continueExpression). */
+const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
+
+/**
+ * Whether the answer to a request that asked for keep-alive may still close its connection: an
+ * HTTP/1.0 request framed with Transfer-Encoding or asking to upgrade (requestFraming closes
+ * after both), and an HTTP/1.1 request expecting 100-continue (Node closes after a final answer
+ * sent without the 100, since the client may or may not have sent the body).
+ */
+function answerMayClose(raw: IncomingMessage): boolean {
+  if (raw.headers.upgrade !== undefined) return true
+  if (raw.httpVersion === '1.0') return raw.headers['transfer-encoding'] !== undefined
+  const expectation = raw.headers.expect
+  return expectation !== undefined && CONTINUE_EXPECTATION.test(expectation)
+}
+
+/**
+ * RFC 9112 §9.6: once a server closes a connection after an answer, it carries out none of the
+ * requests pipelined behind it, whose answers could never be sent. Node's parser reads on after a
+ * request that asked for keep-alive, whatever its answer then says, and hands the next request
+ * over at once: a create pipelined behind one of the answers above stored a pet its client was
+ * never told about, and was charged to its key. A request queued behind such an answer waits for
+ * it (only then is it known whether the connection stays open) and is carried out only if the
+ * connection does; otherwise it ends here, before it is charged, with a 400 that is logged and
+ * never delivered. Pipelined requests behind any other answer are carried out at once, as before.
+ * Registered before authentication and the rate limit.
+ */
+export const pipelinedBehindClose = fp(
+  async (app: FastifyInstance) => {
+    /** Per connection, the last answer not yet sent that may close it, and the requests queued behind it. */
+    const closing = new WeakMap<Socket, { waiting: (() => void)[] }>()
+    const notCarriedOut = () => gatewayErrors.create('bad_request', 'A request pipelined behind an answer that closed the connection is not carried out.')
+
+    /** One pair of listeners per such answer, however many requests queue behind it. */
+    function watch(socket: Socket, answer: ServerResponse): void {
+      const entry = { waiting: [] as (() => void)[] }
+      closing.set(socket, entry)
+      // Node's own 'finish' listener (resOnFinish, added before the request was handed over) has
+      // ended the socket's writable side by the time this one runs if the answer said close.
+      const settle = () => {
+        answer.off('finish', settle)
+        socket.off('close', settle)
+        if (closing.get(socket) === entry) closing.delete(socket)
+        for (const go of entry.waiting) go()
+      }
+      answer.once('finish', settle)
+      socket.once('close', settle)
+    }
+
+    app.addHook('onRequest', (request, reply, done) => {
+      const socket = request.raw.socket
+      const ahead = closing.get(socket)
+      if (answerMayClose(request.raw)) watch(socket, reply.raw)
+      if (ahead === undefined) return done()
+      ahead.waiting.push(() => done(socket.writable && !socket.destroyed ? undefined : notCarriedOut()))
+    })
+  },
+  { name: 'pipelined-behind-close' },
 )
