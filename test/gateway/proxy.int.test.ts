@@ -575,6 +575,29 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     for (const answer of answers) await expectErrorResponse(answer, 504, 'upstream_timeout')
   })
 
+  it('lets go of all of twenty pipelined requests of a client that left, without a warning outside the log', async () => {
+    // One 'close' listener on the client's socket per request made Node print
+    // MaxListenersExceededWarning to stderr past ten: a line outside the JSON log any client could cause.
+    const warnings: string[] = []
+    const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`)
+    process.on('warning', onWarning)
+    try {
+      const silent = await scriptedUpstream(() => undefined)
+      const { gateway, key } = await gatewayTo(silent, 3, 30)
+      const client = await openRaw(gateway.url)
+      const one = (index: number) => `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: piped-${index}\r\n\r\n`
+      client.socket.write(Array.from({ length: 20 }, (_, index) => one(index)).join(''))
+      await arrived(silent.requests, 20)
+      client.socket.destroy()
+      const inFlight = async () => (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
+      await eventually(async () => (await inFlight()) === 0, 1_000, 10)
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(warnings).toEqual([])
+    } finally {
+      process.off('warning', onWarning)
+    }
+  })
+
   it('never sends a request whose deadline passed while it waited for a free connection', async () => {
     // The first requests take every connection of the gateway's pool. Their heads come only once
     // the late request waits for a connection (counted in flight: its deadline runs), and each head

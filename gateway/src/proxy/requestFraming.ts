@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
 import { gatewayErrors } from '../errors.ts'
 
 /**
@@ -91,12 +92,12 @@ export const pipelinedBehindClose = fp(
       // ended the socket's writable side by the time this one runs if the answer said close.
       const settle = () => {
         answer.off('finish', settle)
-        socket.off('close', settle)
+        forgetClose()
         if (closing.get(socket) === entry) closing.delete(socket)
         for (const go of entry.waiting) go()
       }
       answer.once('finish', settle)
-      socket.once('close', settle)
+      const forgetClose = onConnectionClose(socket, settle)
     }
 
     app.addHook('onRequest', (request, reply, done) => {

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream'
 import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
+import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
 import { sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { gatewayErrors } from '../errors.ts'
 import { ANSWER_DROPPED, CLIENT_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, sanitizeHeaderValue } from './headerHygiene.ts'
@@ -352,13 +353,12 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // it still waits for a connection; cut off mid-stream), instead of holding its place under
     // maxInFlight, and the upstream's work, until the timeout or its end. The socket's 'close' as
     // well: the response of a pipelined request queued behind another is never told of it.
-    const socket = raw.socket
     const clientGone = () => {
-      socket.off('close', clientGone)
+      forgetClientGone()
       if (!reply.raw.writableFinished && !stream?.readableEnded) cutOff(new Error('the client went away'), true)
     }
     reply.raw.once('close', clientGone)
-    socket.once('close', clientGone)
+    const forgetClientGone = onConnectionClose(raw.socket, clientGone)
     inFlight++
     pool.dispatch(
       { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
