@@ -762,6 +762,22 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(seen.via).toBe('1.1 client-proxy, 1.1 aas-gateway')
     })
 
+    it('drops the client\'s underscore spellings of the headers it drops, which CGI-style upstreams read as the same names', async () => {
+      const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
+      const { gateway, key, id } = await gatewayTo(recorder)
+      const forged = ['X_Internal_Token', 'x_consumer_id', 'X-Forwarded_For', 'X_Real_IP', 'Proxy_Authorization', 'X_Request_Id', 'X_Original_URL']
+      const response = await gateway.request('/v1/pets', {
+        key,
+        contract: false,
+        headers: { ...Object.fromEntries(forged.map((name) => [name, 'forged'])), 'x_custom_header': 'kept' },
+      })
+      expect(response.status).toBe(200)
+      const seen = recorder.requests[0]!.headers
+      expect(Object.keys(seen).filter((name) => name.includes('_'))).toEqual(['x_custom_header'])
+      expect(seen['x-consumer-id']).toBe(id)
+      expect(Object.values(seen)).not.toContain('forged')
+    })
+
     it('forwards the query without a fragment the client sent in the request line', async () => {
       const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
       const { gateway, key } = await gatewayTo(recorder)

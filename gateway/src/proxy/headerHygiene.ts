@@ -31,6 +31,17 @@ const INTERNAL_HEADERS = [
  */
 export const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, 'forwarded', 'x-real-ip', 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
 
+/**
+ * Whether a client's header name with underscores (`X_Internal_Token`) is one of those dropped,
+ * read with dashes: CGI and the servers that follow it (WSGI, PHP, Rack) give
+ * `X-Consumer-Id` and `X_Consumer_Id` the one name HTTP_X_CONSUMER_ID, so an upstream written on
+ * them could take the client's copy for the gateway's. Node keeps the two apart; an upstream that
+ * is not the pets-service may not.
+ */
+export function spellsDropped(name: string): boolean {
+  return CLIENT_DROPPED.has(name.replaceAll('_', '-'))
+}
+
 /** An upstream's headers that are not the client's business: the internal ones, and what software it runs. */
 export const ANSWER_DROPPED = new Set([...INTERNAL_HEADERS, 'server', 'x-powered-by'])
 

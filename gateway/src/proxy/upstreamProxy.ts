@@ -5,7 +5,7 @@ import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
 import { sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { gatewayErrors } from '../errors.ts'
-import { ANSWER_DROPPED, CLIENT_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, sanitizeHeaderValue } from './headerHygiene.ts'
+import { ANSWER_DROPPED, CLIENT_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, sanitizeHeaderValue, spellsDropped } from './headerHygiene.ts'
 import {
   UpstreamDeadlineError,
   UpstreamSilentError,
@@ -202,6 +202,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const headers = gatewayHeaders(request, options.internalToken)
     for (const key in incoming) {
       if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || CLIENT_DROPPED.has(key)) continue
+      if (key.includes('_') && spellsDropped(key)) continue
       if (named.length > 0 && named.includes(key)) continue
       headers[key] = incoming[key]
     }
