@@ -98,9 +98,9 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     unavailable: () =>
       gatewayErrors.create('service_unavailable', 'This instance is shutting down; retry.', { headers: { 'retry-after': '1' } }),
   })
-  await app.register(pipelinedBehindClose)
   // By plan too (DESIGN): a request without a valid key is the per-IP limit's, "anonymous".
   await app.register(httpMetrics, { registry: deps.registry, plan: (request) => request.apiKey?.plan ?? 'anonymous' })
+  await app.register(pipelinedBehindClose)
   // 5 (registered early so every stage's failure takes the same shape)
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })
   // 2a

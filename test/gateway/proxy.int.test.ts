@@ -598,6 +598,54 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     }
   })
 
+  it('logs and counts with 400 each request not carried out behind an answer that closed the connection, charging no key', async () => {
+    // Node emits no 'close' for an answer still queued behind another when the connection closes,
+    // and such an answer is never written: the requests the gateway did not carry out (RFC 9112
+    // §9.6) left no access line and no count at all, though README promises a 400 line for each.
+    const log = captureLog()
+    const answering = await scriptedUpstream((_request, response) => {
+      response.setHeader('content-type', 'application/json')
+      response.end('[]')
+    })
+    const { gateway, key, id } = await gatewayTo(answering, 10, undefined, log.stream)
+    const client = await openRaw(gateway.url)
+    const closing = `GET /v1/pets HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\nX-Request-Id: closing\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`
+    const behind = (index: number) => `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: behind-${index}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`
+    client.socket.write(closing + behind(1) + behind(2))
+    await client.closed
+    expect(client.answer().match(/HTTP\/1\.1 \d{3}/g)).toEqual(['HTTP/1.1 200'])
+    expect(answering.requests.map((request) => request.url)).toEqual(['/pets'])
+    const lines = () => log.entries().filter((entry) => typeof entry.requestId === 'string' && entry.status !== undefined)
+    await eventually(async () => lines().length === 3, 1_000, 10)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(lines().map(({ requestId, status, keyId }) => ({ requestId, status, keyId }))).toEqual([
+      { requestId: 'closing', status: 200, keyId: id },
+      { requestId: 'behind-1', status: 400, keyId: undefined },
+      { requestId: 'behind-2', status: 400, keyId: undefined },
+    ])
+    const counted = (await gateway.registry.getSingleMetric('http_requests_total')!.get()).values
+    expect(counted.filter((value) => value.labels.status_class === '4xx')).toEqual([
+      expect.objectContaining({ labels: { method: 'POST', route: '/v1/pets', status_class: '4xx', plan: 'anonymous' }, value: 2 }),
+    ])
+    // Only the closing request was charged to the key.
+    const next = await gateway.request('/v1/pets', { key, contract: false })
+    expect(Number(next.headers.get('x-ratelimit-limit')) - Number(next.headers.get('x-ratelimit-remaining'))).toBe(2)
+  })
+
+  it('logs each pipelined request of a client that left while its answer was queued', async () => {
+    const log = captureLog()
+    const silent = await scriptedUpstream(() => undefined)
+    const { gateway, key } = await gatewayTo(silent, 10, undefined, log.stream)
+    const client = await openRaw(gateway.url)
+    const one = (index: number) => `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: queued-${index}\r\n\r\n`
+    client.socket.write([1, 2, 3].map(one).join(''))
+    await arrived(silent.requests, 3)
+    client.socket.destroy()
+    const lines = () => log.entries().filter((entry) => typeof entry.requestId === 'string' && entry.status !== undefined)
+    await eventually(async () => lines().length === 3, 1_000, 10)
+    expect(lines().map(({ requestId, status }) => `${requestId} ${status}`).sort()).toEqual(['queued-1 499', 'queued-2 499', 'queued-3 499'])
+  })
+
   it('never sends a request whose deadline passed while it waited for a free connection', async () => {
     // The first requests take every connection of the gateway's pool. Their heads come only once
     // the late request waits for a connection (counted in flight: its deadline runs), and each head

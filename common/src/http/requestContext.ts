@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { onConnectionClose } from './connectionClose.ts'
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
@@ -46,7 +47,15 @@ export const CLIENT_CLOSED_REQUEST = 499
 const LOGGED = Symbol('access line written')
 const COUNTED = Symbol('request counted')
 const REFUSED_WITH = Symbol('status the HTTP parser refused the request with')
-type Accountable = { [LOGGED]?: true; [COUNTED]?: true; [REFUSED_WITH]?: number }
+const NOT_CARRIED_OUT = Symbol('status of a request refused because its answer could never be sent')
+const CLOSED_WITH_CONNECTION = Symbol('close follows the connection while the answer is queued')
+type Accountable = {
+  [LOGGED]?: true
+  [COUNTED]?: true
+  [REFUSED_WITH]?: number
+  [NOT_CARRIED_OUT]?: number
+  [CLOSED_WITH_CONNECTION]?: true
+}
 
 /** What an answer is accounted for by: its access line (requestContext) or its count (httpMetrics). */
 export type Accounting = typeof LOGGED | typeof COUNTED
@@ -72,20 +81,52 @@ export function markRefusedByParser(response: object, status: number): void {
 }
 
 /**
+ * Marks the answer of a request refused because the connection closes before its answer's turn
+ * (RFC 9112 §9.6: a request pipelined behind an answer that closes it is not carried out): that
+ * answer is never written, and the request is logged and counted with `status` when the
+ * connection closes.
+ */
+export function markNotCarriedOut(response: object, status: number): void {
+  ;(response as Accountable)[NOT_CARRIED_OUT] = status
+}
+
+/**
+ * Node emits no 'close' for the answer of a pipelined request still queued behind another when the
+ * connection closes (it only aborts the request): such an answer never ended, and its request had
+ * no log line or count. The connection's close ends it instead. Only for a queued answer: one that
+ * has the socket is told by Node.
+ */
+function closeWithConnectionWhileQueued(reply: FastifyReply): void {
+  const response = reply.raw
+  const state = response as Accountable
+  if (response.socket !== null || state[CLOSED_WITH_CONNECTION]) return
+  state[CLOSED_WITH_CONNECTION] = true
+  const forget = onConnectionClose(reply.request.raw.socket, () => {
+    if (response.socket === null && !response.writableFinished) response.emit('close')
+  })
+  response.once('close', forget)
+}
+
+/**
  * Calls `record` with a status and a message when an answer ends without Fastify's onResponse,
  * so the request would have no log line or no count: the client left before any answer (499: it
  * gave up on a slow upstream, or reset the connection right after sending), an answer already
  * under way was cut short (the upstream broke off, or the client left mid-body: the status it had
- * started with), or the HTTP parser refused the request mid-body (its refusal's status). The
- * plugin calling it marks its answers in onResponse (markAccounted) with the same `accounting`.
+ * started with), the HTTP parser refused the request mid-body (its refusal's status), or the
+ * request was not carried out as its answer could never be sent (markNotCarriedOut's status). An
+ * answer still queued behind another ends with its connection. The plugin calling it marks its
+ * answers in onResponse (markAccounted) with the same `accounting`.
  */
 export function whenAnswerCutShort(reply: FastifyReply, accounting: Accounting, record: (status: number, message: string) => void): void {
   const response = reply.raw
+  closeWithConnectionWhileQueued(reply)
   response.once('close', () => {
     const state = response as Accountable
     if (state[accounting] || response.writableFinished) return
     const refused = state[REFUSED_WITH]
+    const notCarriedOut = state[NOT_CARRIED_OUT]
     if (refused !== undefined) record(refused, 'request refused by the HTTP parser')
+    else if (notCarriedOut !== undefined) record(notCarriedOut, 'request not carried out: the connection closed before its answer')
     else if (response.headersSent) record(reply.statusCode, 'answer cut short')
     else record(CLIENT_CLOSED_REQUEST, 'request aborted by the client')
   })

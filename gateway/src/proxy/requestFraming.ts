@@ -3,6 +3,7 @@ import type { Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
+import { markNotCarriedOut } from '../../../common/src/http/requestContext.ts'
 import { gatewayErrors } from '../errors.ts'
 
 /**
@@ -76,7 +77,8 @@ function answerMayClose(raw: IncomingMessage): boolean {
  * it (only then is it known whether the connection stays open) and is carried out only if the
  * connection does; otherwise it ends here, before it is charged, with a 400 that is logged and
  * never delivered. Pipelined requests behind any other answer are carried out at once, as before.
- * Registered before authentication and the rate limit.
+ * Registered after httpMetrics (whose hook counts such a request when its connection closes) and
+ * before authentication and the rate limit.
  */
 export const pipelinedBehindClose = fp(
   async (app: FastifyInstance) => {
@@ -105,7 +107,12 @@ export const pipelinedBehindClose = fp(
       const ahead = closing.get(socket)
       if (answerMayClose(request.raw)) watch(socket, reply.raw)
       if (ahead === undefined) return done()
-      ahead.waiting.push(() => done(socket.writable && !socket.destroyed ? undefined : notCarriedOut()))
+      ahead.waiting.push(() => {
+        if (socket.writable && !socket.destroyed) return done()
+        const refusal = notCarriedOut()
+        markNotCarriedOut(reply.raw, refusal.status)
+        done(refusal)
+      })
     })
   },
   { name: 'pipelined-behind-close' },
