@@ -90,6 +90,18 @@ describe('keys CLI (npm run keys)', () => {
     created.push(String(body.key))
   })
 
+  it('create --expires says in its confirmation when the key expires, read as the CLI parsed it', async () => {
+    const [dated, lasting] = await Promise.all([
+      run('create', '--plan', 'free', '--name', 'trial', '--expires', '2099-12-31T18:00+09:00'),
+      run('create', '--plan', 'free', '--name', 'forever'),
+    ])
+    expect(dated.code, dated.stderr).toBe(0)
+    expect(dated.stdout).toMatch(/^Created API key key_\w+ "trial" on plan free \(60\/min, 1,000\/day\), expiring 2099-12-31 09:00:00 UTC\.\n/)
+    expect(lasting.code, lasting.stderr).toBe(0)
+    expect(lasting.stdout).toMatch(/^Created API key key_\w+ "forever" on plan free \(60\/min, 1,000\/day\)\.\n/)
+    created.push(...[dated, lasting].flatMap((printed) => printed.stdout.match(ANY_KEY) ?? []))
+  })
+
   it('refuses bad arguments with exit 2, the reason and the usage, and creates nothing', async () => {
     await schema()
     const before = await repository.count()

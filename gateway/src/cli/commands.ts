@@ -113,7 +113,8 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
         return
       }
       output.out(
-        `Created API key ${record.id} "${escapeForDisplay(record.name)}" on plan ${escapeForDisplay(record.plan)} (${describeLimits(record, plans)}).\n\n` +
+        `Created API key ${record.id} "${escapeForDisplay(record.name)}" on plan ${escapeForDisplay(record.plan)} (${describeLimits(record, plans)})` +
+          `${record.expiresAt === null ? '' : `, expiring ${describeTime(record.expiresAt)}`}.\n\n` +
           `  ${key}\n\n` +
           'Store this key now: it is shown only this once and cannot be shown again (only its hash is kept).\n',
       )
