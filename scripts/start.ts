@@ -34,7 +34,7 @@ import {
 import { DISCOVERY_FILE } from '../common/src/database/discoveryFile.ts'
 import {
   PGLITE_FOLDER,
-  assertPortFree,
+  assertPortsFree,
   claimDataDirectory,
   ensureDatabaseCreated,
   ownerRecord,
@@ -152,10 +152,12 @@ interface PlannedService {
 }
 
 async function assertServicePortsFree(planned: PlannedService[]): Promise<void> {
-  for (const { spec, api, ops } of planned) {
-    await assertPortFree(api.host, api.port, spec.name, spec.api.portVariable)
-    await assertPortFree(ops.host, ops.port, `${spec.name}'s ops port`, spec.ops.portVariable)
-  }
+  await assertPortsFree(
+    planned.flatMap(({ spec, api, ops }) => [
+      { host: api.host, port: api.port, what: spec.name, variable: spec.api.portVariable },
+      { host: ops.host, port: ops.port, what: `${spec.name}'s ops port`, variable: spec.ops.portVariable },
+    ]),
+  )
 }
 
 /**

@@ -305,23 +305,43 @@ export async function ensureDatabaseCreated(
   return 'created'
 }
 
-/** Fails with a clear message when host:port is taken, naming the variable that moves it. */
-export function assertPortFree(host: string, port: number, what: string, variable: string): Promise<void> {
-  if (port === 0) return Promise.resolve()
+/** A listener npm start is about to open: where, what for, and the variable that moves it. */
+export interface PlannedListener {
+  host: string
+  port: number
+  what: string
+  variable: string
+}
+
+/**
+ * Fails with a clear message when a listener's host:port is taken, naming the variable that moves
+ * it. Every taken one at once: where another stack runs, all four defaults are, and naming one per
+ * attempt took four starts to learn that. Checked in turn, so two listeners given one port are not
+ * mistaken for each other's occupant (the service itself says that one).
+ */
+export async function assertPortsFree(listeners: PlannedListener[]): Promise<void> {
+  const taken: PlannedListener[] = []
+  for (const listener of listeners) if (await portTaken(listener)) taken.push(listener)
+  if (taken.length === 0) return
+  const where = taken.map(({ host, port, what }) => `${host}:${port} (${what})`)
+  const variables = taken.map(({ variable }) => variable)
+  throw new Error(
+    taken.length === 1
+      ? `${taken[0]!.host}:${taken[0]!.port} is already in use, so ${taken[0]!.what} cannot listen there. ` +
+          `Is another npm start running? Otherwise set ${variables[0]} to a free port.`
+      : `${where.join(', ')} are already in use. Is another npm start running? ` +
+          `Otherwise set ${variables.join(', ')} to free ports.`,
+  )
+}
+
+function portTaken({ host, port, what }: PlannedListener): Promise<boolean> {
+  if (port === 0) return Promise.resolve(false)
   return new Promise((resolve, reject) => {
     const server = net.createServer()
     server.once('error', (error: NodeJS.ErrnoException) => {
-      if (error.code === 'EADDRINUSE') {
-        reject(
-          new Error(
-            `${host}:${port} is already in use, so ${what} cannot listen there. ` +
-              `Is another npm start running? Otherwise set ${variable} to a free port.`,
-          ),
-        )
-      } else {
-        reject(new Error(`cannot listen on ${host}:${port} for ${what}: ${error.message}`))
-      }
+      if (error.code === 'EADDRINUSE') resolve(true)
+      else reject(new Error(`cannot listen on ${host}:${port} for ${what}: ${error.message}`))
     })
-    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve()))
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve(false)))
   })
 }

@@ -283,3 +283,30 @@ describe('npm start on the embedded default', () => {
     2 * READY_MILLIS,
   )
 })
+
+describe('npm start where its ports are taken', () => {
+  /** A listener holding host:port, as another engineer's stack on the defaults does. */
+  function occupy(host: string, port: number): Promise<net.Server> {
+    return new Promise((resolve, reject) => {
+      const server = net.createServer().once('error', reject)
+      server.listen({ host, port, exclusive: true }, () => resolve(server))
+    })
+  }
+
+  it('names every taken port and the variable moving each in one message, before creating a database', async () => {
+    const stack = await newStack()
+    const occupants = await Promise.all([occupy('127.0.0.1', stack.petsPort), occupy('0.0.0.0', stack.gatewayOpsPort)])
+    try {
+      const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+      expect((await exitWithin(proc, 30_000)).code).toBe(1)
+      const output = proc.output()
+      expect(output).toContain(
+        `127.0.0.1:${stack.petsPort} (pets-service), 0.0.0.0:${stack.gatewayOpsPort} (gateway's ops port) are already in use. ` +
+          'Is another npm start running? Otherwise set PETS_PORT, GATEWAY_OPS_PORT to free ports.',
+      )
+      expect(output).not.toContain('creating the embedded database')
+    } finally {
+      await Promise.all(occupants.map((server) => new Promise((resolve) => server.close(resolve))))
+    }
+  })
+})
