@@ -312,7 +312,7 @@ describe('keys CLI (npm run keys)', () => {
     expect(text.stdout).toContain(`  ban      until ${endsAt.slice(0, 19).replace('T', ' ')} UTC (ladder step 2, since `)
     expect(JSON.parse(json.stdout)).toMatchObject({ id: banned.id, state: 'active', ban: { step: 2, endsAt } })
     const row = (id: string) => list.stdout.split('\n').find((line) => line.startsWith(id)) ?? ''
-    expect(row(banned.id)).toContain(`banned until ${endsAt.slice(0, 10)} ${endsAt.slice(11, 16)} UTC`)
+    expect(row(banned.id)).toContain(`banned until ${endsAt.slice(0, 10)} ${endsAt.slice(11, 19)} UTC`)
     expect(row(lapsed.id)).toMatch(/\bactive\b/)
     const listed = (JSON.parse(listJson.stdout) as { keys: { id: string; ban: unknown }[] }).keys
     expect(listed.find((key) => key.id === banned.id)?.ban).toMatchObject({ step: 2 })

@@ -89,7 +89,8 @@ function describeBan(ban: RecordedBan | null): string {
 /** The table's STATE: a ban shows on a key that is otherwise active. */
 function tableState(record: ApiKeyRecord, now: Date, ban: RecordedBan | null): string {
   const state = keyState(record, now)
-  return state === 'active' && ban ? `banned until ${describeTime(ban.endsAt).slice(0, 16)} UTC` : state
+  // To the second: bans are minutes long, and "until 18:05" read at 18:05:02 of a ban ending at 18:05:09 says it is over.
+  return state === 'active' && ban ? `banned until ${describeTime(ban.endsAt)}` : state
 }
 
 /** The key table, a header and one line per key, in pieces of up to 5,000 lines (so a million keys print without one giant string). */
