@@ -300,6 +300,8 @@ async function main(): Promise<void> {
     : 'DATABASE_URL'
   printReady(planned, `${printableUrl(databaseUrl)} (${where})`)
   if (embedded) await printDemoKey(databaseUrl, planned)
+  // No demo key on a real database (DESIGN): how to make one, since every /v1 call needs one.
+  else if (planned.some(({ spec }) => spec.name === 'gateway')) say('keys: npm run keys -- create --plan free --name <who>   (with this DATABASE_URL)')
 }
 
 async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Promise<void> {

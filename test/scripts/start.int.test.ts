@@ -6,6 +6,7 @@ import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
 import {
   baseEnv,
   exitWithin,
@@ -37,6 +38,7 @@ interface Stack {
 }
 
 const dataDirs: string[] = []
+const database = suiteDatabase()
 
 async function newStack(): Promise<Stack> {
   const parent = await mkdtemp(path.join(os.tmpdir(), 'aas-start-'))
@@ -292,6 +294,20 @@ describe('npm start where its ports are taken', () => {
       server.listen({ host, port, exclusive: true }, () => resolve(server))
     })
   }
+
+  it('on a real database (DATABASE_URL) issues no demo key, and says how to make one; a key made so is served', async () => {
+    const stack = await newStack()
+    const proc = await npmStart(stack, { DATABASE_URL: database.url })
+    const output = proc.output()
+    expect(output).not.toContain('first start')
+    expect(output).toContain('[start] keys: npm run keys -- create --plan free --name <who>   (with this DATABASE_URL)')
+    const created = await runKeysCli(['create', '--plan', 'free', '--name', 'walkthrough', '--json'], { ...baseEnv(), DATABASE_URL: database.url })
+    expect(created.code, created.stderr).toBe(0)
+    const { key } = JSON.parse(created.stdout) as { key: string }
+    const answer = await fetch(`http://127.0.0.1:${stack.gatewayPort}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+    expect(answer.status).toBe(200)
+    expect(await sigterm(proc)).toMatchObject({ code: 0 })
+  }, READY_MILLIS + STOP_MILLIS)
 
   it('names every taken port and the variable moving each in one message, before creating a database', async () => {
     const stack = await newStack()
