@@ -18,7 +18,7 @@ import { inspect } from 'node:util'
 import { socketPath, socketUrl, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
 import { poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
 import { printableUrl } from '../common/src/database/printableUrl.ts'
-import { DEFAULT_CONFIG_PATH } from '../gateway/src/config/loadConfig.ts'
+import { DEFAULT_CONFIG_PATH, loadGatewayConfig } from '../gateway/src/config/loadConfig.ts'
 import {
   SERVICES,
   describeListener,
@@ -217,6 +217,9 @@ async function main(): Promise<void> {
       throw new Error(`${spec.ops.portVariable}=0 is not supported by npm start: it must know where to ask /readyz`)
     }
   }
+  // A config the gateway would refuse stops everything now, not after a database and a
+  // pets-service were started for a gateway that then exits.
+  loadGatewayConfig(undefined, env)
 
   let databaseUrl = env.DATABASE_URL
   let embedded: { port: number; socketDirectory: string; poolSize: number } | undefined

@@ -22,7 +22,7 @@ export interface ServiceSpec {
   ops: ListenerSpec
 }
 
-/** The gateway's listeners as its config file sets them (the gateway reports a broken file itself). */
+/** The gateway's listeners as its config file sets them (a broken file is reported once start.ts checks it). */
 function readGatewayDefaults(): { host: string; port: number; opsHost: string; opsPort: number } {
   const fallback = { host: '0.0.0.0', port: 8080, opsHost: '0.0.0.0', opsPort: 9464 }
   try {

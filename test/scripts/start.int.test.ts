@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process'
 import { chmodSync, existsSync, statSync } from 'node:fs'
-import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -308,6 +308,18 @@ describe('npm start where its ports are taken', () => {
     expect(answer.status).toBe(200)
     expect(await sigterm(proc)).toMatchObject({ code: 0 })
   }, READY_MILLIS + STOP_MILLIS)
+
+  it('refuses a gateway config the gateway would refuse, naming its line, before creating a database or starting a service', async () => {
+    const stack = await newStack()
+    const config = path.join(path.dirname(stack.dataDir), 'gateway.yaml')
+    await writeFile(config, (await readFile('config/gateway.yaml', 'utf8')).replace('onStoreFailure: open', 'onStoreFailure: ajar'))
+    const proc = startNode('scripts/start.ts', { ...stackEnv(stack), GATEWAY_CONFIG: config }, { detached: true })
+    expect((await exitWithin(proc, 30_000)).code).toBe(1)
+    const output = proc.output()
+    expect(output).toMatch(/\[start\] error: invalid gateway config:\n\s+\S+gateway\.yaml:\d+: onStoreFailure must be/)
+    expect(output).not.toContain('creating the embedded database')
+    expect(output).not.toContain('pets-service')
+  })
 
   it('names every taken port and the variable moving each in one message, before creating a database', async () => {
     const stack = await newStack()
