@@ -112,6 +112,29 @@ describe('gateway config', () => {
     }
   })
 
+  // A refused value is echoed so the operator sees what was read; its password must not be.
+  it('never prints the password of a refused REDIS_URL or REDIS_CLUSTER_NODES entry', () => {
+    const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
+    const refusals: [Record<string, string>, string][] = [
+      [{ REDIS_URL: 'tls://default:S3cr3t-pa55@redis.example.com:6380' }, 'got "tls://default:***@redis.example.com:6380"'],
+      [{ REDIS_URL: 'valkey://:S3cr3t-pa55@redis:6379/2' }, 'got "valkey://:***@redis:6379/2"'],
+      [{ REDIS_URL: 'http://u:S3cr3t@pa55@redis:6379' }, 'got "http://u:***@redis:6379"'],
+      [{ REDIS_CLUSTER_NODES: 'redis-a:7000,gw:S3cr3t-pa55@redis-b:7000' }, 'got "gw:***@redis-b:7000"'],
+      [{ REDIS_CLUSTER_NODES: 'redis://gw:S3cr3t-pa55@redis-b:7000' }, 'got "redis://gw:***@redis-b:7000"'],
+    ]
+    for (const [env, shown] of refusals) {
+      let message = ''
+      try {
+        resolveGatewayConfig(file, env)
+      } catch (error) {
+        message = (error as Error).message
+      }
+      expect(message, JSON.stringify(env)).toContain(shown)
+      expect(message).not.toContain('S3cr3t')
+      expect(message).not.toContain('pa55')
+    }
+  })
+
   // README: an upstream answers 504 after timeoutSeconds (10 s) and refuses past maxInFlight (1,024).
   it('gives an upstream that leaves out its timeout and bound the documented 10 s and 1,024, and PETS_URL moves only the pets upstream', () => {
     const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))

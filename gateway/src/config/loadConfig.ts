@@ -383,9 +383,21 @@ function redisUrlFrom(raw: string): string {
   if ((raw.startsWith('/') && !raw.startsWith('//')) || /^\d{1,5}$/.test(raw) || clusterSeed(raw)) return raw
   const scheme = urlScheme(raw)
   if (scheme !== 'redis:' && scheme !== 'rediss:') {
-    throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "${raw}")`)
+    throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "${withoutPassword(raw)}")`)
   }
   return raw
+}
+
+/** `user:password@` at the start of a value (after a scheme, if any), up to its last `@`: a password may hold one unencoded. */
+const USERINFO_PASSWORD = /^((?:[A-Za-z][A-Za-z0-9+.-]*:)?(?:\/\/)?[^:/@]*):.*@/
+
+/**
+ * A refused REDIS_URL or seed as the start-up error may print it: the value is echoed so the
+ * operator sees what was read, but a password in it (`tls://default:secret@…`, `user:secret@host:port`)
+ * would go to the log and the terminal with it.
+ */
+function withoutPassword(value: string): string {
+  return value.replace(USERINFO_PASSWORD, '$1:***@')
 }
 
 const CLUSTER_SEED = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/
@@ -406,7 +418,7 @@ function clusterNodesFrom(raw: string): string[] {
   const nodes = raw.split(',').map((node) => node.trim()).filter(Boolean)
   for (const node of nodes) {
     if (!clusterSeed(node)) {
-      throw new EnvError(`REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${node}"`)
+      throw new EnvError(`REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${withoutPassword(node)}"`)
     }
   }
   return nodes
