@@ -39,28 +39,37 @@ function lockId(schema: string): bigint {
 }
 
 /**
- * Applies pending migrations, each in its own transaction, under a session advisory lock so
- * that two instances starting together apply each migration exactly once.
+ * Applies pending migrations, each in its own transaction, so that two instances starting
+ * together apply each migration exactly once: every transaction first takes the schema's
+ * advisory lock (a transaction lock, released by its COMMIT or ROLLBACK), then reads what is
+ * applied and applies the next one. Not a session lock: behind a transaction pooler (PgBouncer
+ * with pool_mode = transaction) each statement outside a transaction may run on another server
+ * connection, so a session lock stayed held on a pooled connection after this client left, and
+ * every later start and keys CLI run waited on it.
  *
  * On a connection of its own, outside the pool's request bounds (a 5 s statement_timeout and the
  * client-side sweep): an instance waiting for another's migration, or a migration building an
  * index, takes as long as it takes. Waiting for a lock is bounded by lock_timeout instead (5 min).
+ * Both are set in each transaction (SET LOCAL), not as connection parameters, which a pooler
+ * refuses or drops.
  */
 export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger): Promise<number[]> {
   const migrations = await readMigrations(set.directory)
   const { statement_timeout: _statementTimeout, idle_in_transaction_session_timeout: _idleTimeout, ...connection } = pool.options
-  const client = new pg.Client({ ...connection, statement_timeout: 0, lock_timeout: MIGRATION_LOCK_TIMEOUT_MILLIS })
+  const client = new pg.Client(connection)
   // A connection lost while migrating would otherwise be an unhandled 'error' event, a crash
   // instead of the failed query's error.
   const onLost = () => undefined
   client.on('error', onLost)
   const lock = lockId(set.schema).toString()
+  const table = `${quoteIdentifier(set.schema)}.schema_migrations`
   const applied: number[] = []
-  try {
-    await client.connect()
-    await client.query('SELECT pg_advisory_lock($1::bigint)', [lock])
+  /** In one transaction under the lock: the first migration not applied yet, after creating the bookkeeping if need be. */
+  const nextPending = async (): Promise<Migration | undefined> => {
+    await client.query(`SET LOCAL statement_timeout = 0`)
+    await client.query(`SET LOCAL lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MILLIS}`)
+    await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [lock])
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdentifier(set.schema)}`)
-    const table = `${quoteIdentifier(set.schema)}.schema_migrations`
     await client.query(
       `CREATE TABLE IF NOT EXISTS ${table} (
          version integer PRIMARY KEY,
@@ -70,22 +79,30 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
     )
     const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${table}`)
     const done = new Set(rows.map((row) => row.version))
-    for (const migration of migrations) {
-      if (done.has(migration.version)) continue
+    return migrations.find((migration) => !done.has(migration.version))
+  }
+  try {
+    await client.connect()
+    for (;;) {
       await client.query('BEGIN')
+      let migration: Migration | undefined
       try {
-        await client.query(migration.sql)
-        await client.query(`INSERT INTO ${table} (version, name) VALUES ($1, $2)`, [migration.version, migration.name])
+        migration = await nextPending()
+        if (migration) {
+          await client.query(migration.sql)
+          await client.query(`INSERT INTO ${table} (version, name) VALUES ($1, $2)`, [migration.version, migration.name])
+        }
         await client.query('COMMIT')
       } catch (error) {
         await client.query('ROLLBACK').catch(() => undefined)
-        throw new Error(`migration ${migration.name} failed`, { cause: error })
+        throw migration ? new Error(`migration ${migration.name} failed`, { cause: error }) : error
       }
+      if (!migration) break
       applied.push(migration.version)
       logger?.info({ schema: set.schema, migration: migration.name }, 'migration applied')
     }
   } finally {
-    // Closing the session releases its advisory lock too, lost connection or not.
+    // Closing the session ends a transaction left open by a lost connection, and its lock with it.
     await client.end().catch(() => undefined)
     client.off('error', onLost)
   }

@@ -1,0 +1,68 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { createPool } from '../../common/src/database/pool.ts'
+import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
+import { pgbouncerAvailable, startPgBouncer, type PrivatePgBouncer } from '../helpers/pgbouncer.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
+
+/**
+ * README (Configuration, PgBouncer): behind PgBouncer in transaction mode, each statement outside
+ * a transaction may run on another server connection. The migration lock was a session lock:
+ * it stayed held on the pooled server connection after the migrating process had gone, and the
+ * next start (or `npm run keys`, which migrates first) waited on it until lock_timeout, 5 min,
+ * even connected to Postgres directly.
+ */
+describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transaction mode', () => {
+  const database = suiteDatabase()
+  let pooler: PrivatePgBouncer | undefined
+
+  beforeAll(async () => {
+    pooler = await startPgBouncer(database.url, {
+      pool_mode: 'transaction',
+      default_pool_size: '4',
+      // What the README tells operators to set: the pool's timeouts travel as startup parameters.
+      ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
+    })
+  }, 30_000)
+  afterAll(async () => {
+    await pooler?.close()
+  })
+
+  const advisoryLocksHeld = async (): Promise<number> => {
+    const admin = new pg.Client({ connectionString: database.url })
+    await admin.connect()
+    try {
+      const { rows } = await admin.query<{ held: number }>(
+        `SELECT count(*)::int AS held FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+          WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()`,
+      )
+      return rows[0]?.held ?? -1
+    } finally {
+      await admin.end()
+    }
+  }
+
+  it('apply every migration and leave no lock held on a pooled connection, so a later run, direct or pooled, does not wait', async () => {
+    const pooled = createPool({ connectionString: pooler!.url, applicationName: 'migrate-pooler-test' })
+    const direct = createPool({ connectionString: database.url, applicationName: 'migrate-pooler-test' })
+    try {
+      expect(await migrate(pooled, PETS_MIGRATIONS)).toHaveLength(3)
+      expect(await migrate(pooled, GATEWAY_MIGRATIONS)).not.toHaveLength(0)
+      // The pooler keeps its server connections open after the client has gone.
+      expect(await advisoryLocksHeld()).toBe(0)
+      // A second instance straight to Postgres (a deploy, the keys CLI) finds nothing to do, at once.
+      const started = performance.now()
+      expect(await migrate(direct, GATEWAY_MIGRATIONS)).toEqual([])
+      expect(await migrate(direct, PETS_MIGRATIONS)).toEqual([])
+      expect(performance.now() - started).toBeLessThan(5_000)
+      // Two instances through the pooler at once: each migration still applied exactly once.
+      const { rows } = await direct.query<{ n: number }>('SELECT count(*)::int AS n FROM pets.schema_migrations')
+      expect(rows[0]?.n).toBe(3)
+    } finally {
+      await pooled.end()
+      await direct.end()
+    }
+  }, 30_000)
+})
