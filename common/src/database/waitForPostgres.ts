@@ -11,8 +11,11 @@ const NOT_YET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREAC
 
 export function postgresNotThereYet(error: unknown): boolean {
   const { code, message } = error as { code?: string; message?: string }
-  // pg's own words for a connection closed or not made in time carry no code.
-  return (code !== undefined && NOT_YET.has(code)) || /^Connection terminated|timeout/i.test(message ?? '')
+  // pg's own words for a connection closed or not made in time carry no code. Only those: a
+  // server's refusal has a code, and its words may say timeout too (PgBouncer's 08P01
+  // "unsupported startup parameter: statement_timeout" was waited for, for ever).
+  if (code !== undefined) return NOT_YET.has(code)
+  return /^Connection terminated|timeout/i.test(message ?? '')
 }
 
 const describe = (error: unknown) => {
@@ -42,7 +45,7 @@ export async function waitForPostgres(pool: pg.Pool, logger: Logger): Promise<vo
       // The operator's to mend, like a bad setting: one line, no stack (its message is the cause's).
       if (!postgresNotThereYet(error)) throw new EnvError(`cannot use Postgres at DATABASE_URL: ${describe(error)}`)
       const problem = describe(error)
-      if (problem !== lastProblem) logger.warn({ problem, retryEveryMillis: MAX_RETRY_MILLIS }, 'waiting for Postgres at DATABASE_URL')
+      if (problem !== lastProblem) logger.warn({ problem, retryInMillis: retryMillis, retryAtMostEveryMillis: MAX_RETRY_MILLIS }, 'waiting for Postgres at DATABASE_URL')
       lastProblem = problem
       await new Promise((resolve) => setTimeout(resolve, retryMillis))
       retryMillis = Math.min(retryMillis * 2, MAX_RETRY_MILLIS)

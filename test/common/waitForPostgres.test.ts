@@ -1,0 +1,26 @@
+import { describe, expect, it } from 'vitest'
+import { postgresNotThereYet } from '../../common/src/database/waitForPostgres.ts'
+
+describe('which Postgres errors a service waits out at start', () => {
+  it('waits while Postgres is not there yet: unreachable, starting, out of slots, or pg saying a connection timed out or ended', () => {
+    const waited = [
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }),
+      Object.assign(new Error('the database system is starting up'), { code: '57P03' }),
+      Object.assign(new Error('sorry, too many clients already'), { code: '53300' }),
+      new Error('Connection terminated due to connection timeout'),
+      new Error('Connection terminated unexpectedly'),
+      new Error('timeout exceeded when trying to connect'),
+    ]
+    for (const error of waited) expect(postgresNotThereYet(error), error.message).toBe(true)
+  })
+
+  it('gives up on a refusal that waiting cannot mend, even one whose words mention a timeout', () => {
+    const refused = [
+      Object.assign(new Error('password authentication failed for user "app"'), { code: '28P01' }),
+      Object.assign(new Error('database "nope" does not exist'), { code: '3D000' }),
+      // PgBouncer without ignore_startup_parameters: no retry makes it accept the parameter.
+      Object.assign(new Error('unsupported startup parameter: statement_timeout'), { code: '08P01' }),
+    ]
+    for (const error of refused) expect(postgresNotThereYet(error), error.message).toBe(false)
+  })
+})
