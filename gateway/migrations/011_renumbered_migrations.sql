@@ -1,0 +1,12 @@
+-- Numbers 009 and 010 named other files for a while before they were renumbered: 009 an index on
+-- the change log's changed_at (the purge has since walked the log by id instead), 010 the keys
+-- listing index. The migrator goes by number, so a database migrated then took the current 009
+-- (when only the old one had run: `keys list` pages without their index) or 010 (the id bound
+-- below) as applied and never ran it, and kept the changed_at index, written on every change and
+-- read by nothing. This gives such a database the schema of any other, and its records the names
+-- of the files. On any other database each statement finds its work done.
+CREATE INDEX IF NOT EXISTS api_keys_created_at_id ON gateway.api_keys (created_at, id);
+ALTER TABLE gateway.api_key_changes ALTER COLUMN id SET MAXVALUE 9007199254740991;
+DROP INDEX IF EXISTS gateway.api_key_changes_changed_at;
+UPDATE gateway.schema_migrations SET name = '009_api_keys_listing_index.sql' WHERE version = 9;
+UPDATE gateway.schema_migrations SET name = '010_change_log_id_max.sql' WHERE version = 10;
