@@ -77,10 +77,12 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
          applied_at timestamptz NOT NULL DEFAULT now()
        )`,
     )
-    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${table}`)
+    const { rows } = await client.query<{ version: number; name: string }>(`SELECT version, name FROM ${table} ORDER BY version`)
+    recorded = rows
     const done = new Set(rows.map((row) => row.version))
     return migrations.find((migration) => !done.has(migration.version))
   }
+  let recorded: { version: number; name: string }[] = []
   try {
     await client.connect()
     for (;;) {
@@ -106,7 +108,26 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
     await client.end().catch(() => undefined)
     client.off('error', onLost)
   }
+  warnOfStrangers(set, migrations, recorded, logger)
   return applied
+}
+
+/**
+ * Migrations are matched by number: a number recorded under another file's name (a file renumbered
+ * after it ran: 011 mends the one case there was) or with no file here (a newer version migrated
+ * this database) means this version may be missing what it expects, so it says which.
+ */
+function warnOfStrangers(set: MigrationSet, migrations: Migration[], recorded: { version: number; name: string }[], logger?: Logger): void {
+  const files = new Map(migrations.map((migration) => [migration.version, migration.name]))
+  const strangers = recorded.filter(({ version, name }) => files.get(version) !== name)
+  if (strangers.length === 0) return
+  logger?.warn(
+    {
+      schema: set.schema,
+      recorded: strangers.map(({ version, name }) => ({ version, name, file: files.get(version) ?? null })),
+    },
+    'the database records migrations this version has no file for, or under another file\'s name: it was migrated by another version',
+  )
 }
 
 function quoteIdentifier(name: string): string {
