@@ -135,6 +135,51 @@ describe('gateway config', () => {
     }
   })
 
+  // README, Managed Postgres and Redis: REDIS_CLUSTER_NODES takes its password from REDIS_PASSWORD
+  // (a seed is host:port); a REDIS_URL carries its own, and may not be given one both ways.
+  it('takes REDIS_USERNAME and REDIS_PASSWORD for the Cluster and a REDIS_URL without credentials, and refuses them beside a URL that has its own', () => {
+    const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
+    const seeds = 'redis-a:7000,redis-b:7000'
+    expect(resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: seeds, REDIS_PASSWORD: 'p@ss:w/rd#1' }).redis).toMatchObject({
+      clusterNodes: ['redis-a:7000', 'redis-b:7000'],
+      password: 'p@ss:w/rd#1',
+    })
+    expect(resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: seeds, REDIS_PASSWORD: 'p@ss:w/rd#1' }).redis).not.toHaveProperty('username')
+    expect(resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: seeds, REDIS_USERNAME: 'gateway', REDIS_PASSWORD: 'pw' }).redis).toMatchObject({
+      username: 'gateway',
+      password: 'pw',
+    })
+    for (const url of ['redis://redis:6379/2', 'rediss://redis.example.com:6380', 'redis:6379', '/run/redis.sock']) {
+      expect(resolveGatewayConfig(file, { REDIS_URL: url, REDIS_PASSWORD: 'pw' }).redis, url).toMatchObject({ url, password: 'pw' })
+    }
+    // Empty is unset, as for REDIS_URL.
+    expect(resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: seeds, REDIS_USERNAME: '', REDIS_PASSWORD: '' }).redis).not.toHaveProperty('password')
+    const refusals: [Record<string, string>, string][] = [
+      [
+        { REDIS_URL: 'redis://:S3cr3t-pa55@redis:6379', REDIS_PASSWORD: 'S3cr3t-pa55' },
+        'REDIS_URL has its own user or password and REDIS_PASSWORD is set too: give them one way only, in REDIS_URL or in REDIS_USERNAME and REDIS_PASSWORD (got "redis://:***@redis:6379")',
+      ],
+      [
+        { REDIS_URL: 'rediss://gw:S3cr3t-pa55@redis:6380', REDIS_CLUSTER_NODES: seeds, REDIS_USERNAME: 'gw', REDIS_PASSWORD: 'S3cr3t-pa55' },
+        'REDIS_URL has its own user or password and REDIS_USERNAME and REDIS_PASSWORD are set too',
+      ],
+      // ioredis would keep the URL's user and its empty password, and drop REDIS_PASSWORD.
+      [{ REDIS_URL: 'redis://gw@redis:6379', REDIS_PASSWORD: 'S3cr3t-pa55' }, 'REDIS_URL has its own user or password and REDIS_PASSWORD is set too'],
+      [{ REDIS_CLUSTER_NODES: seeds, REDIS_USERNAME: 'gw' }, 'REDIS_USERNAME is set without REDIS_PASSWORD'],
+      [{ REDIS_PASSWORD: 'S3cr3t-pa55' }, 'REDIS_PASSWORD is set but neither REDIS_URL nor REDIS_CLUSTER_NODES is: no Redis would use it'],
+    ]
+    for (const [env, shown] of refusals) {
+      let message = ''
+      try {
+        resolveGatewayConfig(file, env)
+      } catch (error) {
+        message = (error as Error).message
+      }
+      expect(message, JSON.stringify(env)).toContain(shown)
+      expect(message).not.toContain('S3cr3t')
+    }
+  })
+
   // README: an upstream answers 504 after timeoutSeconds (10 s) and refuses past maxInFlight (1,024).
   it('gives an upstream that leaves out its timeout and bound the documented 10 s and 1,024, and PETS_URL moves only the pets upstream', () => {
     const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))

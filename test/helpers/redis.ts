@@ -92,11 +92,14 @@ export interface TestClusterOptions {
   replicasPerMaster?: 0 | 1
   /** Extra servers started outside the cluster (TestCluster.spares). Default 0. */
   spareNodes?: number
+  /** Every node's requirepass (and masterauth, for its replicas); the default user's password. Default none. */
+  password?: string
 }
 
 /** A three-master Redis Cluster on loopback ports, made with the machine's redis-server. */
 export async function startRedisCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
   const replicas = options.replicasPerMaster ?? 0
+  const password = options.password
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-cluster-'))
   const members = 3 * (1 + replicas)
   const ports = await clusterPorts(members + (options.spareNodes ?? 0))
@@ -108,6 +111,7 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
         '--port', String(port), '--bind', '127.0.0.1', '--cluster-enabled', 'yes',
         '--cluster-config-file', path.join(directory, `nodes-${port}.conf`), '--dir', directory,
         '--save', '', '--appendonly', 'no', '--cluster-node-timeout', '2000',
+        ...(password === undefined ? [] : ['--requirepass', password, '--masterauth', password]),
       ],
       { stdio: ['ignore', 'pipe', 'ignore'] },
     )
@@ -139,18 +143,19 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
     waitFor(async () => {
       const child = processes[index]!
       if (child.exitCode !== null) throw new ExitedError(`redis-server on port ${ports[index]} exited: ${output.get(ports[index]!) ?? ''}`)
-      return (await ping(ports[index]!)) === 'PONG'
+      return (await ping(ports[index]!, password)) === 'PONG'
     })
   try {
     for (const index of ports.keys()) await answering(index)
-    const created = spawnSync('redis-cli', ['--cluster', 'create', ...nodes, '--cluster-replicas', String(replicas), '--cluster-yes'], {
+    const auth = password === undefined ? [] : ['-a', password, '--no-auth-warning']
+    const created = spawnSync('redis-cli', [...auth, '--cluster', 'create', ...nodes, '--cluster-replicas', String(replicas), '--cluster-yes'], {
       encoding: 'utf8',
       timeout: 30_000,
     })
     if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stderr || created.stdout}`)
     for (const port of ports.slice(0, members)) {
       await waitFor(async () => {
-        const redis = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null })
+        const redis = new Redis({ port, host: '127.0.0.1', password, lazyConnect: true, retryStrategy: () => null })
         redis.on('error', () => undefined)
         try {
           await redis.connect()
@@ -183,8 +188,8 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
   return { nodes, processes, spares: all.slice(members), restart, close }
 }
 
-async function ping(port: number): Promise<string | undefined> {
-  const redis = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null })
+async function ping(port: number, password?: string): Promise<string | undefined> {
+  const redis = new Redis({ port, host: '127.0.0.1', password, lazyConnect: true, retryStrategy: () => null })
   // A server not listening yet is an answer here (undefined), not an error to print.
   redis.on('error', () => undefined)
   try {

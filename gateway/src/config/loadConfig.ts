@@ -42,6 +42,12 @@ export interface GatewayConfig {
     /** REDIS_URL; with neither this nor clusterNodes the in-process store is used. */
     url?: string
     clusterNodes?: string[]
+    /**
+     * REDIS_USERNAME and REDIS_PASSWORD: the AUTH of every connection, each Cluster node's too
+     * (REDIS_URL carries its own, and may not be given both ways). Never logged nor shown.
+     */
+    username?: string
+    password?: string
     commandTimeoutMillis: number
     keyPrefix: string
   }
@@ -354,6 +360,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
     redis: {
       ...(env.REDIS_URL ? { url: redisUrlFrom(env.REDIS_URL) } : {}),
       ...(env.REDIS_CLUSTER_NODES ? { clusterNodes: clusterNodesFrom(env.REDIS_CLUSTER_NODES) } : {}),
+      ...redisCredentialsFrom(env),
       commandTimeoutMillis: file.redis.commandTimeoutMillis,
       keyPrefix: file.redis.keyPrefix,
     },
@@ -398,6 +405,42 @@ const USERINFO_PASSWORD = /^((?:[A-Za-z][A-Za-z0-9+.-]*:)?(?:\/\/)?[^:/@]*):.*@/
  */
 function withoutPassword(value: string): string {
   return value.replace(USERINFO_PASSWORD, '$1:***@')
+}
+
+/** Whether a REDIS_URL names a user or a password itself (`redis://:secret@host`, `rediss://user:secret@host`). */
+function urlHasCredentials(raw: string): boolean {
+  if (!urlScheme(raw)) return false
+  const url = new URL(raw)
+  return url.username !== '' || url.password !== ''
+}
+
+/**
+ * REDIS_USERNAME and REDIS_PASSWORD: the only way to give REDIS_CLUSTER_NODES a password (a seed is
+ * host:port), and usable with a REDIS_URL that names none (no percent-encoding needed then). A
+ * REDIS_URL with its own credentials beside them is refused: one of the two would be silently
+ * ignored (ioredis lets the URL's win). A user needs a password (ACL `nopass` users take any),
+ * and credentials with no Redis to give them to are a mistake too: the gateway would run on its
+ * in-process store, each replica alone. Messages name the variables, never their values.
+ */
+function redisCredentialsFrom(env: NodeJS.ProcessEnv): { username?: string; password?: string } {
+  const username = env.REDIS_USERNAME || undefined
+  const password = env.REDIS_PASSWORD || undefined
+  if (username === undefined && password === undefined) return {}
+  const both = username !== undefined && password !== undefined
+  const given = both ? 'REDIS_USERNAME and REDIS_PASSWORD are' : username !== undefined ? 'REDIS_USERNAME is' : 'REDIS_PASSWORD is'
+  if (!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) {
+    throw new EnvError(`${given} set but neither REDIS_URL nor REDIS_CLUSTER_NODES is: no Redis would use ${both ? 'them' : 'it'}`)
+  }
+  if (env.REDIS_URL && urlHasCredentials(env.REDIS_URL)) {
+    throw new EnvError(
+      `REDIS_URL has its own user or password and ${given} set too: ` +
+        `give them one way only, in REDIS_URL or in REDIS_USERNAME and REDIS_PASSWORD (got "${withoutPassword(env.REDIS_URL)}")`,
+    )
+  }
+  if (password === undefined) {
+    throw new EnvError('REDIS_USERNAME is set without REDIS_PASSWORD: an ACL user logs in with a password (any, for a nopass user)')
+  }
+  return { ...optional('username', username), password }
 }
 
 const CLUSTER_SEED = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/

@@ -27,6 +27,9 @@ export interface RedisConnection {
   /** redis://… for one server, or a list of host:port seeds for Redis Cluster. */
   url?: string
   clusterNodes?: string[]
+  /** AUTH for every connection (each Cluster node's); a `url` with its own credentials keeps them. */
+  username?: string
+  password?: string
   /** Key prefix, so tests and several deployments can share a server safely. */
   keyPrefix?: string
   /** Budget for one command; past it the request is answered per onStoreFailure (see withinBudget). */
@@ -117,6 +120,7 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     keyPrefix: connection.keyPrefix,
+    ...(connection.password === undefined ? {} : { username: connection.username, password: connection.password }),
     retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1_000),
     lazyConnect: false,
   }
@@ -147,7 +151,7 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
   if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
-  client.on('error', (error: Error) => lastConnectionErrors.set(client, error.message))
+  client.on('error', (error: Error) => lastConnectionErrors.set(client, connectionErrorText(error)))
   client.on('ready', () => lastConnectionErrors.delete(client))
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (after a restart or failover).
   client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
@@ -172,6 +176,16 @@ function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port
     const names = new Set(known.map(key))
     cluster.startupNodes = [...known, ...seeds.filter((seed) => !names.has(key(seed)))]
   })
+}
+
+/**
+ * A connection error as readiness reports it. A Cluster that cannot read its slot map says only
+ * "Failed to refresh slots cache."; the last node's own error says why (WRONGPASS, NOAUTH,
+ * ECONNREFUSED), as a single server's error does.
+ */
+function connectionErrorText(error: Error): string {
+  const cause = (error as Error & { lastNodeError?: unknown }).lastNodeError
+  return cause instanceof Error && cause.message ? `${error.message} ${cause.message}` : error.message
 }
 
 const coalescers = new WeakMap<RedisClient, () => WhenSent>()
