@@ -214,6 +214,16 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
         'HTTP/1.1 200 OK',
       ],
       [
+        'an HTTP/1.0 request framed with Transfer-Encoding and refused for want of a key',
+        () => 'GET /v1/pets?limit=1 HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+        'HTTP/1.1 401 Unauthorized',
+      ],
+      [
+        'a request asking to upgrade refused for want of a key',
+        () => 'GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+        'HTTP/1.1 401 Unauthorized',
+      ],
+      [
         'a request expecting 100-continue refused before its body was wanted',
         () => 'POST /v1/pets HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
         'HTTP/1.1 401 Unauthorized',

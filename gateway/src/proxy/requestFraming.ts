@@ -29,18 +29,13 @@ function repeatedSingleton(rawHeaders: string[]): string | undefined {
  * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2),
  * two Host fields (§3.2), two Authorization fields, which one server would read as the first
  * key and another as the second, or two Content-Type fields (one server's JSON, another's text).
- * An HTTP/1.0 request framed with Transfer-Encoding is answered, then its connection closed
- * (§6.1: its framing cannot be trusted); so is one asking to upgrade.
+ * An HTTP/1.0 request framed with Transfer-Encoding, or asking to upgrade, is answered and then
+ * its connection closed: pipelinedBehindClose says so, as every answer to one must, a refusal too.
  */
 export const requestFraming = fp(
   async (app: FastifyInstance) => {
     app.addHook('onRequest', (request, reply, done) => {
       const raw = request.raw
-      if (raw.httpVersion === '1.0' && raw.headers['transfer-encoding'] !== undefined) reply.header('connection', 'close')
-      // The gateway upgrades to nothing and answers as HTTP/1.1 (RFC 9110 §7.8), but Node's parser
-      // stops reading the connection after such a request: one pipelined behind it would wait
-      // unanswered. Closing after the answer tells the client to send it again.
-      if (raw.headers.upgrade !== undefined) reply.header('connection', 'close')
       if (raw.httpVersion === '1.1' && raw.headers.host === undefined) {
         return done(gatewayErrors.create('bad_request', 'An HTTP/1.1 request needs a Host header.'))
       }
@@ -52,18 +47,29 @@ export const requestFraming = fp(
   { name: 'request-framing' },
 )
 
+/**
+ * Whether the answer to this request, whatever it is, closes its connection: an HTTP/1.0 request
+ * framed with Transfer-Encoding (RFC 9112 §6.1: its framing cannot be trusted), and one asking to
+ * upgrade. The gateway upgrades to nothing and answers as HTTP/1.1 (RFC 9110 §7.8), but Node's
+ * parser stops reading the connection after such a request: one pipelined behind it would wait
+ * unanswered. Closing after the answer tells the client to send it again.
+ */
+function closesAfterAnswer(raw: IncomingMessage): boolean {
+  return raw.headers.upgrade !== undefined || (raw.httpVersion === '1.0' && raw.headers['transfer-encoding'] !== undefined)
+}
+
 /** Node's test for the expectation it answers with 100 Continue (_http_server.js continueExpression). */
 const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
 
 /**
  * Whether the answer to a request that asked for keep-alive may still close its connection: an
- * HTTP/1.0 request framed with Transfer-Encoding or asking to upgrade (requestFraming closes
- * after both), and an HTTP/1.1 request expecting 100-continue (Node closes after a final answer
+ * HTTP/1.0 request framed with Transfer-Encoding or asking to upgrade (closesAfterAnswer: every
+ * answer to them closes it), and an HTTP/1.1 request expecting 100-continue (Node closes after a final answer
  * sent without the 100, since the client may or may not have sent the body).
  */
 function answerMayClose(raw: IncomingMessage): boolean {
-  if (raw.headers.upgrade !== undefined) return true
-  if (raw.httpVersion === '1.0') return raw.headers['transfer-encoding'] !== undefined
+  if (closesAfterAnswer(raw)) return true
+  if (raw.httpVersion === '1.0') return false
   const expectation = raw.headers.expect
   return expectation !== undefined && CONTINUE_EXPECTATION.test(expectation)
 }
@@ -78,7 +84,7 @@ function answerMayClose(raw: IncomingMessage): boolean {
  * connection does; otherwise it ends here, before it is charged, with a 400 that is logged and
  * never delivered. Pipelined requests behind any other answer are carried out at once, as before.
  * Registered after httpMetrics (whose hook counts such a request when its connection closes) and
- * before authentication and the rate limit.
+ * before authentication and the rate limit, whose refusals must close the connection too.
  */
 export const pipelinedBehindClose = fp(
   async (app: FastifyInstance) => {
@@ -105,6 +111,10 @@ export const pipelinedBehindClose = fp(
     app.addHook('onRequest', (request, reply, done) => {
       const socket = request.raw.socket
       const ahead = closing.get(socket)
+      // Here, ahead of authentication and the rate limit: a 401 or 429 to such a request kept the
+      // connection open, and a create pipelined behind an HTTP/1.0 request framed with
+      // Transfer-Encoding was carried out (behind an upgrade, it waited unanswered).
+      if (closesAfterAnswer(request.raw)) reply.header('connection', 'close')
       if (answerMayClose(request.raw)) watch(socket, reply.raw)
       if (ahead === undefined) return done()
       ahead.waiting.push(() => {
