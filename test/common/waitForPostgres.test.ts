@@ -14,12 +14,27 @@ describe('which Postgres errors a service waits out at start', () => {
     for (const error of waited) expect(postgresNotThereYet(error), error.message).toBe(true)
   })
 
+  it('waits while PgBouncer says the Postgres behind it is not there yet, though PgBouncer refuses everything with 08P01', () => {
+    // PgBouncer 1.18's words, the first seen with Postgres down behind it (a service exited 1 at once).
+    const waited = [
+      'server login has been failing, try again later (server_login_retry)',
+      'pgbouncer cannot connect to server',
+      'server DNS lookup failed',
+      'server conn crashed?',
+      'no more connections allowed (max_client_conn)',
+      'query_wait_timeout',
+      'client_login_timeout (server down)',
+    ].map((message) => Object.assign(new Error(message), { code: '08P01' }))
+    for (const error of waited) expect(postgresNotThereYet(error), error.message).toBe(true)
+  })
+
   it('gives up on a refusal that waiting cannot mend, even one whose words mention a timeout', () => {
     const refused = [
       Object.assign(new Error('password authentication failed for user "app"'), { code: '28P01' }),
       Object.assign(new Error('database "nope" does not exist'), { code: '3D000' }),
       // PgBouncer without ignore_startup_parameters: no retry makes it accept the parameter.
       Object.assign(new Error('unsupported startup parameter: statement_timeout'), { code: '08P01' }),
+      Object.assign(new Error('no such database: nope'), { code: '08P01' }),
     ]
     for (const error of refused) expect(postgresNotThereYet(error), error.message).toBe(false)
   })

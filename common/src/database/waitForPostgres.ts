@@ -9,11 +9,20 @@ import { EnvError } from '../env.ts'
  */
 const NOT_YET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND', 'EPIPE', '57P03', '53300'])
 
+/**
+ * PgBouncer answers every refusal with 08P01, those waiting cannot mend ("unsupported startup
+ * parameter", "no such database") and these alike: its words for a Postgres behind it that is not
+ * there yet (down, restarting, its name not resolving yet) and for its own client slots being full.
+ */
+const PGBOUNCER_NOT_YET =
+  /^(server login has been failing|pgbouncer cannot connect to server|server DNS lookup failed|server conn crashed|no more connections allowed|query_wait_timeout|client_login_timeout \(server down\))/
+
 export function postgresNotThereYet(error: unknown): boolean {
   const { code, message } = error as { code?: string; message?: string }
   // pg's own words for a connection closed or not made in time carry no code. Only those: a
   // server's refusal has a code, and its words may say timeout too (PgBouncer's 08P01
   // "unsupported startup parameter: statement_timeout" was waited for, for ever).
+  if (code === '08P01') return PGBOUNCER_NOT_YET.test(message ?? '')
   if (code !== undefined) return NOT_YET.has(code)
   return /^Connection terminated|timeout/i.test(message ?? '')
 }
