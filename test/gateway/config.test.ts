@@ -121,6 +121,9 @@ describe('gateway config', () => {
       [{ REDIS_URL: 'http://u:S3cr3t@pa55@redis:6379' }, 'got "http://u:***@redis:6379"'],
       [{ REDIS_CLUSTER_NODES: 'redis-a:7000,gw:S3cr3t-pa55@redis-b:7000' }, 'got "gw:***@redis-b:7000"'],
       [{ REDIS_CLUSTER_NODES: 'redis://gw:S3cr3t-pa55@redis-b:7000' }, 'got "redis://gw:***@redis-b:7000"'],
+      // ioredis takes a password from the query too.
+      [{ REDIS_URL: 'tls://redis.example.com:6380?password=S3cr3t-pa55&db=2' }, 'got "tls://redis.example.com:6380?password=***&db=2"'],
+      [{ REDIS_URL: 'redis.example.com:6380?Password=S3cr3t-pa55' }, 'got "redis.example.com:6380?Password=***"'],
     ]
     for (const [env, shown] of refusals) {
       let message = ''
@@ -165,6 +168,13 @@ describe('gateway config', () => {
       ],
       // ioredis would keep the URL's user and its empty password, and drop REDIS_PASSWORD.
       [{ REDIS_URL: 'redis://gw@redis:6379', REDIS_PASSWORD: 'S3cr3t-pa55' }, 'REDIS_URL has its own user or password and REDIS_PASSWORD is set too'],
+      // ioredis reads its options from the query as well, and the URL's win: REDIS_PASSWORD was dropped (WRONGPASS).
+      [
+        { REDIS_URL: 'redis://redis:6379?password=S3cr3t-pa55', REDIS_PASSWORD: 'S3cr3t-pa55' },
+        'REDIS_URL has its own user or password and REDIS_PASSWORD is set too: give them one way only, in REDIS_URL or in REDIS_USERNAME and REDIS_PASSWORD (got "redis://redis:6379?password=***")',
+      ],
+      [{ REDIS_URL: '/run/redis.sock?db=1&password=S3cr3t-pa55', REDIS_PASSWORD: 'S3cr3t-pa55' }, 'REDIS_URL has its own user or password and REDIS_PASSWORD is set too'],
+      [{ REDIS_URL: 'rediss://redis:6380/?username=gw', REDIS_USERNAME: 'gw', REDIS_PASSWORD: 'S3cr3t-pa55' }, 'REDIS_URL has its own user or password and REDIS_USERNAME and REDIS_PASSWORD are set too'],
       [{ REDIS_CLUSTER_NODES: seeds, REDIS_USERNAME: 'gw' }, 'REDIS_USERNAME is set without REDIS_PASSWORD'],
       [{ REDIS_PASSWORD: 'S3cr3t-pa55' }, 'REDIS_PASSWORD is set but neither REDIS_URL nor REDIS_CLUSTER_NODES is: no Redis would use it'],
     ]

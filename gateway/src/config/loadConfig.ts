@@ -404,11 +404,20 @@ const USERINFO_PASSWORD = /^((?:[A-Za-z][A-Za-z0-9+.-]*:)?(?:\/\/)?[^:/@]*):.*@/
  * would go to the log and the terminal with it.
  */
 function withoutPassword(value: string): string {
-  return value.replace(USERINFO_PASSWORD, '$1:***@')
+  return value.replace(USERINFO_PASSWORD, '$1:***@').replace(QUERY_PASSWORD, '$1***')
 }
 
-/** Whether a REDIS_URL names a user or a password itself (`redis://:secret@host`, `rediss://user:secret@host`). */
+/** `password=` in a value's query (`redis://host:6379?password=secret`, which ioredis takes too), up to the next `&` or `#`. */
+const QUERY_PASSWORD = /([?&]password=)[^&#]*/gi
+
+/**
+ * Whether a REDIS_URL names a user or a password itself (`redis://:secret@host`, `rediss://user:secret@host`),
+ * in its query too (`redis://host?password=secret`, `/run/redis.sock?password=secret`): ioredis reads
+ * its options there, and lets them win over REDIS_PASSWORD as it does the URL's user and password.
+ */
 function urlHasCredentials(raw: string): boolean {
+  const query = raw.includes('?') ? new URLSearchParams(raw.slice(raw.indexOf('?') + 1).split('#')[0]) : undefined
+  if (query?.has('username') || query?.has('password')) return true
   if (!urlScheme(raw)) return false
   const url = new URL(raw)
   return url.username !== '' || url.password !== ''
