@@ -1,4 +1,4 @@
-import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises'
+import { copyFile, mkdtemp, readFile, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -98,4 +98,28 @@ describe('a database migrated by an older version', () => {
       ]),
     ).toEqual(fresh)
   }, 60_000)
+
+  // A rolling deploy runs 011 on databases that need nothing from it: it must then take no lock
+  // on the key tables, or it waits behind (and holds up) any open use of them.
+  it('runs 011 on an up-to-date gateway schema without locking the key tables', async () => {
+    const database = await freshDatabase()
+    const pool = createPool({ connectionString: database.url, applicationName: 'migration-011-locks-test' })
+    const client = new pg.Client({ connectionString: database.url })
+    try {
+      await migrate(pool, GATEWAY_MIGRATIONS)
+      await client.connect()
+      await client.query('BEGIN')
+      await client.query(await readFile(path.join(GATEWAY_MIGRATIONS.directory, '011_renumbered_migrations.sql'), 'utf8'))
+      const { rows } = await client.query<{ relation: string }>(
+        `SELECT relation::regclass::text AS relation FROM pg_locks
+          WHERE pid = pg_backend_pid() AND locktype = 'relation' AND relation::regclass::text LIKE 'gateway.api_key%'`,
+      )
+      expect(rows).toEqual([])
+      await client.query('ROLLBACK')
+    } finally {
+      await client.end()
+      await pool.end()
+      await database.drop()
+    }
+  })
 })
