@@ -11,7 +11,8 @@
  * when this process dies without that chance (lib/exitWithParent.ts). To reload the gateway's
  * config, edit the file (it is watched) or send SIGHUP to the gateway's pid, printed when ready.
  */
-import { randomBytes } from 'node:crypto'
+import { X509Certificate, randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
@@ -219,7 +220,12 @@ async function main(): Promise<void> {
   }
   // A config the gateway would refuse stops everything now, not after a database and a
   // pets-service were started for a gateway that then exits.
-  loadGatewayConfig(undefined, env)
+  const gatewayConfig = loadGatewayConfig(undefined, env)
+  const gatewayApi = planned.find(({ spec }) => spec.name === 'gateway')?.api
+  if (gatewayApi && gatewayConfig.server.tls) {
+    gatewayApi.tls = true
+    tlsCertFile = gatewayConfig.server.tls.certFile
+  }
 
   let databaseUrl = env.DATABASE_URL
   let embedded: { port: number; socketDirectory: string; poolSize: number } | undefined
@@ -320,7 +326,27 @@ async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Pro
   say('first start: issued a Free-plan demo key. It is shown this once; keep it:')
   console.log(`\n    ${key}\n`)
   say('try it:')
-  console.log(`\n    curl -i -H "Authorization: Bearer ${key}" ${reachableUrl(gateway.api)}/v1/pets\n`)
+  console.log(`\n    curl -i ${curlTrust()}-H "Authorization: Bearer ${key}" ${reachableUrl(gateway.api)}/v1/pets\n`)
+  if (tlsCertFile && !selfSigned(tlsCertFile)) {
+    say("the gateway serves HTTPS: curl trusts its certificate if a CA curl knows signed it; for a private CA add --cacert <the CA's file> (-k skips the check)")
+  }
+}
+
+/** The gateway's certificate file when it serves HTTPS (server.tls), for the curl line. */
+let tlsCertFile: string | undefined
+
+function selfSigned(certFile: string): boolean {
+  try {
+    const certificate = new X509Certificate(readFileSync(certFile))
+    return certificate.issuer === certificate.subject
+  } catch {
+    return false
+  }
+}
+
+/** A self-signed certificate is its own CA: curl is told to trust it (it must name 127.0.0.1, or use -k). */
+function curlTrust(): string {
+  return tlsCertFile && selfSigned(tlsCertFile) ? `--cacert ${shellQuoted(tlsCertFile)} ` : ''
 }
 
 /** What failed, in words: not every failure is an Error (PGlite rejects with plain objects), never "[object Object]". */

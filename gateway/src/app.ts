@@ -17,6 +17,8 @@ import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
 import { authenticate, requireAuthentication } from './auth/authenticate.ts'
 import { privateResponses } from './auth/privateResponses.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
+import type { TlsPair } from './config/tlsFiles.ts'
+import { secureContextOptions } from './config/tlsRotation.ts'
 import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
@@ -44,6 +46,19 @@ export interface GatewayDependencies {
   registry: Registry
   /** How long a client may take to send its headers and its whole request (CLIENT_TIMEOUTS unless set). */
   clientTimeouts?: ClientTimeouts
+  /** The certificate the public port serves HTTPS with (server.tls); plain HTTP without. */
+  tls?: TlsPair
+}
+
+/**
+ * HTTPS on the public port: the pair, HTTP/1.1 only (ALPN; a client that offers only h2 is refused
+ * in the handshake), and the handshake held to the header timeout, so a client that opens a
+ * connection and never finishes its handshake is cut off as soon as one that never sends its
+ * headers (Node's own bound is 120 s, not counted by the header timeout: the HTTP parser starts
+ * after the handshake). Node takes the HTTP server's options beside them.
+ */
+function httpsOptions(pair: TlsPair, timeouts: ClientTimeouts) {
+  return { ...secureContextOptions(pair), ALPNProtocols: ['http/1.1'], handshakeTimeout: timeouts.headersTimeoutMillis }
 }
 
 /**
@@ -68,7 +83,11 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   const boot = deps.config()
   const timeouts = deps.clientTimeouts ?? CLIENT_TIMEOUTS
   const countRefusal = countParserRefusals(deps.registry)
+  // A request without Host is refused by requestFraming, with the Error body, not by Node's bare 400.
+  const http = { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts), requireHostHeader: false }
   const app = Fastify({
+    // Fastify gives https.createServer its `https` options only: the HTTP ones go in with them.
+    ...(deps.tls ? { https: { ...http, ...httpsOptions(deps.tls, timeouts) } } : { http }),
     // Only the configured load balancers may speak for the client's address.
     trustProxy: boot.server.trustedProxies.length > 0 ? trustedHops(boot.server.trustedProxies) : false,
     loggerInstance: deps.logger,
@@ -76,8 +95,6 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
     requestTimeout: timeouts.requestTimeoutMillis,
-    // A request without Host is refused by requestFraming, with the Error body, not by Node's bare 400.
-    http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts), requireHostHeader: false },
     connectionTimeout: 60_000,
     clientErrorHandler: clientErrorHandler(gatewayClientErrors, deps.logger, countRefusal),
     keepAliveTimeout: 72_000,

@@ -1,3 +1,4 @@
+import type { Server as TlsServer } from 'node:tls'
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
@@ -17,7 +18,8 @@ import { DependencyDown, buildOpsServer } from '../../common/src/ops/opsServer.t
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { createConfigSource } from './config/configSource.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
-import { createGatewayMetrics } from './metrics/gatewayMetrics.ts'
+import { createTlsRotation } from './config/tlsRotation.ts'
+import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
 import { UPSTREAM_CONNECTIONS } from './proxy/upstreamProxy.ts'
 import { createLimiter } from './rateLimit/limiter.ts'
@@ -46,6 +48,10 @@ async function main(): Promise<void> {
   })
   const config = configSource.get()
   metrics.expectBanSteps(config.bans.ladderSeconds.length)
+  // HTTPS on the public port when server.tls names a pair (read and checked with the config above).
+  const tlsMetrics = config.server.tls ? createTlsMetrics(registry) : undefined
+  const tls = config.server.tls ? createTlsRotation(config.server.tls, logger, tlsMetrics?.reload) : undefined
+  if (tls) tlsMetrics?.inForce(tls.pair())
   const databaseUrl = databaseUrlFromEnv()
   const internalToken = internalTokenFromEnv()
   warnOfPublishedToken(internalToken, logger)
@@ -93,6 +99,7 @@ async function main(): Promise<void> {
     registry,
     internalToken,
     logger,
+    tls: tls?.pair(),
   })
   capConnections(app.server, connectionBudget({
     configured: config.server.maxConnections,
@@ -103,8 +110,13 @@ async function main(): Promise<void> {
   registerConnectionMetrics(registry, { public: app.server, ops: ops.server })
   const stopPurge = purgeHourly('key changes and ban records past a day', () => repository.purgeChanges(), logger)
   const stopWatching = configSource.watch()
+  // app.server is an https.Server when tls is set (buildGateway).
+  const stopTlsWatch = tls?.watch(app.server as unknown as TlsServer) ?? (() => {})
   process.off('SIGHUP', holdReload)
-  if (reloadHeld) configSource.reload()
+  if (reloadHeld) {
+    configSource.reload()
+    tls?.reload()
+  }
   await app.listen({ host: config.server.host, port: config.server.port })
   started = true
 
@@ -116,7 +128,7 @@ async function main(): Promise<void> {
     { name: 'stop key change feed', run: () => changes.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'stop applying unbans', run: () => unbans.stop(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'stop purging', run: async () => stopPurge() },
-    { name: 'stop config watch', run: async () => (process.on('SIGHUP', holdReload), stopWatching()) },
+    { name: 'stop config watch', run: async () => (process.on('SIGHUP', holdReload), stopWatching(), stopTlsWatch()) },
     { name: 'close rate-limit store', run: () => limiter.close(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },

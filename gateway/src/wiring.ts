@@ -5,6 +5,7 @@ import type { Registry } from 'prom-client'
 import type { ClientTimeouts } from '../../common/src/http/clientErrors.ts'
 import { buildGateway } from './app.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
+import type { TlsPair } from './config/tlsFiles.ts'
 import { createUnbanApplier, keyChangeHandler } from './keys/applyKeyChange.ts'
 import { createKeyCache, type KeyCache } from './keys/keyCache.ts'
 import { startKeyChangeFeed } from './keys/keyChangeFeed.ts'
@@ -38,6 +39,8 @@ export async function wireGateway(options: {
   internalToken: string
   logger: Logger
   clientTimeouts?: ClientTimeouts
+  /** HTTPS on the public port with this pair (server.tls); plain HTTP without. */
+  tls?: TlsPair
 }): Promise<GatewayParts> {
   const { limiter, metrics, logger } = options
   const repository = createKeyRepository(options.pool)
@@ -63,6 +66,7 @@ export async function wireGateway(options: {
     logger,
     registry: options.registry,
     clientTimeouts: options.clientTimeouts,
+    tls: options.tls,
   })
   return { app, repository, cache, changes, unbans }
 }

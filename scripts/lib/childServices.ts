@@ -72,6 +72,8 @@ export const SERVICES: readonly ServiceSpec[] = [
 export interface ResolvedListener {
   host: string
   port: number
+  /** It serves HTTPS (the gateway's public port with server.tls). */
+  tls?: boolean
 }
 
 export function resolveListener(spec: ListenerSpec, env: NodeJS.ProcessEnv): ResolvedListener {
@@ -86,9 +88,9 @@ export function describeListener(listener: ResolvedListener): string {
   return isWildcard(listener.host) ? `${reachableUrl(listener)} [every interface]` : reachableUrl(listener)
 }
 
-export function reachableUrl({ host, port }: ResolvedListener): string {
+export function reachableUrl({ host, port, tls }: ResolvedListener): string {
   const reachable = isWildcard(host) ? '127.0.0.1' : host
-  return `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`
+  return `${tls ? 'https' : 'http'}://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`
 }
 
 export interface RunningChild {

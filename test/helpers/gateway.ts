@@ -12,6 +12,7 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { hashApiKeyHex } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
+import type { TlsPair } from '../../gateway/src/config/tlsFiles.ts'
 import type { KeyCache } from '../../gateway/src/keys/keyCache.ts'
 import type { KeyRepository, NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
 import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
@@ -36,6 +37,8 @@ export interface GatewayOptions {
   clientTimeouts?: ClientTimeouts
   /** The credential the gateway sends upstream; the pets-service's own by default. */
   internalToken?: string
+  /** HTTPS on its port with this pair (the url is then https://; `request` is for plain HTTP only). */
+  tls?: TlsPair
 }
 
 export interface RunningGateway {
@@ -100,6 +103,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     internalToken: options.internalToken ?? TEST_INTERNAL_TOKEN,
     logger,
     clientTimeouts: options.clientTimeouts,
+    tls: options.tls,
   })
   const invalidated = new Set<string>()
   const invalidate = cache.invalidate
@@ -108,7 +112,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     invalidate(keyHash)
   }
   await app.listen({ host: '127.0.0.1', port: 0 })
-  const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  const url = `${options.tls ? 'https' : 'http'}://127.0.0.1:${(app.server.address() as AddressInfo).port}`
   return {
     app,
     url,

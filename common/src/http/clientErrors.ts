@@ -40,6 +40,7 @@ const REQUEST_LINE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^\s]+ HTTP\/\d\.\d\r?\n/
 export function clientErrorHandler(codes: ClientErrorCodes, log?: Pick<FastifyBaseLogger, 'info'>, onRefused?: (status: number) => void) {
   const refusing = new WeakSet<Socket>()
   return (error: NodeJS.ErrnoException, socket: Socket): void => {
+    if (handshakeUnfinished(socket)) return void socket.destroy()
     if (error.code === 'ECONNRESET' || !socket.writable || refusing.has(socket)) return
     refusing.add(socket)
     // Requests pipelined ahead of the bad bytes are already running: their answers go first
@@ -52,6 +53,18 @@ export function clientErrorHandler(codes: ClientErrorCodes, log?: Pick<FastifyBa
       refuse(codes, error, socket, log, onRefused)
     })
   }
+}
+
+/**
+ * An HTTPS server passes a failed or timed-out TLS handshake (tlsClientError) on as clientError,
+ * and leaves closing the connection to the listener. There is no HTTP in it to answer: an answer
+ * written would wait for a handshake that never comes, and the connection would stay open for
+ * good (a handshake timeout that never frees anything, and a close() that waits on it). Node's
+ * own flag for a completed handshake (internal, stable since Node 0.x).
+ */
+function handshakeUnfinished(socket: Socket): boolean {
+  const tls = socket as Socket & { encrypted?: boolean; _secureEstablished?: boolean }
+  return tls.encrypted === true && tls._secureEstablished !== true
 }
 
 /** The answer being written on a connection, as Node's own clientError default finds it. */

@@ -13,7 +13,8 @@ import type { Plans } from './format.ts'
 /** The config's plans. Revoking and unbanning must work even while someone is mid-way through editing the config. */
 function loadPlans(command: Command, output: Output): Plans | undefined {
   try {
-    return loadGatewayConfig().plans
+    // The gateway's certificate files are its own business (and its key often readable by it only).
+    return loadGatewayConfig(undefined, undefined, undefined, { tlsFiles: false }).plans
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
     if (command.name !== 'revoke' && command.name !== 'unban') throw new CliError(error.message)

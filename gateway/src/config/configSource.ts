@@ -85,7 +85,9 @@ export function createConfigSource(
     readAt = version()
     try {
       const previous = current
-      current = loadGatewayConfig(path, env)
+      // server.tls's files rotate on their own (tlsRotation.ts): a pair mid-replacement must not
+      // hold back a change of plans, nor a plan change count as a certificate rotation.
+      current = loadGatewayConfig(path, env, undefined, { tlsFiles: false })
       logger.info({ path }, 'gateway config reloaded')
       // Changed by this reload and not what runs: an edit put back to the running value is no news.
       const differFromRunning = new Set(restartOnlyChanges(started, current))

@@ -1,11 +1,12 @@
 import { readFileSync } from 'node:fs'
-import { isAbsolute, resolve } from 'node:path'
+import { dirname, isAbsolute, resolve } from 'node:path'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isPair, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
 import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, maxConnectionsFromEnv, portFromEnv, urlScheme } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
+import { TlsFilesError, readTlsPair, type TlsFiles } from './tlsFiles.ts'
 
 export const DEFAULT_CONFIG_PATH = 'config/gateway.yaml'
 
@@ -27,6 +28,11 @@ export interface GatewayConfig {
     trustedProxies: string[]
     /** Client connections the public port holds at once; undefined: derived from the open-file limit at start (connectionCap.ts). */
     maxConnections?: number
+    /**
+     * The public port serves HTTPS with this pair (absolute paths); undefined: plain HTTP, TLS
+     * terminating in front of the gateway. The files are re-read on SIGHUP and when they change.
+     */
+    tls?: TlsFiles
   }
   upstreams: {
     pets: UpstreamConfig
@@ -323,8 +329,13 @@ function trustedProxyProblem(entry: string): string | undefined {
   }
 }
 
-/** Applies the environment overrides documented in the README; env wins over the file. */
-export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+/**
+ * Applies the environment overrides documented in the README; env wins over the file. Relative
+ * server.tls paths in the file are read from `configDirectory`, the config file's own folder (as
+ * Prometheus reads its files); those of GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE from the
+ * directory the process runs in, like any path given on a command line.
+ */
+export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.ProcessEnv = process.env, configDirectory = process.cwd()): GatewayConfig {
   const upstream = (entry: { url: string; timeoutSeconds?: number; maxInFlight?: number }, urlOverride?: string): UpstreamConfig => ({
     url: urlOverride || entry.url,
     timeoutMillis: Math.round((entry.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1_000),
@@ -338,6 +349,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
       opsPort: portFromEnv('GATEWAY_OPS_PORT', file.server.opsPort, env),
       trustedProxies: file.server.trustedProxies ?? [],
       ...optional('maxConnections', maxConnectionsFromEnv('GATEWAY_MAX_CONNECTIONS', file.server.maxConnections, env)),
+      ...optional('tls', tlsFilesFrom(file.server.tls, env, configDirectory)),
     },
     upstreams: {
       pets: upstream(file.upstreams.pets, petsUrlFromEnv(env)),
@@ -372,6 +384,48 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
 /** `{ [name]: value }`, or nothing for undefined: the frozen config carries no key set to undefined. */
 function optional<K extends string, V>(name: K, value: V | undefined): Partial<Record<K, V>> {
   return value === undefined ? {} : ({ [name]: value } as Record<K, V>)
+}
+
+/**
+ * server.tls with GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE over it, as absolute paths. Each
+ * variable replaces its own setting; what results must name both files or neither: a certificate
+ * without its key (or the other way round) cannot be served, and plain HTTP instead would be a
+ * silent downgrade.
+ */
+function tlsFilesFrom(file: GatewayConfigFile['server']['tls'], env: NodeJS.ProcessEnv, configDirectory: string): TlsFiles | undefined {
+  const certFile = env.GATEWAY_TLS_CERT_FILE ? resolve(env.GATEWAY_TLS_CERT_FILE) : file && resolve(configDirectory, file.certFile)
+  const keyFile = env.GATEWAY_TLS_KEY_FILE ? resolve(env.GATEWAY_TLS_KEY_FILE) : file && resolve(configDirectory, file.keyFile)
+  if (certFile === undefined && keyFile === undefined) return undefined
+  if (certFile === undefined || keyFile === undefined) {
+    const [given, missing] = certFile === undefined ? ['GATEWAY_TLS_KEY_FILE', 'GATEWAY_TLS_CERT_FILE'] : ['GATEWAY_TLS_CERT_FILE', 'GATEWAY_TLS_KEY_FILE']
+    throw new EnvError(`${given} is set without ${missing}, and the config has no server.tls: HTTPS needs both the certificate and its key`)
+  }
+  return { certFile, keyFile }
+}
+
+/** Which environment variable overrides each server.tls setting. */
+const TLS_VARIABLES = { certFile: 'GATEWAY_TLS_CERT_FILE', keyFile: 'GATEWAY_TLS_KEY_FILE' } as const
+
+/**
+ * Reads the pair server.tls names and says what is wrong with it, naming the setting (its line in
+ * the file, or the variable that set it) and the file. Done at start and by check-config; a
+ * rotation checks the files again (tlsRotation.ts) and keeps the pair in force if they fail.
+ */
+function checkTlsFiles(config: GatewayConfig, text: string, source: string, env: NodeJS.ProcessEnv): void {
+  const files = config.server.tls
+  if (!files) return
+  try {
+    readTlsPair(files)
+  } catch (error) {
+    if (!(error instanceof TlsFilesError)) throw error
+    const settings = error.setting === 'both' ? (['certFile', 'keyFile'] as const) : [error.setting]
+    const fromEnv = settings.filter((setting) => env[TLS_VARIABLES[setting]])
+    if (fromEnv.length > 0) throw new EnvError(`${fromEnv.map((setting) => TLS_VARIABLES[setting]).join(' or ')}: ${error.message}`)
+    const path = ['server', 'tls', ...(error.setting === 'both' ? [] : [error.setting])]
+    const lines = new LineCounter()
+    const document = parseDocument(text, { lineCounter: lines })
+    throw new ConfigError([`${source}:${keyLine(document, lines, path)}: ${path.join('.')} ${error.message}`])
+  }
 }
 
 function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
@@ -485,6 +539,8 @@ export function loadGatewayConfig(
   path = process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH,
   env = process.env,
   directory = process.cwd(),
+  /** false: server.tls's files are not read (a config reload: their rotation is checked on its own). */
+  options: { tlsFiles?: boolean } = {},
 ): GatewayConfig {
   let text: string
   try {
@@ -493,7 +549,9 @@ export function loadGatewayConfig(
     const where = isAbsolute(path) ? '' : `, looked for in ${directory}`
     throw new ConfigError([`${path}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'}${where})`])
   }
-  return resolveGatewayConfig(parseGatewayConfig(text, path), env)
+  const config = resolveGatewayConfig(parseGatewayConfig(text, path), env, dirname(resolve(directory, path)))
+  if (options.tlsFiles !== false) checkTlsFiles(config, text, path, env)
+  return config
 }
 
 function deepFreeze<T>(value: T): T {

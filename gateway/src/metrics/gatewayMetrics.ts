@@ -2,6 +2,7 @@ import { Counter, Gauge, type Registry } from 'prom-client'
 import { statusClass } from '../../../common/src/ops/httpMetrics.ts'
 import { HotPathCounter, HotPathHistogram } from '../../../common/src/ops/hotPathMetrics.ts'
 import type { AuthFailureReason } from '../auth/authenticate.ts'
+import type { TlsPair } from '../config/tlsFiles.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
 import { UPSTREAM_FAILURE_KINDS, type UpstreamFailureKind } from '../proxy/upstreamFailure.ts'
 import type { UpstreamObserver } from '../proxy/upstreamProxy.ts'
@@ -207,3 +208,39 @@ export function createGatewayMetrics(registry: Registry) {
 
 export type GatewayMetrics = ReturnType<typeof createGatewayMetrics>
 
+
+/**
+ * Only with server.tls: `gateway_tls_reloads_total{outcome}` and `gateway_tls_last_reload_successful`
+ * (as the config's: 0 while the last rotation was refused, the files on disk not the pair in force),
+ * and `gateway_tls_certificate_expiry_timestamp_seconds`, the end of the certificate in force.
+ */
+export function createTlsMetrics(registry: Registry) {
+  const registers = [registry]
+  const reloads = new Counter({
+    name: 'gateway_tls_reloads_total',
+    help: 'Certificate reloads of the public port (SIGHUP or a change of server.tls files), by outcome (success, failure: the certificate in force stays).',
+    labelNames: ['outcome'],
+    registers,
+  })
+  for (const outcome of ['success', 'failure']) reloads.inc({ outcome }, 0)
+  const lastReloadSuccessful = new Gauge({
+    name: 'gateway_tls_last_reload_successful',
+    help: '1 when the certificate files were a valid pair at the last reload (or none happened since start), 0 while a refused one has not been followed by a valid one.',
+    registers,
+  })
+  lastReloadSuccessful.set(1)
+  const expiry = new Gauge({
+    name: 'gateway_tls_certificate_expiry_timestamp_seconds',
+    help: 'When the certificate the public port serves to new connections expires (Unix time).',
+    registers,
+  })
+  const inForce = (pair: TlsPair) => expiry.set(pair.validTo.getTime() / 1_000)
+  return {
+    inForce,
+    reload(outcome: 'success' | 'failure', pair: TlsPair) {
+      reloads.inc({ outcome })
+      lastReloadSuccessful.set(outcome === 'success' ? 1 : 0)
+      inForce(pair)
+    },
+  }
+}

@@ -1,0 +1,119 @@
+import { statSync, unwatchFile, watchFile, type Stats } from 'node:fs'
+import type { SecureContextOptions } from 'node:tls'
+import type { Logger } from 'pino'
+import { readTlsPair, type TlsFiles, type TlsPair } from './tlsFiles.ts'
+
+export interface TlsRotation {
+  /** The pair the public port serves to new connections. */
+  pair(): TlsPair
+  /** Reads the files again; a pair that fails the checks keeps the one in force. */
+  reload(): boolean
+  /** Reloads on SIGHUP and when either file changes, into `server`; returns a function that stops watching. */
+  watch(server: { setSecureContext(options: SecureContextOptions): void }): () => void
+}
+
+const WATCH_INTERVAL_MILLIS = 500
+
+/**
+ * How long a change of the files is left to settle before they are read: tools that renew a
+ * certificate write the two files one after the other (`cp cert.pem …; cp key.pem …`), and read
+ * between the two they are a mismatched pair, an error line and a failed reload with the final
+ * pair valid. SIGHUP reads at once: whoever sends it says the files are ready.
+ */
+export const TLS_SETTLE_MILLIS = 1_000
+
+/** What the server is given of a pair (the listener's own options, ALPN and the handshake timeout, stay). */
+export function secureContextOptions(pair: TlsPair): SecureContextOptions {
+  return { cert: pair.cert, key: pair.key }
+}
+
+const fileVersion = (stats: Stats | undefined) => (stats ? `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeMs}:${stats.ctimeMs}` : 'missing')
+
+function statOrUndefined(path: string): Stats | undefined {
+  try {
+    // stat follows links: a certbot live/ link moved to a new archive file is a change.
+    return statSync(path)
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The certificate of the public port, rotated without a restart: on SIGHUP and when either file
+ * changes the pair is read and checked again (readTlsPair) and handed to the running server with
+ * setSecureContext. New connections get it; open ones keep the certificate they shook hands with.
+ * A pair that fails the checks is logged with the reason and the one in force stays.
+ */
+export function createTlsRotation(
+  files: TlsFiles,
+  logger: Logger,
+  onReload?: (outcome: 'success' | 'failure', pair: TlsPair) => void,
+): TlsRotation {
+  const versions = () => `${fileVersion(statOrUndefined(files.certFile))}/${fileVersion(statOrUndefined(files.keyFile))}`
+  let readAt = versions()
+  let current = readTlsPair(files)
+  let server: { setSecureContext(options: SecureContextOptions): void } | undefined
+  const describe = (pair: TlsPair) => ({ serialNumber: pair.serialNumber, subject: pair.subject, validTo: pair.validTo.toISOString() })
+
+  const reload = (): boolean => {
+    readAt = versions()
+    try {
+      const next = readTlsPair(files)
+      server?.setSecureContext(secureContextOptions(next))
+      const previous = current
+      current = next
+      logger.info({ ...files, ...describe(next), previousSerialNumber: previous.serialNumber }, 'TLS certificate reloaded: new connections get it')
+      onReload?.('success', current)
+      return true
+    } catch (error) {
+      logger.error(
+        { ...files, problem: error instanceof Error ? error.message : String(error), inForce: describe(current) },
+        'TLS certificate reload refused; the certificate in force stays',
+      )
+      onReload?.('failure', current)
+      return false
+    }
+  }
+
+  let settling: NodeJS.Timeout | undefined
+  const reloadOnceSettled = () => {
+    clearTimeout(settling)
+    settling = setTimeout(() => {
+      settling = undefined
+      reload()
+    }, TLS_SETTLE_MILLIS)
+    settling.unref()
+  }
+
+  return {
+    pair: () => current,
+    reload,
+    watch(target) {
+      server = target
+      const onSignal = () => {
+        clearTimeout(settling)
+        settling = undefined
+        reload()
+      }
+      process.on('SIGHUP', onSignal)
+      const onChange = (now: Stats, before: Stats) => {
+        if (fileVersion(now) !== fileVersion(before)) reloadOnceSettled()
+      }
+      watchFile(files.certFile, { interval: WATCH_INTERVAL_MILLIS }, onChange)
+      watchFile(files.keyFile, { interval: WATCH_INTERVAL_MILLIS }, onChange)
+      // As the config watch does: a change between the read at start and the watchers' first stat.
+      const firstCheck = setTimeout(() => {
+        if (versions() !== readAt) reloadOnceSettled()
+      }, WATCH_INTERVAL_MILLIS)
+      firstCheck.unref()
+      return () => {
+        clearTimeout(firstCheck)
+        clearTimeout(settling)
+        process.off('SIGHUP', onSignal)
+        unwatchFile(files.certFile, onChange)
+        unwatchFile(files.keyFile, onChange)
+        server = undefined
+      }
+    },
+  }
+}

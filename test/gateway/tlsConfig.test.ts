@@ -1,0 +1,129 @@
+import { execFileSync } from 'node:child_process'
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { EnvError } from '../../common/src/env.ts'
+import { ConfigError, loadGatewayConfig, parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
+import { readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
+import { OPENSSL, issueCertificate, makeCa, opensslMissing, type TestCa, type TestCertificate } from '../helpers/certificates.ts'
+
+const FIXTURE = 'test/fixtures/config/tls.yaml'
+
+function problemsOf(load: () => unknown): string[] {
+  try {
+    load()
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError)
+    return (error as ConfigError).problems
+  }
+  throw new Error('the config was accepted')
+}
+
+describe('gateway config: server.tls shape', () => {
+  it('names the line and key of an empty path and of a key server.tls does not have (caFile)', () => {
+    const fixture = 'test/fixtures/config/bad-tls.yaml'
+    expect(problemsOf(() => parseGatewayConfig(readFileSync(fixture, 'utf8'), fixture))).toEqual([
+      `${fixture}:7: server.tls.certFile must NOT have fewer than 1 characters`,
+      `${fixture}:9: server.tls.caFile unknown key`,
+    ])
+  })
+
+  it('the shipped config has no server.tls: plain HTTP, TLS in front of the gateway', () => {
+    expect(loadGatewayConfig('config/gateway.yaml', {}).server.tls).toBeUndefined()
+  })
+})
+
+/**
+ * tls.yaml names tls/server.crt and tls/server.key, read from the config file's folder: each test
+ * copies it into a temporary folder and the pair is generated there with the openssl CLI (no key
+ * is kept in the repository).
+ */
+describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at start and by check-config', () => {
+  let directory: string
+  let ca: TestCa
+  let server: TestCertificate
+  let other: TestCertificate
+  let configFile: string
+
+  beforeAll(() => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-tls-config-'))
+    mkdirSync(path.join(directory, 'tls'))
+    ca = makeCa(path.join(directory, 'tls'))
+    server = issueCertificate(ca, 'server', '1001')
+    other = issueCertificate(ca, 'other', '1002')
+    configFile = path.join(directory, 'gateway.yaml')
+    copyFileSync(FIXTURE, configFile)
+  })
+  afterAll(() => rmSync(directory, { recursive: true, force: true }))
+
+  const line = (start: string) => readFileSync(configFile, 'utf8').split('\n').findIndex((text) => text.trimStart().startsWith(start)) + 1
+
+  it('resolves relative paths from the config file folder, wherever the process runs, and reads the pair', () => {
+    const config = loadGatewayConfig(configFile, {}, os.tmpdir())
+    expect(config.server.tls).toEqual({ certFile: server.certFile, keyFile: server.keyFile })
+    expect(readTlsPair(config.server.tls!).serialNumber).toBe('1001')
+  })
+
+  it('names the file and the line of a certificate or key that is missing, not PEM, or not the pair', () => {
+    const keep = readFileSync(server.keyFile)
+    try {
+      rmSync(server.keyFile)
+      expect(problemsOf(() => loadGatewayConfig(configFile, {}))).toEqual([
+        `${configFile}:${line('keyFile:')}: server.tls.keyFile ${server.keyFile} cannot be read (ENOENT)`,
+      ])
+      writeFileSync(server.keyFile, 'not a key\n')
+      expect(problemsOf(() => loadGatewayConfig(configFile, {}))).toEqual([
+        `${configFile}:${line('keyFile:')}: server.tls.keyFile ${server.keyFile} holds no PEM private key (-----BEGIN PRIVATE KEY-----)`,
+      ])
+      // The certificate given where the key goes.
+      copyFileSync(server.certFile, server.keyFile)
+      expect(problemsOf(() => loadGatewayConfig(configFile, {}))[0]).toContain(`server.tls.keyFile ${server.keyFile} holds no PEM private key`)
+      // Another certificate's key: both files named, at the line of server.tls.
+      copyFileSync(other.keyFile, server.keyFile)
+      expect(problemsOf(() => loadGatewayConfig(configFile, {}))).toEqual([
+        `${configFile}:${line('tls:')}: server.tls ${server.keyFile} is not the private key of the certificate in ${server.certFile}`,
+      ])
+    } finally {
+      writeFileSync(server.keyFile, keep)
+    }
+    const keepCert = readFileSync(server.certFile)
+    try {
+      writeFileSync(server.certFile, '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n')
+      expect(problemsOf(() => loadGatewayConfig(configFile, {}))[0]).toMatch(
+        new RegExp(`^${configFile}:${line('certFile:')}: server.tls.certFile ${server.certFile} is not a valid PEM certificate \\(`),
+      )
+    } finally {
+      writeFileSync(server.certFile, keepCert)
+    }
+    expect(loadGatewayConfig(configFile, {}).server.tls).toBeDefined()
+  })
+
+  it('refuses a key encrypted with a passphrase, saying so', () => {
+    const encrypted = path.join(directory, 'tls', 'encrypted.key')
+    execFileSync(OPENSSL, ['pkey', '-in', server.keyFile, '-aes256', '-passout', 'pass:secret', '-out', encrypted])
+    expect(() => readTlsPair({ certFile: server.certFile, keyFile: encrypted })).toThrow(`${encrypted} is encrypted: the gateway needs the key without a passphrase`)
+  })
+
+  it('GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE replace the settings (relative to the working directory), and must name the pair together when the file has none', () => {
+    const env = { GATEWAY_TLS_CERT_FILE: other.certFile, GATEWAY_TLS_KEY_FILE: path.relative(process.cwd(), other.keyFile) }
+    expect(loadGatewayConfig(configFile, env).server.tls).toEqual({ certFile: other.certFile, keyFile: other.keyFile })
+    expect(() => loadGatewayConfig('config/gateway.yaml', { GATEWAY_TLS_CERT_FILE: other.certFile })).toThrow(
+      new EnvError('GATEWAY_TLS_CERT_FILE is set without GATEWAY_TLS_KEY_FILE, and the config has no server.tls: HTTPS needs both the certificate and its key'),
+    )
+    // A variable's file that fails is named by the variable.
+    expect(() => loadGatewayConfig(configFile, { GATEWAY_TLS_KEY_FILE: other.keyFile })).toThrow(
+      `GATEWAY_TLS_KEY_FILE: ${other.keyFile} is not the private key of the certificate in ${server.certFile}`,
+    )
+  })
+
+  it('a config reload does not read the files (their rotation is checked on its own)', () => {
+    const keep = readFileSync(server.keyFile)
+    try {
+      rmSync(server.keyFile)
+      expect(loadGatewayConfig(configFile, {}, undefined, { tlsFiles: false }).server.tls?.keyFile).toBe(server.keyFile)
+    } finally {
+      writeFileSync(server.keyFile, keep)
+    }
+  })
+})

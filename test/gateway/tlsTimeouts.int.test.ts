@@ -1,0 +1,68 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import type { AddressInfo } from 'node:net'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import tls from 'node:tls'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
+import { issueCertificate, makeCa, opensslMissing, type TestCa } from '../helpers/certificates.ts'
+import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
+
+const TIMEOUTS = { headersTimeoutMillis: 500, requestTimeoutMillis: 1_000 }
+
+/**
+ * The slow-client bounds over TLS: the handshake is held to the header timeout (Node's own bound
+ * is 120 s, and the HTTP parser's clocks start only after it), and the parser's refusals (408 for
+ * headers that do not come) reach the client through the TLS socket.
+ */
+describe.skipIf(opensslMissing)('HTTPS: slow clients are cut off as on plain HTTP', () => {
+  const database = suiteDatabase()
+  let directory: string
+  let ca: TestCa
+  let upstream: TestUpstream
+  let gateway: RunningGateway
+  let port: number
+
+  beforeAll(async () => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-tls-timeouts-'))
+    ca = makeCa(directory)
+    const pair = readTlsPair(issueCertificate(ca, 'server', 'B001'))
+    upstream = await recordingUpstream()
+    gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, clientTimeouts: TIMEOUTS, tls: pair })
+    port = (gateway.app.server.address() as AddressInfo).port
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await upstream?.close()
+    rmSync(directory, { recursive: true, force: true })
+  })
+
+  it('closes a connection that never starts its handshake within the header timeout, not 120 s', async () => {
+    const closedAfter = await new Promise<number>((resolve, reject) => {
+      const started = Date.now()
+      const socket = net.connect(port, '127.0.0.1')
+      socket.setTimeout(5_000, () => reject(new Error('still open after 5 s')))
+      socket.on('error', () => undefined)
+      socket.on('close', () => resolve(Date.now() - started))
+    })
+    expect(closedAfter).toBeGreaterThanOrEqual(TIMEOUTS.headersTimeoutMillis - 50)
+    expect(closedAfter).toBeLessThan(TIMEOUTS.headersTimeoutMillis + 2_000)
+  })
+
+  it('answers 408 with the Error body, through TLS, to headers that stop coming', async () => {
+    const answer = await new Promise<string>((resolve, reject) => {
+      let text = ''
+      const socket = tls.connect({ host: '127.0.0.1', port, ca: ca.pem, servername: 'localhost' }, () => socket.write('GET /v1/pets HTTP/1.1\r\nHost: x\r\n'))
+      socket.setEncoding('utf8')
+      socket.setTimeout(5_000, () => reject(new Error(`still open after 5 s: ${text}`)))
+      socket.on('data', (chunk: string) => (text += chunk))
+      socket.on('close', () => resolve(text))
+      socket.on('error', reject)
+    })
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /)
+    expect(answer).toContain('"code":"request_timeout"')
+  })
+})
