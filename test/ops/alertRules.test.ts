@@ -17,6 +17,8 @@ const REQUIRED_ALERTS = {
   BanSurge: 'ban surge',
   HighLatencyP99: 'p99 latency',
   ConfigReloadFailed: 'config reload failures',
+  TlsCertificateExpiresSoon: 'the gateway\'s own certificate near its end',
+  TlsReloadFailed: 'certificate rotation refused',
 }
 
 interface RuleTestFile {

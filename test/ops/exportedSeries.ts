@@ -6,7 +6,7 @@ import { registerConnectionMetrics } from '../../common/src/ops/connectionMetric
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import type { KeyCache } from '../../gateway/src/keys/keyCache.ts'
-import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
+import { createGatewayMetrics, createTlsMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
 import type { BanCache } from '../../gateway/src/rateLimit/banCache.ts'
 
 /** Series Prometheus itself attaches to every target, whatever the target exports. */
@@ -44,6 +44,8 @@ export async function registeredSeries(): Promise<Record<Job, Set<string>>> {
       const metrics = createGatewayMetrics(registry)
       metrics.observeKeyCache({ stats: { hits: 0, misses: 0 }, size: 0 } as unknown as KeyCache)
       metrics.observeBans({ size: 0 } as unknown as BanCache)
+      // Registered only when server.tls names a certificate, as main.ts does.
+      createTlsMetrics(registry)
     }
     const app = Fastify()
     await app.register(httpMetrics, { registry })
