@@ -5,6 +5,7 @@ import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
 import { connectRedis, redisConnectionProblem, redisReady } from '../../gateway/src/rateLimit/redisStore.ts'
+import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startRedisCluster, testKeyPrefix, type TestCluster } from '../helpers/redis.ts'
 import { startPrivateRedis } from '../helpers/redisServer.ts'
@@ -106,8 +107,10 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     })
     const pool = createPool({ connectionString: database.url, applicationName: 'cluster-auth-test' })
     try {
-      const warning = gateway.proc.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
-      expect(warning).toContain(why)
+      // Log lines leave in batches: the warning may reach stdout a moment after the process listens.
+      const warningLine = () => gateway.proc.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
+      await eventually(async () => warningLine() !== undefined, 5_000)
+      expect(warningLine()).toContain(why)
       const readyz = await gateway.readyz()
       expect(readyz).toMatchObject({ status: 503, body: { status: 'not_ready', dependencies: { redis: 'down' } } })
       expect(readyz.body.reasons?.redis).toContain(why)
