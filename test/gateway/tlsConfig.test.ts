@@ -117,6 +117,24 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
     )
   })
 
+  it('refuses PEM text given where a path goes (a key pasted inline, a variable filled from a secret) without printing it', () => {
+    const pem = readFileSync(server.keyFile, 'utf8')
+    const secret = pem.split('\n')[1]!
+    const inline = path.join(directory, 'inline.yaml')
+    writeFileSync(inline, readFileSync(configFile, 'utf8').replace(/keyFile: .*/, `keyFile: |\n${pem.trim().split('\n').map((text) => `      ${text}`).join('\n')}`))
+    const problems = problemsOf(() => loadGatewayConfig(inline, {}))
+    expect(problems).toEqual([`${inline}:${line('keyFile:')}: server.tls.keyFile holds PEM text (or several lines), not a path: name the file that holds it (the value is not shown)`])
+    expect(problems.join('\n')).not.toContain(secret)
+    let refused: unknown
+    try {
+      loadGatewayConfig(configFile, { GATEWAY_TLS_KEY_FILE: pem })
+    } catch (error) {
+      refused = error
+    }
+    expect(refused).toEqual(new EnvError('GATEWAY_TLS_KEY_FILE holds PEM text (or several lines), not a path: name the file that holds it (the value is not shown)'))
+    expect(String((refused as Error).message)).not.toContain(secret)
+  })
+
   it('a config reload does not read the files (their rotation is checked on its own)', () => {
     const keep = readFileSync(server.keyFile)
     try {

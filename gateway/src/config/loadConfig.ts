@@ -302,6 +302,10 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
   if ((perMinute === 'custom') !== (perDay === 'custom')) {
     problems.push({ path: ['plans', 'enterprise'], message: 'must have both limits "custom" or neither' })
   }
+  for (const setting of ['certFile', 'keyFile'] as const) {
+    const value = config.server.tls?.[setting]
+    if (value !== undefined && tlsPathProblem(value)) problems.push({ path: ['server', 'tls', setting], message: tlsPathProblem(value)! })
+  }
   for (const [index, entry] of (config.server.trustedProxies ?? []).entries()) {
     const problem = trustedProxyProblem(entry)
     if (problem) {
@@ -393,6 +397,10 @@ function optional<K extends string, V>(name: K, value: V | undefined): Partial<R
  * silent downgrade.
  */
 function tlsFilesFrom(file: GatewayConfigFile['server']['tls'], env: NodeJS.ProcessEnv, configDirectory: string): TlsFiles | undefined {
+  for (const variable of Object.values(TLS_VARIABLES)) {
+    const problem = env[variable] ? tlsPathProblem(env[variable]) : undefined
+    if (problem) throw new EnvError(`${variable} ${problem}`)
+  }
   const certFile = env.GATEWAY_TLS_CERT_FILE ? resolve(env.GATEWAY_TLS_CERT_FILE) : file && resolve(configDirectory, file.certFile)
   const keyFile = env.GATEWAY_TLS_KEY_FILE ? resolve(env.GATEWAY_TLS_KEY_FILE) : file && resolve(configDirectory, file.keyFile)
   if (certFile === undefined && keyFile === undefined) return undefined
@@ -401,6 +409,18 @@ function tlsFilesFrom(file: GatewayConfigFile['server']['tls'], env: NodeJS.Proc
     throw new EnvError(`${given} is set without ${missing}, and the config has no server.tls: HTTPS needs both the certificate and its key`)
   }
   return { certFile, keyFile }
+}
+
+/**
+ * server.tls's settings and their variables name files. PEM text given in their place (a key
+ * pasted inline, an env var filled from a secret's contents) would be taken for a path, and the
+ * "cannot be read" message would print it, private key and all, in the fatal log line: such a
+ * value is refused without being shown.
+ */
+function tlsPathProblem(value: string): string | undefined {
+  return /-----BEGIN|[\r\n]/.test(value)
+    ? 'holds PEM text (or several lines), not a path: name the file that holds it (the value is not shown)'
+    : undefined
 }
 
 /** Which environment variable overrides each server.tls setting. */
