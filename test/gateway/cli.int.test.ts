@@ -155,6 +155,17 @@ describe('keys CLI (npm run keys)', () => {
     expect(listed.every((entry) => !('key' in entry) && !('hash' in entry) && !('keyHash' in entry))).toBe(true)
   })
 
+  it('reads only the plans of the config: a gateway variable set wrong in the same shell stops no command', async () => {
+    await schema()
+    const env = cleanEnv({ DATABASE_URL: database.url, GATEWAY_PORT: '99999', GATEWAY_TLS_CERT_FILE: '/nowhere/server.crt', REDIS_PASSWORD: 'alone' })
+    const created = await keys(['create', '--plan', 'pro', '--name', 'gateway-env', '--json'], env)
+    expect(created.code, created.stderr).toBe(0)
+    expect(JSON.parse(created.stdout)).toMatchObject({ plan: 'pro', perMinute: 300, perDay: 10_000 })
+    const listed = await keys(['list'], env)
+    expect(listed.code, listed.stderr).toBe(0)
+    expect(listed.stderr).not.toMatch(/\n\s+at /)
+  })
+
   it('lists 130,000 keys in full, in creation order, as a table and as one JSON object', async () => {
     await schema()
     // In batches: each insert also writes the change log, and one statement for all 130,000 rows

@@ -13,8 +13,10 @@ import type { Plans } from './format.ts'
 /** The config's plans. Revoking and unbanning must work even while someone is mid-way through editing the config. */
 function loadPlans(command: Command, output: Output): Plans | undefined {
   try {
-    // The gateway's certificate files are its own business (and its key often readable by it only).
-    return loadGatewayConfig(undefined, undefined, undefined, { tlsFiles: false }).plans
+    // The plans only: the gateway's variables (ports, Redis, certificate files) are the gateway's
+    // business, and one set wrong in this shell stopped every command with a stack trace. Nor its
+    // certificate files (its key often readable by the gateway only).
+    return loadGatewayConfig(undefined, {}, undefined, { tlsFiles: false }).plans
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
     if (command.name !== 'revoke' && command.name !== 'unban') throw new CliError(error.message)
