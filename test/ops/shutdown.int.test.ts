@@ -1,4 +1,5 @@
 import http from 'node:http'
+import net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
@@ -197,6 +198,38 @@ describe('gateway shutdown on SIGTERM', () => {
         test: 'test/ops/shutdown.int.test.ts',
       })
     } finally {
+      await pool.end()
+      await upstream.close()
+      gateway.cleanup()
+    }
+  })
+
+  // Node's close() took a connection that had sent no request for a busy one, and stopped the
+  // header timeouts that would have ended it: three held the shutdown to its deadline (exit 1).
+  it('closes connections that never sent a request, lets the one in flight finish 200, and exits 0 before its deadline', async () => {
+    const upstream = await slowUpstream()
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: upstream.url })
+    const pool = createPool({ connectionString: database.url, applicationName: 'ops-test' })
+    const quiet: net.Socket[] = []
+    try {
+      const { key } = await createKeyRepository(pool).create({ name: 'quiet', plan: 'pro' })
+      const { port } = new URL(gateway.url)
+      for (let i = 0; i < 3; i++) {
+        const socket = net.connect(Number(port), '127.0.0.1')
+        socket.on('error', () => undefined)
+        await new Promise((resolve) => socket.once('connect', resolve))
+        quiet.push(socket)
+      }
+      const inFlight = fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+      await upstream.firstRequest
+      gateway.proc.child.kill('SIGTERM')
+      expect((await inFlight).status).toBe(200)
+      const exit = await exitWithin(gateway.proc, 20_000)
+      expect(exit, gateway.proc.output()).toEqual({ code: 0, signal: null })
+      expect(gateway.proc.output()).not.toContain('shutdown deadline passed')
+      expect(quiet.every((socket) => socket.destroyed || socket.readableEnded)).toBe(true)
+    } finally {
+      for (const socket of quiet) socket.destroy()
       await pool.end()
       await upstream.close()
       gateway.cleanup()

@@ -1,5 +1,7 @@
 import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:timers/promises'
 import type { ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import { Server as TlsServer } from 'node:tls'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ApiError } from './apiError.ts'
@@ -44,10 +46,43 @@ function queuedBehindClosingAnswer(request: FastifyRequest, response: ServerResp
  * says `Connection: close`). A new request that still arrives on an open connection gets the
  * service's 503 Error body (Fastify's own would not be the spec's shape).
  */
+/** How often, once closing, connections with no answer under way are closed (closeQuietConnections). */
+const QUIET_CONNECTION_SWEEP_MILLIS = 250
+
+/**
+ * Node's `close()` closes idle keep-alive connections, but counts one that has not sent a whole
+ * request yet (a load balancer's pre-opened connection, a client that connected and went quiet)
+ * as busy, and stops the header timeouts that would have ended it: three such connections held a
+ * shutdown to its deadline (15 s). Once closing, every connection with no answer under way is
+ * closed, until the server has closed; one whose request is being answered finishes first.
+ */
+function closeQuietConnections(app: FastifyInstance): () => void {
+  const connections = new Set<Socket>()
+  // Over TLS the HTTP layer writes on the TLS socket, which 'secureConnection' gives (a handshake
+  // never finished is ended by its own timeout).
+  const opened = app.server instanceof TlsServer ? 'secureConnection' : 'connection'
+  app.server.on(opened, (socket: Socket) => {
+    connections.add(socket)
+    socket.once('close', () => connections.delete(socket))
+  })
+  return () => {
+    const sweep = () => {
+      for (const socket of connections) {
+        // Node's own record of the answer the socket is writing (internal, stable since Node 0.x).
+        if (!(socket as { _httpMessage?: ServerResponse | null })._httpMessage) socket.destroy()
+      }
+    }
+    const sweeping = setInterval(sweep, QUIET_CONNECTION_SWEEP_MILLIS).unref()
+    app.server.once('close', () => clearInterval(sweeping))
+    sweep()
+  }
+}
+
 export const gracefulClose = fp(
   async (app: FastifyInstance, options: { unavailable: () => ApiError }) => {
     let closing = false
     let draining = false
+    const startClosingQuietConnections = closeQuietConnections(app)
     app.addHook('preClose', async () => {
       closing = true
       // Answers already made but held until the end of this turn (coalescedWrites) leave first:
@@ -55,6 +90,7 @@ export const gracefulClose = fp(
       // it, such an answer would keep its connection open (it said keep-alive) until the client
       // left, and close() would wait for that.
       await setImmediatePromise()
+      startClosingQuietConnections()
     })
     const letThroughWhileDraining = new WeakSet<object>()
     app.addHook('onRequest', (request, reply, done) => {
