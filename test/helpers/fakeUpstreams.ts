@@ -76,10 +76,18 @@ export async function garbageUpstream(): Promise<TestUpstream> {
   return serveOnLoopback(server)
 }
 
-/** An address where nothing listens. */
+/**
+ * An address where nothing listens: port 2, outside the range the system hands out for port 0
+ * (and, unlike 1, not a port fetch refuses to call). A port taken and freed for the purpose could
+ * be given to another test's server meanwhile, which then accepted the connection and, silent,
+ * turned an expected 502 into a 504.
+ */
 export async function refusingUpstream(): Promise<TestUpstream> {
-  const server = net.createServer()
-  const url = await listen(server)
-  await new Promise((resolve) => server.close(resolve))
-  return { url, close: async () => undefined }
+  const refused = await new Promise<boolean>((resolve) => {
+    const probe = net.connect(2, '127.0.0.1')
+    probe.once('connect', () => (probe.destroy(), resolve(false)))
+    probe.once('error', () => resolve(true))
+  })
+  if (!refused) throw new Error('something listens on 127.0.0.1:2, where refusingUpstream needs nothing to')
+  return { url: 'http://127.0.0.1:2', close: async () => undefined }
 }
