@@ -1,3 +1,4 @@
+import { request } from 'undici'
 import { DependencyDown } from '../../common/src/ops/opsServer.ts'
 
 /** The pets-service route that answers 204 to a request carrying an internal credential it accepts. */
@@ -15,12 +16,14 @@ export function upstreamAcceptsGateway(url: string, internalToken: string, timeo
   return async () => {
     let status: number
     try {
-      const response = await fetch(target, {
+      // undici's request, not fetch: fetch refuses the ports browsers block (6000, 6665–6669,
+      // 10080 …), and an upstream on one was never ready although the proxy reached it.
+      const response = await request(target, {
         headers: { 'x-internal-token': internalToken },
         signal: AbortSignal.timeout(timeoutMillis),
       })
-      await response.body?.cancel()
-      status = response.status
+      await response.body.dump()
+      status = response.statusCode
     } catch (error) {
       throw new DependencyDown(`no answer from ${target.origin} (${errorCode(error)})`)
     }
