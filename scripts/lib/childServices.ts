@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import path from 'node:path'
 import { readFileSync } from 'node:fs'
+import { request } from 'undici'
 import { portFromEnv } from '../../common/src/env.ts'
 import { DEFAULT_CONFIG_PATH, parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 
@@ -145,12 +146,13 @@ export async function waitUntilReady(child: RunningChild, readyzUrl: string, tim
   while (Date.now() < deadline) {
     if (child.hasExited()) throw new Error(`${child.spec.name} exited before it was ready`)
     try {
-      const response = await fetch(readyzUrl, { signal: AbortSignal.timeout(2_000) })
-      if (response.status === 200) {
-        await response.body?.cancel()
+      // undici's request, not fetch, which refuses the ports browsers block (GATEWAY_OPS_PORT=6000).
+      const response = await request(readyzUrl, { signal: AbortSignal.timeout(2_000) })
+      if (response.statusCode === 200) {
+        await response.body.dump()
         return
       }
-      last = `; it answered ${response.status} ${(await response.text()).slice(0, 500)}`
+      last = `; it answered ${response.statusCode} ${(await response.body.text()).slice(0, 500)}`
     } catch {
       // Not listening yet.
     }

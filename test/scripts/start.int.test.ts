@@ -309,6 +309,23 @@ describe('npm start where its ports are taken', () => {
     expect(await sigterm(proc)).toMatchObject({ code: 0 })
   }, READY_MILLIS + STOP_MILLIS)
 
+  // npm start asked each ops port for /readyz with fetch, which refuses the ports browsers block:
+  // a stack whose ops port was one of them never became ready.
+  it('becomes ready with its ops ports on ports fetch refuses to call', async () => {
+    const stack = { ...(await newStack()), opsPort: 6666, gatewayOpsPort: 6667 }
+    const taken = await Promise.all([6666, 6667].map((port) => new Promise<boolean>((resolve) => {
+      const probe = net.connect(port, '127.0.0.1')
+      probe.once('connect', () => (probe.destroy(), resolve(true)))
+      probe.once('error', () => resolve(false))
+    })))
+    if (taken.some(Boolean)) return void console.warn('6666 or 6667 is taken here: not checked')
+    // Not npmStart: its own readiness wait is a fetch too. The ready line comes once both ops
+    // ports answered npm start's /readyz with 200.
+    const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+    await waitForOutput(proc, '[start] ready:', READY_MILLIS)
+    expect(await sigterm(proc)).toMatchObject({ code: 0 })
+  }, READY_MILLIS + STOP_MILLIS)
+
   it('refuses a gateway config the gateway would refuse, naming its line, before creating a database or starting a service', async () => {
     const stack = await newStack()
     const config = path.join(path.dirname(stack.dataDir), 'gateway.yaml')
