@@ -32,6 +32,16 @@ function shippedWith(from: string | RegExp, to: string | ((match: string) => str
   return text
 }
 
+/** The message resolving `file` with `env` is refused with ('' when it is not). */
+function refusalOf(file: Parameters<typeof resolveGatewayConfig>[0], env: NodeJS.ProcessEnv): string {
+  try {
+    resolveGatewayConfig(file, env)
+    return ''
+  } catch (error) {
+    return (error as Error).message
+  }
+}
+
 function problemsOf(fixture: string): string[] {
   const path = `test/fixtures/config/${fixture}`
   try {
@@ -126,12 +136,7 @@ describe('gateway config', () => {
       [{ REDIS_URL: 'redis.example.com:6380?Password=S3cr3t-pa55' }, 'got "redis.example.com:6380?Password=***"'],
     ]
     for (const [env, shown] of refusals) {
-      let message = ''
-      try {
-        resolveGatewayConfig(file, env)
-      } catch (error) {
-        message = (error as Error).message
-      }
+      const message = refusalOf(file, env)
       expect(message, JSON.stringify(env)).toContain(shown)
       expect(message).not.toContain('S3cr3t')
       expect(message).not.toContain('pa55')
@@ -179,12 +184,7 @@ describe('gateway config', () => {
       [{ REDIS_PASSWORD: 'S3cr3t-pa55' }, 'REDIS_PASSWORD is set but neither REDIS_URL nor REDIS_CLUSTER_NODES is: no Redis would use it'],
     ]
     for (const [env, shown] of refusals) {
-      let message = ''
-      try {
-        resolveGatewayConfig(file, env)
-      } catch (error) {
-        message = (error as Error).message
-      }
+      const message = refusalOf(file, env)
       expect(message, JSON.stringify(env)).toContain(shown)
       expect(message).not.toContain('S3cr3t')
     }
