@@ -64,8 +64,8 @@ const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
 /**
  * Whether the answer to a request that asked for keep-alive may still close its connection: an
  * HTTP/1.0 request framed with Transfer-Encoding or asking to upgrade (closesAfterAnswer: every
- * answer to them closes it), and an HTTP/1.1 request expecting 100-continue (Node closes after a final answer
- * sent without the 100, since the client may or may not have sent the body).
+ * answer to them closes it), and an HTTP/1.1 request expecting 100-continue (Node closes after a
+ * final answer sent without the 100, since the client may or may not have sent the body).
  */
 function answerMayClose(raw: IncomingMessage): boolean {
   if (closesAfterAnswer(raw)) return true
