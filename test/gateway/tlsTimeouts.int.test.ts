@@ -4,11 +4,12 @@ import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import tls from 'node:tls'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
-import { issueCertificate, makeCa, opensslMissing, type TestCa } from '../helpers/certificates.ts'
-import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { issueCertificate, makeCa, opensslMissing } from '../helpers/certificates.ts'
+import { recordingUpstream } from '../helpers/fakeUpstreams.ts'
+import { startGateway } from '../helpers/gateway.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const TIMEOUTS = { headersTimeoutMillis: 500, requestTimeoutMillis: 1_000 }
@@ -20,30 +21,25 @@ const TIMEOUTS = { headersTimeoutMillis: 500, requestTimeoutMillis: 1_000 }
  */
 describe.skipIf(opensslMissing)('HTTPS: slow clients are cut off as on plain HTTP', () => {
   const database = suiteDatabase()
-  let directory: string
-  let ca: TestCa
-  let upstream: TestUpstream
-  let gateway: RunningGateway
-  let port: number
-
-  beforeAll(async () => {
-    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-tls-timeouts-'))
-    ca = makeCa(directory)
-    const pair = readTlsPair(issueCertificate(ca, 'server', 'B001'))
-    upstream = await recordingUpstream()
-    gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, clientTimeouts: TIMEOUTS, tls: pair })
-    port = (gateway.app.server.address() as AddressInfo).port
+  const certificates = suiteService(async () => {
+    const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-tls-timeouts-'))
+    return { ca: makeCa(directory), directory, close: async () => rmSync(directory, { recursive: true, force: true }) }
   })
-  afterAll(async () => {
-    await gateway?.close()
-    await upstream?.close()
-    rmSync(directory, { recursive: true, force: true })
-  })
+  const upstream = suiteService(recordingUpstream)
+  const gateway = suiteService(() =>
+    startGateway({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      clientTimeouts: TIMEOUTS,
+      tls: readTlsPair(issueCertificate(certificates.ca, 'server', 'B001')),
+    }),
+  )
+  const gatewayPort = () => (gateway.app.server.address() as AddressInfo).port
 
   it('closes a connection that never starts its handshake within the header timeout, not 120 s', async () => {
     const closedAfter = await new Promise<number>((resolve, reject) => {
       const started = Date.now()
-      const socket = net.connect(port, '127.0.0.1')
+      const socket = net.connect(gatewayPort(), '127.0.0.1')
       socket.setTimeout(5_000, () => reject(new Error('still open after 5 s')))
       socket.on('error', () => undefined)
       socket.on('close', () => resolve(Date.now() - started))
@@ -55,7 +51,7 @@ describe.skipIf(opensslMissing)('HTTPS: slow clients are cut off as on plain HTT
   it('answers 408 with the Error body, through TLS, to headers that stop coming', async () => {
     const answer = await new Promise<string>((resolve, reject) => {
       let text = ''
-      const socket = tls.connect({ host: '127.0.0.1', port, ca: ca.pem, servername: 'localhost' }, () => socket.write('GET /v1/pets HTTP/1.1\r\nHost: x\r\n'))
+      const socket = tls.connect({ host: '127.0.0.1', port: gatewayPort(), ca: certificates.ca.pem, servername: 'localhost' }, () => socket.write('GET /v1/pets HTTP/1.1\r\nHost: x\r\n'))
       socket.setEncoding('utf8')
       socket.setTimeout(5_000, () => reject(new Error(`still open after 5 s: ${text}`)))
       socket.on('data', (chunk: string) => (text += chunk))

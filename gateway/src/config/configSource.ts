@@ -1,5 +1,6 @@
-import { statSync, unwatchFile, watchFile, type Stats } from 'node:fs'
+import { statSync } from 'node:fs'
 import type { Logger } from 'pino'
+import { versionOf, watchFiles } from './fileWatch.ts'
 import { ConfigError, loadGatewayConfig, type GatewayConfig } from './loadConfig.ts'
 
 export interface ConfigSource {
@@ -10,8 +11,6 @@ export interface ConfigSource {
   /** Reloads on SIGHUP and when the file changes; returns a function that stops watching. */
   watch(): () => void
 }
-
-const WATCH_INTERVAL_MILLIS = 500
 
 /**
  * How long a file found missing or empty is given to come back before a reload reads it. Tools
@@ -52,12 +51,6 @@ export function restartOnlyChanges(before: GatewayConfig, after: GatewayConfig):
   return changed
 }
 
-/**
- * What tells one version of the file from another: not its modification time alone, which a file
- * renamed over it may share (`cp -p`, `rsync -a`, archives with fixed times, one-second clocks).
- */
-const fileVersion = (stats: Stats) => `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeMs}:${stats.ctimeMs}`
-
 export function createConfigSource(
   path: string,
   env: NodeJS.ProcessEnv,
@@ -71,10 +64,7 @@ export function createConfigSource(
       return undefined
     }
   }
-  const version = () => {
-    const found = stats()
-    return found && fileVersion(found)
-  }
+  const version = () => versionOf([path])
   // Which version of the file was last read, valid or not.
   let readAt = version()
   let current = loadGatewayConfig(path, env)
@@ -135,23 +125,11 @@ export function createConfigSource(
     watch() {
       const onSignal = () => reloadOnceSettled()
       process.on('SIGHUP', onSignal)
-      // Polling the file's stat survives editors that replace the file and bind mounts alike.
-      const onChange = (now: Stats, before: Stats) => {
-        if (fileVersion(now) !== fileVersion(before)) reloadOnceSettled()
-      }
-      watchFile(path, { interval: WATCH_INTERVAL_MILLIS }, onChange)
-      // watchFile takes its first stat asynchronously and compares later ones with it: a change
-      // made after the last read but before that first stat would never be seen. One comparison
-      // with the version last read, once the watcher has its baseline, closes that gap.
-      const firstCheck = setTimeout(() => {
-        if (version() !== readAt) reloadOnceSettled()
-      }, WATCH_INTERVAL_MILLIS)
-      firstCheck.unref()
+      const stopWatching = watchFiles([path], () => readAt, reloadOnceSettled)
       return () => {
-        clearTimeout(firstCheck)
+        stopWatching()
         clearTimeout(settling)
         process.off('SIGHUP', onSignal)
-        unwatchFile(path, onChange)
       }
     },
   }

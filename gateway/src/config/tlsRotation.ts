@@ -1,6 +1,6 @@
-import { statSync, unwatchFile, watchFile, type Stats } from 'node:fs'
 import type { SecureContextOptions } from 'node:tls'
 import type { Logger } from 'pino'
+import { versionOf, watchFiles } from './fileWatch.ts'
 import { readTlsPair, type TlsFiles, type TlsPair } from './tlsFiles.ts'
 
 export interface TlsRotation {
@@ -11,8 +11,6 @@ export interface TlsRotation {
   /** Reloads on SIGHUP and when either file changes, into `server`; returns a function that stops watching. */
   watch(server: { setSecureContext(options: SecureContextOptions): void }): () => void
 }
-
-const WATCH_INTERVAL_MILLIS = 500
 
 /**
  * How long a change of the files is left to settle before they are read: tools that renew a
@@ -27,17 +25,6 @@ export function secureContextOptions(pair: TlsPair): SecureContextOptions {
   return { cert: pair.cert, key: pair.key }
 }
 
-const fileVersion = (stats: Stats | undefined) => (stats ? `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeMs}:${stats.ctimeMs}` : 'missing')
-
-function statOrUndefined(path: string): Stats | undefined {
-  try {
-    // stat follows links: a certbot live/ link moved to a new archive file is a change.
-    return statSync(path)
-  } catch {
-    return undefined
-  }
-}
-
 /**
  * The certificate of the public port, rotated without a restart: on SIGHUP and when either file
  * changes the pair is read and checked again (readTlsPair) and handed to the running server with
@@ -49,7 +36,9 @@ export function createTlsRotation(
   logger: Logger,
   onReload?: (outcome: 'success' | 'failure', pair: TlsPair) => void,
 ): TlsRotation {
-  const versions = () => `${fileVersion(statOrUndefined(files.certFile))}/${fileVersion(statOrUndefined(files.keyFile))}`
+  // stat follows links: a certbot live/ link moved to a new archive file is a change.
+  const paths = [files.certFile, files.keyFile]
+  const versions = () => versionOf(paths)
   let readAt = versions()
   let current = readTlsPair(files)
   let server: { setSecureContext(options: SecureContextOptions): void } | undefined
@@ -96,22 +85,11 @@ export function createTlsRotation(
         reload()
       }
       process.on('SIGHUP', onSignal)
-      const onChange = (now: Stats, before: Stats) => {
-        if (fileVersion(now) !== fileVersion(before)) reloadOnceSettled()
-      }
-      watchFile(files.certFile, { interval: WATCH_INTERVAL_MILLIS }, onChange)
-      watchFile(files.keyFile, { interval: WATCH_INTERVAL_MILLIS }, onChange)
-      // As the config watch does: a change between the read at start and the watchers' first stat.
-      const firstCheck = setTimeout(() => {
-        if (versions() !== readAt) reloadOnceSettled()
-      }, WATCH_INTERVAL_MILLIS)
-      firstCheck.unref()
+      const stopWatching = watchFiles(paths, () => readAt, reloadOnceSettled)
       return () => {
-        clearTimeout(firstCheck)
+        stopWatching()
         clearTimeout(settling)
         process.off('SIGHUP', onSignal)
-        unwatchFile(files.certFile, onChange)
-        unwatchFile(files.keyFile, onChange)
         server = undefined
       }
     },

@@ -62,16 +62,13 @@ function closesAfterAnswer(raw: IncomingMessage): boolean {
 const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
 
 /**
- * Whether the answer to a request that asked for keep-alive may still close its connection: an
- * HTTP/1.0 request framed with Transfer-Encoding or asking to upgrade (closesAfterAnswer: every
- * answer to them closes it), and an HTTP/1.1 request expecting 100-continue (Node closes after a
- * final answer sent without the 100, since the client may or may not have sent the body).
+ * Whether an HTTP/1.1 request expects 100-continue: Node closes the connection after a final answer
+ * sent without the 100, since the client may or may not have sent the body. With closesAfterAnswer,
+ * the requests whose answer may close a connection that asked for keep-alive.
  */
-function answerMayClose(raw: IncomingMessage): boolean {
-  if (closesAfterAnswer(raw)) return true
-  if (raw.httpVersion === '1.0') return false
+function expectsContinue(raw: IncomingMessage): boolean {
   const expectation = raw.headers.expect
-  return expectation !== undefined && CONTINUE_EXPECTATION.test(expectation)
+  return expectation !== undefined && raw.httpVersion !== '1.0' && CONTINUE_EXPECTATION.test(expectation)
 }
 
 /**
@@ -114,8 +111,9 @@ export const pipelinedBehindClose = fp(
       // Here, ahead of authentication and the rate limit: a 401 or 429 to such a request kept the
       // connection open, and a create pipelined behind an HTTP/1.0 request framed with
       // Transfer-Encoding was carried out (behind an upgrade, it waited unanswered).
-      if (closesAfterAnswer(request.raw)) reply.header('connection', 'close')
-      if (answerMayClose(request.raw)) watch(socket, reply.raw)
+      const closes = closesAfterAnswer(request.raw)
+      if (closes) reply.header('connection', 'close')
+      if (closes || expectsContinue(request.raw)) watch(socket, reply.raw)
       if (ahead === undefined) return done()
       ahead.waiting.push(() => {
         if (socket.writable && !socket.destroyed) return done()
