@@ -6,6 +6,7 @@
 #                         -e HEALTHCHECK_URL=http://127.0.0.1:9465/readyz IMAGE \
 #                         node --import tsx pets-service/src/main.ts
 # HEALTHCHECK_URL names the ops port: set it too when GATEWAY_OPS_PORT or PETS_OPS_PORT changes.
+# The healthchecks use node:http, not fetch, which refuses the ports browsers block (6666, 10080 …).
 # node is PID 1's only child (run with --init, or compose's `init: true`) and receives SIGTERM
 # and SIGHUP directly: no npm or shell in between.
 
@@ -28,5 +29,5 @@ COPY config ./config
 USER node
 EXPOSE 8080 9464 3001 9465
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-  CMD ["node", "-e", "fetch(process.env.HEALTHCHECK_URL).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+  CMD ["node", "-e", "require('node:http').get(process.env.HEALTHCHECK_URL, (r) => process.exit(r.statusCode === 200 ? 0 : 1)).on('error', () => process.exit(1))"]
 CMD ["node", "--import", "tsx", "gateway/src/main.ts"]

@@ -1,9 +1,13 @@
+import { execFile } from 'node:child_process'
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs'
+import { createServer } from 'node:http'
 import { builtinModules } from 'node:module'
 import path from 'node:path'
+import { promisify } from 'node:util'
 import { parse } from 'yaml'
 import { describe, expect, it } from 'vitest'
 import { parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
+import { canListen } from '../helpers/ports.ts'
 import { DASHBOARD_FILE } from './promql.ts'
 
 /**
@@ -358,5 +362,47 @@ describe('Dockerfile', () => {
     // Production dependencies only: whatever the code imports at run time must be one.
     expect([...packages].filter((name) => !(name in pkg.dependencies))).toEqual([])
     expect(files.size).toBeGreaterThan(20)
+  })
+})
+
+describe('the healthcheck commands', () => {
+  const dockerfile = instructions(readFileSync('Dockerfile', 'utf8'))
+  const imageCheck = dockerfile.find((instruction) => instruction.keyword === 'HEALTHCHECK')!.args
+  /** Each app healthcheck as the argv Docker runs, pointed at `port`, and the environment it gets. */
+  const commands = (port: number) => [
+    { name: 'Dockerfile', argv: JSON.parse(imageCheck.slice(imageCheck.indexOf('CMD') + 3)) as string[], env: { HEALTHCHECK_URL: `http://127.0.0.1:${port}/readyz` } },
+    ...['gateway-1', 'pets-service'].map((name) => ({
+      name,
+      argv: (services[name]!.healthcheck!.test as string[]).slice(1).map((arg) => arg.replace(/127\.0\.0\.1:\d+/, `127.0.0.1:${port}`)),
+      env: {},
+    })),
+  ]
+  const exitCode = (argv: string[], env: Record<string, string>) =>
+    promisify(execFile)(argv[0]!, argv.slice(1), { env: { ...process.env, ...env }, timeout: 3_000 }).then(
+      () => 0,
+      (error: { code?: number }) => error.code,
+    )
+
+  // They asked /readyz with fetch, which refuses the ports browsers block: a service whose ops
+  // port was one of them (6666, 10080 …) was ready and answered 200, and Docker called it unhealthy.
+  it('call a service healthy when its /readyz answers 200, and unhealthy otherwise, whatever its ops port (fetch refuses some)', async () => {
+    const candidates = [6666, 6667, 6668, 6669, 10080, 6000]
+    let port: number | undefined
+    for (const candidate of candidates) if (!port && (await canListen(candidate))) port = candidate
+    if (!port) return void console.warn(`${candidates.join(', ')} are all taken here: not checked`)
+    let status = 200
+    const server = createServer((_, response) => response.writeHead(status).end())
+    await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve))
+    try {
+      for (const { name, argv, env } of commands(port)) {
+        status = 200
+        expect(await exitCode(argv, env), `${name}: ready`).toBe(0)
+        status = 503
+        expect(await exitCode(argv, env), `${name}: not ready`).toBe(1)
+      }
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
+    for (const { name, argv, env } of commands(port)) expect(await exitCode(argv, env), `${name}: nothing listening`).toBe(1)
   })
 })
