@@ -279,9 +279,11 @@ function importGraph(entries: string[]): { files: Set<string>; packages: Set<str
     if (files.has(file)) return
     files.add(file)
     const text = readFileSync(file, 'utf8')
-    for (const match of text.matchAll(/^\s*(import|export)\s+(type\s+)?(?:[\w*{}\s,$]+?\s+from\s+)?['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/gm)) {
+    // `createRequire(…).resolve('pkg/…')` finds a package's files at run time (swagger-ui-dist's) without importing it.
+    for (const match of text.matchAll(/^\s*(import|export)\s+(type\s+)?(?:[\w*{}\s,$]+?\s+from\s+)?['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|\.resolve\(\s*['"]([^'"]+)['"]\s*\)/gm)) {
       const typeOnly = Boolean(match[2])
-      const specifier = match[3] ?? match[4]!
+      const specifier = match[3] ?? match[4] ?? match[5]!
+      if (match[5] && specifier.startsWith('.')) continue
       if (specifier.startsWith('.')) visit(path.normalize(path.join(path.dirname(file), specifier)))
       else if (!typeOnly && !specifier.startsWith('node:') && !builtinModules.includes(specifier)) {
         packages.add(specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!)
