@@ -82,6 +82,17 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
     }
   })
 
+  it('answers another method on the docs paths 405 with Allow, without a key and whatever key is sent', async () => {
+    for (const [method, path] of [['POST', '/v1/openapi.json'], ['DELETE', '/docs'], ['PUT', '/docs/docs.js']] as const) {
+      for (const authorization of [undefined, 'Bearer aas_not_a_key', 'Basic x']) {
+        const response = await gateway.request(path, { method, headers: authorization ? { authorization } : {} })
+        expect(response.headers.get('allow'), `${method} ${path} ${authorization}`).toBe('GET, HEAD')
+        expect(response.headers.get('ratelimit-policy')).toMatch(/^"anonymous";/)
+        await expectErrorResponse(response, 405, 'method_not_allowed')
+      }
+    }
+  })
+
   it('redirects /docs/ to /docs', async () => {
     const response = await gateway.request('/docs/', { redirect: 'manual' })
     expect(response.status).toBe(301)

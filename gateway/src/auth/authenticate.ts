@@ -97,6 +97,15 @@ export const authenticate = fp(
     app.decorateRequest('authFailure', null)
     app.decorateRequest('authFailureReason', null)
 
+    // A public path asked with a method it does not answer reaches the not-found handler, not
+    // its route: its 405 needs no key either, or a client would be told to send one for the docs.
+    const publicPaths = new Set<string>()
+    app.addHook('onRoute', (route) => {
+      if (route.config?.public) publicPaths.add(route.url)
+    })
+    const isPublic = (request: FastifyRequest) =>
+      request.routeOptions.config?.public === true || (request.is404 && publicPaths.has(request.url.split('?', 1)[0]!))
+
     function refuse(request: FastifyRequest, reason: AuthFailureReason, answer = reason === 'missing' ? MISSING : INVALID): void {
       options.onFailure?.(reason)
       request.authFailure = answer
@@ -164,7 +173,7 @@ export const authenticate = fp(
 
     // Callback style: on a cache hit (nearly every request) nothing here needs a promise.
     app.addHook('onRequest', (request, _reply, done) => {
-      if (request.routeOptions.config?.public) return done()
+      if (isPublic(request)) return done()
       const header = request.headers.authorization
       const token = header === undefined || header === '' ? '' : bearerToken(header)
       if (token === '') {
