@@ -165,6 +165,25 @@ describe('gateway logs', () => {
     )
   })
 
+  it('write a line for a method the HTTP parser does not know, and for CONNECT (501)', async () => {
+    const { port } = new URL(gateways[0]!.url)
+    for (const request of ['FOO /v1/pets HTTP/1.1\r\nHost: x\r\n\r\n', 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n']) {
+      const before = gatewayLog.lines.length
+      const answer = await new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(port), '127.0.0.1', () => socket.write(request))
+        let text = ''
+        socket.setEncoding('utf8')
+        socket.on('data', (chunk: string) => (text += chunk))
+        socket.on('close', () => resolve(text))
+        socket.on('error', reject)
+      })
+      expect(answer).toMatch(/^HTTP\/1.1 501 /)
+      await sleep(200)
+      const lines = gatewayLog.lines.slice(before).map((line) => JSON.parse(line) as Record<string, unknown>)
+      expect(lines, request).toContainEqual(expect.objectContaining({ level: 30, status: 501, code: 'not_implemented', reason: expect.any(String), remoteAddress: expect.any(String) }))
+    }
+  })
+
   it('never contain a key, on any path: success, 401, 404, upstream failures', async () => {
     const gateway = gateways[0]!
     const { key: valid } = await gateway.createKey()
