@@ -252,6 +252,22 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     })
   })
 
+  // RFC 9112 §9.3.2: pipelined requests run side by side only when all are safe. The gateway handed
+  // the read to the pets-service alongside the create, and it answered 404 for the pet just created.
+  it('a read pipelined behind a create sees the pet the create announced', async () => {
+    const { key } = await gateway.createKey()
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const name = `Pipelined read ${randomUUID()}`
+      const body = JSON.stringify({ name, categoryId: 1, status: 'pending' })
+      const create = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+      const read = `GET /v1/pets?status=pending&limit=100 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`
+      const answer = await raw(gateway.url, create + read)
+      expect(answer.match(/HTTP\/1\.1 \d{3} [A-Za-z ]+/g)).toEqual(['HTTP/1.1 201 Created', 'HTTP/1.1 200 OK'])
+      const listed = answer.slice(answer.lastIndexOf('\r\n\r\n') + 4)
+      expect(listed).toContain(`"name":"${name}"`)
+    }
+  })
+
   it('keeps serving after refusing them', async () => {
     const { key } = await gateway.createKey()
     expect((await gateway.request('/v1/pets', { key })).status).toBe(200)

@@ -71,6 +71,9 @@ function expectsContinue(raw: IncomingMessage): boolean {
   return expectation !== undefined && raw.httpVersion !== '1.0' && CONTINUE_EXPECTATION.test(expectation)
 }
 
+/** RFC 9110 §9.2.1 (and QUERY): requests that change nothing, which may be carried out side by side. */
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'QUERY'])
+
 /**
  * RFC 9112 §9.6: once a server closes a connection after an answer, it carries out none of the
  * requests pipelined behind it, whose answers could never be sent. Node's parser reads on after a
@@ -79,13 +82,17 @@ function expectsContinue(raw: IncomingMessage): boolean {
  * never told about, and was charged to its key. A request queued behind such an answer waits for
  * it (only then is it known whether the connection stays open) and is carried out only if the
  * connection does; otherwise it ends here, before it is charged, with a 400 that is logged and
- * never delivered. Pipelined requests behind any other answer are carried out at once, as before.
+ * never delivered.
+ * RFC 9112 §9.3.2: pipelined requests are carried out side by side only when all are safe. Node
+ * hands them all over at once, so a read pipelined behind a create ran alongside it and, more often
+ * than not, answered 404 for the pet the 201 before it had just announced. A request queued behind
+ * an unsafe one waits for its answer the same way. Requests behind a safe one are carried out at once.
  * Registered after httpMetrics (whose hook counts such a request when its connection closes) and
  * before authentication and the rate limit, whose refusals must close the connection too.
  */
 export const pipelinedBehindClose = fp(
   async (app: FastifyInstance) => {
-    /** Per connection, the last answer not yet sent that may close it, and the requests queued behind it. */
+    /** Per connection, the last answer not yet sent that may close it or follows an unsafe request, and the requests queued behind it. */
     const closing = new WeakMap<Socket, { waiting: (() => void)[] }>()
     const notCarriedOut = () => gatewayErrors.create('bad_request', 'A request pipelined behind an answer that closed the connection is not carried out.')
 
@@ -113,7 +120,7 @@ export const pipelinedBehindClose = fp(
       // Transfer-Encoding was carried out (behind an upgrade, it waited unanswered).
       const closes = closesAfterAnswer(request.raw)
       if (closes) reply.header('connection', 'close')
-      if (closes || expectsContinue(request.raw)) watch(socket, reply.raw)
+      if (closes || expectsContinue(request.raw) || !SAFE_METHODS.has(request.raw.method as string)) watch(socket, reply.raw)
       if (ahead === undefined) return done()
       ahead.waiting.push(() => {
         if (socket.writable && !socket.destroyed) return done()
