@@ -190,6 +190,26 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
       expect(body).toEqual({ code: 'bad_request', message: expect.stringContaining(named), status: 400 })
     })
 
+    // RFC 9112 §6.1. Node's parser takes the chunked framing off and leaves the gzip coding to the
+    // application: the gateway forwarded the body as JSON of that length, and stored the pet.
+    it.each(['gzip, chunked', 'identity, chunked', 'gzip\r\nTransfer-Encoding: chunked'])(
+      'a body sent with Transfer-Encoding %j: 501 not_implemented with the Error body, nothing stored, and the connection still serves',
+      async (transferEncoding) => {
+        const { key } = await gateway.createKey()
+        const name = `Coded ${randomUUID()}`
+        const body = JSON.stringify({ name, categoryId: 1 })
+        const coded = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nTransfer-Encoding: ${transferEncoding}\r\n\r\n${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n\r\n`
+        const next = `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`
+        const answer = await raw(gateway.url, coded + next)
+        expect(answer.match(/HTTP\/1\.1 \d{3} [A-Za-z ]+/g)).toEqual(['HTTP/1.1 501 Not Implemented', 'HTTP/1.1 200 OK'])
+        const refusal = parse(answer.slice(0, answer.indexOf('HTTP/1.1 200 OK')))
+        expect(refusal.head).toMatch(/^x-ratelimit-limit: \d+$/im)
+        expect(refusal.body).toEqual({ code: 'not_implemented', message: expect.stringContaining('chunked'), status: 501 })
+        const stored = await pets.pool.query('SELECT count(*)::int AS count FROM pets.pets WHERE name = $1', [name])
+        expect(stored.rows[0]).toEqual({ count: 0 })
+      },
+    )
+
     it('answers an HTTP/1.0 request framed with Transfer-Encoding, then closes the connection', async () => {
       const { key } = await gateway.createKey()
       const body = JSON.stringify({ name: 'Chunked', categoryId: 1 })

@@ -25,10 +25,24 @@ function repeatedSingleton(rawHeaders: string[]): string | undefined {
 }
 
 /**
+ * Whether a request's body claims a transfer coding besides chunked (`gzip, chunked`), which
+ * Node's parser accepts and does not decode: it removes the chunked framing alone.
+ */
+function undecodedTransferCoding(transferEncoding: string | undefined): boolean {
+  if (transferEncoding === undefined) return false
+  for (const part of transferEncoding.split(',')) {
+    if (part.trim().toLowerCase() !== 'chunked') return true
+  }
+  return false
+}
+
+/**
  * Requests the gateway will not pass on as they stand, refused with 400 and the Error body once
  * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2),
  * two Host fields (§3.2), two Authorization fields, which one server would read as the first
  * key and another as the second, or two Content-Type fields (one server's JSON, another's text).
+ * A body with a transfer coding besides chunked is refused with 501 (§6.1): forwarded, it reached
+ * the upstream still coded but sized and described as if it were not (a gzip body as JSON).
  * An HTTP/1.0 request framed with Transfer-Encoding, or asking to upgrade, is answered and then
  * its connection closed: pipelinedBehindClose says so, as every answer to one must, a refusal too.
  */
@@ -41,6 +55,9 @@ export const requestFraming = fp(
       }
       const repeated = repeatedSingleton(raw.rawHeaders)
       if (repeated !== undefined) return done(gatewayErrors.create('bad_request', `The ${repeated} header may be sent only once.`))
+      if (undecodedTransferCoding(raw.headers['transfer-encoding'])) {
+        return done(gatewayErrors.create('not_implemented', 'No transfer coding but chunked is supported; send the body chunked or with a Content-Length.'))
+      }
       done()
     })
   },
