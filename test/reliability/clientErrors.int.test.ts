@@ -234,6 +234,16 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
         'HTTP/1.1 200 OK',
       ],
       [
+        'an HTTP/2.0 request line framed with Transfer-Encoding, which Node keeps alive as HTTP/1.0',
+        (key: string) => `GET /v1/pets?limit=1 HTTP/2.0\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+        'HTTP/1.1 200 OK',
+      ],
+      [
+        'an HTTP/0.9 request line framed with Transfer-Encoding',
+        (key: string) => `GET /v1/pets?limit=1 HTTP/0.9\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+        'HTTP/1.1 200 OK',
+      ],
+      [
         'an HTTP/1.0 request framed with Transfer-Encoding and refused for want of a key',
         () => 'GET /v1/pets?limit=1 HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
         'HTTP/1.1 401 Unauthorized',
