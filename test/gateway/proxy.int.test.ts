@@ -421,6 +421,27 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(recorder.bodies[0]).toBe(body)
   })
 
+  // RFC 9110 §10.1.1: Expect is a list. Node took `100-continue, foo` for 100-continue and left the
+  // 100 to the gateway, which looked for the exact value and sent nothing: the client waited for it.
+  it.each(['100-continue, foo', 'foo, 100-Continue'])('asks for a body announced with Expect: %s, one expectation of a list', async (expectation) => {
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder)
+    const body = '{"name":"Rex","categoryId":1}'
+    const client = await openRaw(gateway.url)
+    client.socket.write(
+      `POST /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nExpect: ${expectation}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`,
+    )
+    await eventually(async () => client.answer().startsWith('HTTP/1.1 100 Continue\r\n'), 2_000, 20).catch((error: unknown) => {
+      client.socket.destroy()
+      throw error
+    })
+    client.socket.write(body)
+    await client.closed
+    expect(client.answer()).toMatch(/\r\n\r\nHTTP\/1\.1 200 OK\r\n/)
+    expect(recorder.bodies[0]).toBe(body)
+  })
+
   it('answers a request with an expectation other than 100-continue as if it had none', async () => {
     const recorder = await recordingUpstream()
     const { gateway, key } = await gatewayTo(recorder)

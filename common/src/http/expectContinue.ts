@@ -9,6 +9,14 @@ import fp from 'fastify-plugin'
  * wanted gets its final answer at once, and the client never sends the body. Other expectations
  * are ignored.
  */
+/** Whether an Expect field, a list (RFC 9110 §10.1.1; repeated fields come joined), holds 100-continue. */
+function expectsContinue(expectation: string): boolean {
+  for (const part of expectation.split(',')) {
+    if (part.trim().toLowerCase() === '100-continue') return true
+  }
+  return false
+}
+
 export const expectContinue = fp(
   async (app: FastifyInstance, options: { bodyLimitBytes: number }) => {
     // With a listener, Node leaves the 100 to the application and hands the request on as usual.
@@ -22,7 +30,7 @@ export const expectContinue = fp(
       // expectation is ignored (RFC 9110 §10.1.1: a server MUST ignore it from HTTP/1.0).
       if (
         expectation !== undefined &&
-        expectation.toLowerCase() === '100-continue' &&
+        expectsContinue(expectation) &&
         request.raw.httpVersionMinor >= 1 &&
         !(Number(request.headers['content-length']) > options.bodyLimitBytes)
       ) {
