@@ -281,16 +281,22 @@ export function createKeyRepository(pool: pg.Pool) {
      * Records a ban the store has just started, for `keys show` and `keys list`. `startedHere`
      * is when it started on this process's monotonic clock: its recorded_at is Postgres's time
      * less what has passed since, a wait for a connection included, so an unban asked for in the
-     * meantime still comes after the ban it was meant to lift (pendingUnbans).
+     * meantime still comes after the ban it was meant to lift (pendingUnbans). A record written
+     * `late` (a retry while Postgres was away) is not written once an unban asked for after the ban
+     * began has been applied: that unban lifted it, and found no record to delete.
      */
-    async recordBan(ban: RecordedBan, startedHere = performance.now()): Promise<void> {
+    async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<void> {
       await withConnection(pool, (client) =>
         client.query(
-          `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
-           VALUES ($1, $2, $3, $4, now() - $5 * interval '1 millisecond')
+          `WITH ban AS (SELECT now() - $5 * interval '1 millisecond' AS recorded_at)
+           INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
+           SELECT $1::text, $2::smallint, $3::timestamptz, $4::timestamptz, ban.recorded_at FROM ban
+            WHERE NOT $6::boolean OR NOT EXISTS (
+              SELECT 1 FROM gateway.api_key_changes c
+               WHERE c.key_id = $1 AND c.kind = 'unban' AND c.applied_at IS NOT NULL AND c.changed_at >= ban.recorded_at)
            ON CONFLICT (key_id) DO UPDATE
              SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = EXCLUDED.recorded_at`,
-          [ban.keyId, ban.step, ban.startedAt, ban.endsAt, Math.max(performance.now() - startedHere, 0)],
+          [ban.keyId, ban.step, ban.startedAt, ban.endsAt, Math.max(performance.now() - startedHere, 0), late],
         ),
       )
     },

@@ -16,13 +16,23 @@ export interface NewBan {
   shared: boolean
 }
 
+/** How often a ban's record is written again while Postgres refuses it, as pending unbans are retried. */
+export const BAN_RECORD_RETRY_MILLIS = 2_000
+
 /**
  * What a gateway does when a request starts a ban (rare: once per ban, on the gateway whose
  * request made it): one warning line, and a record in Postgres so `keys show` and `keys list`
  * can tell an operator which keys are banned and until when. The write never holds up the
- * answer; if it fails the ban still holds and the failure is logged.
+ * answer. If it fails (Postgres restarting, unreachable) the ban still holds, the failure is
+ * logged once, and the write is tried again every 2 s for as long as the ban lasts: a ban that
+ * began during a Postgres restart is one `keys show` would otherwise never print.
  */
-export function banJournal(options: { record: (ban: RecordedBan, startedHere: number) => Promise<void>; logger: Logger }): (ban: NewBan) => void {
+export function banJournal(options: {
+  record: (ban: RecordedBan, startedHere: number, late: boolean) => Promise<void>
+  logger: Logger
+  retryMillis?: number
+}): (ban: NewBan) => void {
+  const retryMillis = options.retryMillis ?? BAN_RECORD_RETRY_MILLIS
   return (ban) => {
     const startedHere = performance.now()
     const endsAt = new Date(ban.endsAtMillis)
@@ -38,8 +48,20 @@ export function banJournal(options: { record: (ban: RecordedBan, startedHere: nu
       'API key banned',
     )
     if (!ban.shared) return
-    options
-      .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere)
-      .catch((error: unknown) => options.logger.error({ err: error, keyId: ban.keyId }, 'could not record the ban for the keys CLI'))
+    const lastsUntilHere = startedHere + (ban.endsAtMillis - ban.startedAtMillis)
+    let failed = false
+    const write = () => {
+      options
+        .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed)
+        .then(
+          () => failed && options.logger.info({ keyId: ban.keyId }, 'ban recorded for the keys CLI after an earlier failure'),
+          (error: unknown) => {
+            if (!failed) options.logger.error({ err: error, keyId: ban.keyId }, 'could not record the ban for the keys CLI; trying again while it lasts')
+            failed = true
+            if (performance.now() + retryMillis < lastsUntilHere) setTimeout(write, retryMillis).unref()
+          },
+        )
+    }
+    write()
   }
 }

@@ -1,0 +1,85 @@
+import pino from 'pino'
+import type pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { migrate } from '../../../common/src/database/migrate.ts'
+import { createPool } from '../../../common/src/database/pool.ts'
+import { createKeyRepository, type KeyRepository } from '../../../gateway/src/keys/keyRepository.ts'
+import { GATEWAY_MIGRATIONS } from '../../../gateway/src/migrations.ts'
+import { banJournal } from '../../../gateway/src/rateLimit/banJournal.ts'
+import { captureLog } from '../../helpers/logCapture.ts'
+import { cuttableRelay } from '../../helpers/tcpRelay.ts'
+import { suiteDatabase } from '../../helpers/testDatabase.ts'
+import { runKeysCli } from '../../scripts/processes.ts'
+
+/**
+ * A ban begins on the gateway whose request started it, in Redis; the record `keys show` reads is
+ * written to Postgres afterwards. Found in a chaos soak: a ban that began while Postgres was
+ * restarting was never recorded, so `keys show` said `ban none` for the whole ban while every
+ * gateway answered 429 api_key_banned.
+ */
+describe('the record of a ban that began while Postgres was unreachable', () => {
+  const database = suiteDatabase()
+  let relay: Awaited<ReturnType<typeof cuttableRelay>>
+  let direct: pg.Pool
+  let behindRelay: pg.Pool
+  let repository: KeyRepository
+
+  beforeAll(async () => {
+    direct = createPool({ connectionString: database.url, applicationName: 'ban-record-test', max: 2 })
+    await migrate(direct, GATEWAY_MIGRATIONS)
+    repository = createKeyRepository(direct)
+    const target = new URL(database.url)
+    relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const url = new URL(database.url)
+    url.host = `127.0.0.1:${relay.port}`
+    behindRelay = createPool({ connectionString: url.toString(), applicationName: 'ban-record-gateway', max: 2 })
+  })
+  afterAll(async () => {
+    await behindRelay?.end()
+    await relay?.close()
+    await direct?.end()
+  })
+
+  const banWhileCut = async (keyId: string) => {
+    const log = captureLog()
+    const journal = banJournal({ record: createKeyRepository(behindRelay).recordBan, logger: pino(log.stream), retryMillis: 100 })
+    await relay.cut()
+    const now = Date.now()
+    journal({ keyId, plan: 'free', step: 1, startedAtMillis: now, endsAtMillis: now + 300_000, shared: true })
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    return log
+  }
+  const show = async (id: string) => {
+    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: database.url }
+    delete env.GATEWAY_CONFIG
+    delete env.DATA_DIR
+    const run = await runKeysCli(['show', id, '--json'], env, 20_000)
+    expect(run.code, run.stderr).toBe(0)
+    return JSON.parse(run.stdout) as { ban: { step: number } | null }
+  }
+
+  it('keys show prints a ban that began while Postgres was unreachable, once Postgres is back', async () => {
+    const { record } = await repository.create({ name: 'banned during a restart', plan: 'free' })
+    const log = await banWhileCut(record.id)
+    expect(log.entries().filter((line) => String(line.msg).startsWith('could not record the ban for the keys CLI'))).toHaveLength(1)
+    await relay.restore()
+
+    const deadline = Date.now() + 5_000
+    while (!(await repository.activeBans([record.id])).has(record.id) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    expect((await show(record.id)).ban).toMatchObject({ step: 1 })
+  }, 30_000)
+
+  it('keys show prints no ban for one an unban lifted before its record could be written', async () => {
+    const { record } = await repository.create({ name: 'unbanned during a restart', plan: 'free' })
+    await banWhileCut(record.id)
+    // The operator unbans meanwhile, and a gateway whose Redis is reachable applies it.
+    const unban = await repository.requestUnban(record.id)
+    await repository.markUnbanApplied(unban!)
+    await relay.restore()
+
+    await new Promise((resolve) => setTimeout(resolve, 1_000))
+    expect((await show(record.id)).ban).toBeNull()
+  }, 30_000)
+})
