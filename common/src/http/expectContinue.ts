@@ -1,6 +1,18 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 
+/** Node's test for the expectation it leaves to 'checkContinue' (_http_server.js continueExpression). */
+const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
+
+/**
+ * Whether an Expect field holds 100-continue as Node reads it: anywhere in the list (RFC 9110
+ * §10.1.1; repeated fields come joined), `100-continue, foo` too. Node then waits for the
+ * service to send the 100, and closes the connection after a final answer sent without it.
+ */
+export function expectsContinue(expectation: string): boolean {
+  return CONTINUE_EXPECTATION.test(expectation)
+}
+
 /**
  * `Expect: 100-continue` (RFC 9110 §10.1.1) answered when the body is about to be read, not when
  * the request arrives. Node's default sends 100 Continue to every such request before any hook
@@ -9,14 +21,6 @@ import fp from 'fastify-plugin'
  * wanted gets its final answer at once, and the client never sends the body. Other expectations
  * are ignored.
  */
-/** Whether an Expect field, a list (RFC 9110 §10.1.1; repeated fields come joined), holds 100-continue. */
-function expectsContinue(expectation: string): boolean {
-  for (const part of expectation.split(',')) {
-    if (part.trim().toLowerCase() === '100-continue') return true
-  }
-  return false
-}
-
 export const expectContinue = fp(
   async (app: FastifyInstance, options: { bodyLimitBytes: number }) => {
     // With a listener, Node leaves the 100 to the application and hands the request on as usual.

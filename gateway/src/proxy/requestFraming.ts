@@ -3,6 +3,7 @@ import type { Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
+import { expectsContinue } from '../../../common/src/http/expectContinue.ts'
 import { markNotCarriedOut } from '../../../common/src/http/requestContext.ts'
 import { gatewayErrors } from '../errors.ts'
 
@@ -76,17 +77,14 @@ function closesAfterAnswer(raw: IncomingMessage): boolean {
   return raw.headers.upgrade !== undefined || (raw.httpVersion !== '1.1' && raw.headers['transfer-encoding'] !== undefined)
 }
 
-/** Node's test for the expectation it answers with 100 Continue (_http_server.js continueExpression). */
-const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
-
 /**
  * Whether an HTTP/1.1 request expects 100-continue: Node closes the connection after a final answer
  * sent without the 100, since the client may or may not have sent the body. With closesAfterAnswer,
  * the requests whose answer may close a connection that asked for keep-alive.
  */
-function expectsContinue(raw: IncomingMessage): boolean {
+function waitsForContinue(raw: IncomingMessage): boolean {
   const expectation = raw.headers.expect
-  return expectation !== undefined && raw.httpVersion !== '1.0' && CONTINUE_EXPECTATION.test(expectation)
+  return expectation !== undefined && raw.httpVersion !== '1.0' && expectsContinue(expectation)
 }
 
 /** RFC 9110 §9.2.1 (and QUERY): requests that change nothing, which may be carried out side by side. */
@@ -138,7 +136,7 @@ export const pipelinedBehindClose = fp(
       // Transfer-Encoding was carried out (behind an upgrade, it waited unanswered).
       const closes = closesAfterAnswer(request.raw)
       if (closes) reply.header('connection', 'close')
-      if (closes || expectsContinue(request.raw) || !SAFE_METHODS.has(request.raw.method as string)) watch(socket, reply.raw)
+      if (closes || waitsForContinue(request.raw) || !SAFE_METHODS.has(request.raw.method as string)) watch(socket, reply.raw)
       if (ahead === undefined) return done()
       ahead.waiting.push(() => {
         if (socket.writable && !socket.destroyed) return done()
