@@ -103,7 +103,9 @@ export function createGatewayMetrics(registry: Registry) {
           nearLimit.labels(event.plan, window.name).inc()
         }
       }
-      if (event.newBanStep !== undefined) bans.inc({ step: String(event.newBanStep) })
+    },
+    newBan(step) {
+      bans.inc({ step: String(step) })
     },
   }
 

@@ -28,6 +28,14 @@ export interface LimitRequest {
   bans: BanPolicy
   /** Tests only: a fixed store time in ms. Production leaves it unset and the store reads its own clock (Redis TIME). */
   nowMillis?: number
+  /** The key's plan, for what onLateDecision reports. */
+  plan?: string
+  /**
+   * Called with the decision the store applied after the caller had stopped waiting for it (a
+   * Redis reply later than the time budget, the request answered per onStoreFailure meanwhile).
+   * Not a closure per request: the request is passed back.
+   */
+  onLateDecision?: (request: LimitRequest, decision: LimitDecision) => void
 }
 
 export interface WindowState {

@@ -9,7 +9,7 @@ import type { AnonymousDecision, AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
 import { anonymousBucket } from './clientAddress.ts'
 import type { NewBan } from './banJournal.ts'
-import type { LimitOutcome } from './limitStore.ts'
+import type { LimitDecision, LimitOutcome, LimitRequest } from './limitStore.ts'
 import { banPolicy, cachedLimitsFor, type KeyLimits } from './planLimits.ts'
 import { rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
 import { StoreUnavailableError, type ResilientStore } from './resilientStore.ts'
@@ -29,12 +29,12 @@ export interface RateLimitEvent {
   source: 'store' | 'fallback' | 'ban_cache' | 'anonymous'
   /** Each window's limit and what is left after this request; absent for bans and failures. */
   windows?: { name: 'minute' | 'day'; limit: number; remaining: number }[]
-  /** The ladder step of a ban this request started. */
-  newBanStep?: number
 }
 
 export interface RateLimitObserver {
   decision(event: RateLimitEvent): void
+  /** A ban a request started, at this ladder step (counted once, by the gateway that started it). */
+  newBan(step: number): void
 }
 
 export interface RateLimitOptions {
@@ -143,12 +143,34 @@ export const rateLimit = fp(
       return refusal('api_key_banned', knownBan.retryAfterMillis)
     }
 
+    /** The log line, the metric and the record (shared: for the keys CLI) of a ban a request started. */
+    function announceBan(keyId: string, plan: string, decision: LimitDecision, shared: boolean) {
+      options.observer?.newBan(decision.banStep)
+      options.onNewBan?.({
+        keyId,
+        plan,
+        step: decision.banStep,
+        startedAtMillis: decision.nowMillis,
+        endsAtMillis: decision.nowMillis + decision.banMillisLeft,
+        shared,
+      })
+    }
+
+    /**
+     * A ban Redis started on a reply that came after the budget: the request was answered per
+     * onStoreFailure meanwhile, and without this the ban, in force on every gateway, would have no
+     * log line, no count in gateway_bans_total and no record for `keys show`.
+     */
+    function announceLateBan(request: LimitRequest, decision: LimitDecision) {
+      if (decision.newBan) announceBan(request.keyId, request.plan ?? 'unknown', decision, true)
+    }
+
     async function limitKeyed(request: FastifyRequest, key: ApiKeyRecord, config: GatewayConfig, limits: KeyLimits) {
 
       const banTicket = options.bans.ticket()
       let decision
       try {
-        decision = await options.store.consume({ keyId: key.id, ...limits, bans: banPolicy(config) })
+        decision = await options.store.consume({ keyId: key.id, plan: key.plan, ...limits, bans: banPolicy(config), onLateDecision: announceLateBan })
       } catch (error) {
         if (!(error instanceof StoreUnavailableError)) throw error
         // Nothing can be admitted until the store answers again: the 503 says so in the headers too.
@@ -178,18 +200,8 @@ export const rateLimit = fp(
                 { name: 'day' as const, limit: decision.day.limit, remaining: decision.day.remaining },
               ],
             }),
-        ...(decision.newBan ? { newBanStep: decision.banStep } : {}),
       })
-      if (decision.newBan) {
-        options.onNewBan?.({
-          keyId: key.id,
-          plan: key.plan,
-          step: decision.banStep,
-          startedAtMillis: decision.nowMillis,
-          endsAtMillis: decision.nowMillis + decision.banMillisLeft,
-          shared: !decision.degraded,
-        })
-      }
+      if (decision.newBan) announceBan(key.id, key.plan, decision, !decision.degraded)
       if (decision.outcome === 'banned') {
         options.bans.remember(key.id, banTicket, limits, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
         throw refusal('api_key_banned', decision.retryAfterMillis)

@@ -284,6 +284,34 @@ export class RedisDeadlineError extends Error {
   }
 }
 
+function decisionOf(request: LimitRequest, reply: ScriptReply): LimitDecision {
+  const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan, banLeft] = reply
+  return {
+    outcome: OUTCOMES[outcome] ?? 'limited',
+    nowMillis: now,
+    minute: { limit: request.minute.limit, remaining: minuteRemaining, resetMillis: minuteReset },
+    day: { limit: request.day.limit, remaining: dayRemaining, resetMillis: dayReset },
+    retryAfterMillis: retryAfter,
+    banMillisLeft: banLeft,
+    banStep,
+    newBan: newBan === 1,
+  }
+}
+
+/**
+ * A script call past the budget is answered per onStoreFailure, but Redis may still run it
+ * within its deadline (LATE_AFTER_MILLIS): it then counted the request, and may have struck and
+ * banned the key. Its reply, when it comes, goes to the request's onLateDecision.
+ */
+function reportLate(request: LimitRequest, sent: Promise<ScriptReply> | undefined): void {
+  sent?.then(
+    (reply) => {
+      if (reply[0] !== EXPIRED) request.onLateDecision?.(request, decisionOf(request, reply))
+    },
+    () => {},
+  )
+}
+
 export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
   const send = budgetedSender(client, options.budgetMillis)
   const clock = redisClockFor(options.budgetMillis)
@@ -308,7 +336,8 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     const timed = request.nowMillis === undefined && domain !== UNKNOWN_MASTER
     const calledAt = performance.now()
     const deadline = timed ? clock.deadline(domain, calledAt) : 0
-    const reply = await send(() => client.slidingWindow(
+    let sent: Promise<ScriptReply> | undefined
+    const budgeted = send(() => (sent = client.slidingWindow(
       key,
       request.nowMillis ?? 0,
       minute.limit,
@@ -321,7 +350,14 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
       bans.memoryMillis,
       bans.ladderMillis.join(','),
       deadline,
-    ))
+    )))
+    let reply: ScriptReply
+    try {
+      reply = await budgeted
+    } catch (error) {
+      if (error instanceof RedisBudgetExceededError && request.onLateDecision) reportLate(request, sent)
+      throw error
+    }
     // A reply from another master than the one the call was meant for (a MOVED or ASK redirect
     // during a reshard or failover) tells nothing about that master's clock.
     if (timed && failureDomain(key) === domain) {
@@ -341,17 +377,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
       let reply = await call(request, key, domain)
       if (reply[0] === EXPIRED) reply = await call(request, key, domain)
       if (reply[0] === EXPIRED) throw new RedisDeadlineError()
-      const [outcome, now, minuteRemaining, minuteReset, dayRemaining, dayReset, retryAfter, banStep, newBan, banLeft] = reply
-      return {
-        outcome: OUTCOMES[outcome] ?? 'limited',
-        nowMillis: now,
-        minute: { limit: request.minute.limit, remaining: minuteRemaining, resetMillis: minuteReset },
-        day: { limit: request.day.limit, remaining: dayRemaining, resetMillis: dayReset },
-        retryAfterMillis: retryAfter,
-        banMillisLeft: banLeft,
-        banStep,
-        newBan: newBan === 1,
-      }
+      return decisionOf(request, reply)
     },
     async unban(keyId: string) {
       await client.unbanKey(limitKey(keyId))

@@ -439,3 +439,49 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
     expect(metrics).toMatch(/^gateway_rate_limit_store_duration_seconds_count\{store="redis"\} 7$/m)
   })
 })
+
+describe('a ban Redis starts on a reply later than the budget', () => {
+  const prefix = testKeyPrefix()
+  const database = suiteDatabase()
+  const pets = suiteService(() => startPetsService(database.url))
+  const redis = suiteService(() => startPrivateRedis())
+
+  it('is logged, counted in gateway_bans_total and recorded for keys show, though its request was answered by the fallback', async () => {
+    const log = captureLog()
+    const gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: redis.url },
+      logStream: log.stream,
+      configure: (file) => {
+        file.redis.keyPrefix = prefix
+        file.onStoreFailure = 'open'
+        file.plans.free = { perMinute: 1, perDay: 1_000 }
+        file.bans = { strikes: 2, ladder: ['60s'] }
+      },
+    })
+    try {
+      const { id, key } = await gateway.createKey()
+      await expect((await gateway.request('/v1/pets?limit=1', { key })).arrayBuffer()).resolves.toBeDefined()
+      await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key }), 429, 'rate_limited')
+      // Redis holds every command for 300 ms: the second strike's script runs after the 50 ms budget
+      // (the request is answered from the per-process fallback) but well within its 1 s deadline.
+      const admin = redis.admin()
+      try {
+        await admin.call('CLIENT', 'PAUSE', '300', 'ALL')
+      } finally {
+        admin.disconnect()
+      }
+      const answered = await gateway.request('/v1/pets?limit=1', { key })
+      expect(answered.headers.get('x-ratelimit-limit')).not.toBeNull()
+      await answered.arrayBuffer()
+
+      await eventually(async () => (await gateway.keys.activeBans([id])).has(id), 5_000, 100)
+      expect(log.entries().filter((entry) => entry.msg === 'API key banned')).toEqual([expect.objectContaining({ keyId: id, step: 0 })])
+      expect(await gateway.registry.getSingleMetricAsString('gateway_bans_total')).toMatch(/^gateway_bans_total\{step="0"\} 1$/m)
+      await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key }), 429, 'api_key_banned')
+    } finally {
+      await gateway.close()
+    }
+  })
+})
