@@ -26,7 +26,7 @@ import {
  * the alert rules and the dashboard use must be in it.
  */
 /** Series a gateway registers only with server.tls (main.ts), absent from the plain-HTTP scrape here. */
-const ONLY_WITH_TLS = new Set(['gateway_tls_reloads_total', 'gateway_tls_last_reload_successful', 'gateway_tls_certificate_expiry_timestamp_seconds'])
+const ONLY_WITH_TLS = new Set(['gateway_tls_reloads_total', 'gateway_tls_last_reload_successful', 'gateway_tls_certificate_expiry_timestamp_seconds', 'gateway_tls_handshake_failures_total'])
 
 describe('metrics named by the alert rules and the dashboard exist in a live scrape', () => {
   const database = suiteDatabase()

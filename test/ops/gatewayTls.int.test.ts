@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process'
 import { copyFileSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import https from 'node:https'
 import net from 'node:net'
@@ -8,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
-import { issueCertificate, makeCa, opensslMissing, type TestCa, type TestCertificate } from '../helpers/certificates.ts'
+import { OPENSSL, issueCertificate, makeCa, opensslMissing, type TestCa, type TestCertificate } from '../helpers/certificates.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { exitWithin, killAll } from '../scripts/processes.ts'
 import { startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
@@ -60,6 +61,20 @@ function handshake(options: tls.ConnectionOptions): Promise<Error | undefined> {
     })
     socket.on('error', resolve)
   })
+}
+
+/** The gateway's failed-handshake count for each reason, from its ops port. */
+async function handshakeFailures(opsUrl: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${opsUrl}/metrics`)).text()
+  return Object.fromEntries([...text.matchAll(/^gateway_tls_handshake_failures_total\{reason="(\w+)"\} (\d+)$/gm)].map(([, reason, count]) => [reason, Number(count)]))
+}
+
+/** The gateway's log lines about failed handshakes, as JSON. */
+function handshakeLines(output: string): Array<Record<string, unknown>> {
+  return output
+    .split('\n')
+    .filter((line) => line.includes('TLS handshakes failed'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>)
 }
 
 /** Puts `from`'s files where the gateway reads its pair: each renamed over the old one, as a deploy tool would. */
@@ -167,6 +182,53 @@ describe.skipIf(opensslMissing)('HTTPS on the public port (server.tls)', () => {
     })
     expect(both).toBe('http/1.1')
     expect(gateway.proc.hasExited()).toBe(false)
+    expect((await get(gateway.apiPort, ca.pem, '/v1/pets', { authorization: `Bearer ${key}` })).status).toBe(200)
+  })
+
+  it('failed handshakes (plain HTTP, an unknown CA, an old TLS version, no shared cipher) are counted by reason and logged once per reason, not once per connection', async () => {
+    const before = await handshakeFailures(gateway.opsUrl)
+    expect(Object.keys(before).sort()).toEqual(
+      ['alpn', 'bad_certificate', 'certificate_expired', 'closed', 'http_request', 'no_shared_cipher', 'other', 'timeout', 'unknown_ca', 'version'],
+    )
+    for (let i = 0; i < 5; i++) await rawExchange(gateway.apiPort, `GET /v1/pets?i=${i} HTTP/1.1\r\nHost: \u001b[31mzebra\r\n\r\n`)
+    // openssl (as curl and browsers) tells the server why it gives up: an unknown CA.
+    const untrusting = makeCa(directory, 'other-ca')
+    for (let i = 0; i < 2; i++) {
+      expect(() =>
+        execFileSync(OPENSSL, ['s_client', '-connect', `127.0.0.1:${gateway.apiPort}`, '-CAfile', untrusting.certFile, '-verify_return_error', '-servername', 'localhost'], {
+          input: '',
+          stdio: ['pipe', 'ignore', 'ignore'],
+        }),
+      ).toThrow()
+    }
+    expect(await handshake({ port: gateway.apiPort, ca: ca.pem, servername: 'localhost', minVersion: 'TLSv1', maxVersion: 'TLSv1.1' })).toBeInstanceOf(Error)
+    expect(await handshake({ port: gateway.apiPort, ca: ca.pem, servername: 'localhost', maxVersion: 'TLSv1.2', ciphers: 'AES128-SHA' })).toBeInstanceOf(Error)
+    // Node's own client, refusing the certificate, hangs up without an alert.
+    expect(await handshake({ port: gateway.apiPort, ca: untrusting.pem, servername: 'localhost' })).toMatchObject({ code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' })
+    // A TCP check that connects and closes sends nothing: not a handshake.
+    await new Promise<void>((resolve, reject) => {
+      const socket = net.connect(gateway.apiPort, '127.0.0.1', () => socket.end())
+      socket.on('error', reject)
+      socket.on('close', () => resolve())
+    })
+
+    await vi.waitFor(async () => {
+      const after = await handshakeFailures(gateway.opsUrl)
+      const delta = Object.fromEntries(Object.entries(after).map(([reason, count]) => [reason, count - (before[reason] ?? 0)]))
+      expect(delta).toEqual({ http_request: 5, unknown_ca: 2, version: 1, no_shared_cipher: 1, closed: 1, alpn: 0, bad_certificate: 0, certificate_expired: 0, timeout: 0, other: 0 })
+    }, { timeout: 5_000, interval: 100 })
+    // The log is written in batches.
+    await vi.waitFor(() => expect(handshakeLines(gateway.proc.output()).some((line) => line.reason === 'no_shared_cipher')).toBe(true), { timeout: 5_000, interval: 100 })
+    const lines = handshakeLines(gateway.proc.output())
+    const of = (reason: string) => lines.filter((line) => line.reason === reason)
+    // The first failure of a reason is logged at once; the rest of the minute's are counted in the next line.
+    expect(of('http_request')[0]).toMatchObject({ level: 40, count: 1, code: 'ERR_SSL_HTTP_REQUEST', lastRemoteAddress: '127.0.0.1' })
+    expect(of('http_request').length).toBeLessThan(3)
+    expect(of('unknown_ca')).toEqual([expect.objectContaining({ count: 1, code: 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA' })])
+    expect(of('version')).toEqual([expect.objectContaining({ count: 1, code: 'ERR_SSL_UNSUPPORTED_PROTOCOL' })])
+    expect(of('no_shared_cipher')).toEqual([expect.objectContaining({ count: 1, code: 'ERR_SSL_NO_SHARED_CIPHER' })])
+    // Nothing the client sent reaches the log.
+    expect(lines.map((line) => JSON.stringify(line)).join('\n')).not.toMatch(/zebra|GET|v1\/pets|\\u001b/)
     expect((await get(gateway.apiPort, ca.pem, '/v1/pets', { authorization: `Bearer ${key}` })).status).toBe(200)
   })
 

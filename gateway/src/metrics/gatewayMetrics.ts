@@ -3,6 +3,7 @@ import { statusClass } from '../../../common/src/ops/httpMetrics.ts'
 import { HotPathCounter, HotPathHistogram } from '../../../common/src/ops/hotPathMetrics.ts'
 import type { AuthFailureReason } from '../auth/authenticate.ts'
 import type { TlsPair } from '../config/tlsFiles.ts'
+import { HANDSHAKE_FAILURE_REASONS, type HandshakeFailureReason } from '../handshakeFailures.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
 import { UPSTREAM_FAILURE_KINDS, type UpstreamFailureKind } from '../proxy/upstreamFailure.ts'
 import type { UpstreamObserver } from '../proxy/upstreamProxy.ts'
@@ -214,7 +215,8 @@ export type GatewayMetrics = ReturnType<typeof createGatewayMetrics>
 /**
  * Only with server.tls: `gateway_tls_reloads_total{outcome}` and `gateway_tls_last_reload_successful`
  * (as the config's: 0 while the last rotation was refused, the files on disk not the pair in force),
- * and `gateway_tls_certificate_expiry_timestamp_seconds`, the end of the certificate in force.
+ * `gateway_tls_certificate_expiry_timestamp_seconds`, the end of the certificate in force, and
+ * `gateway_tls_handshake_failures_total{reason}`, handshakes on the public port that failed.
  */
 export function createTlsMetrics(registry: Registry) {
   const registers = [registry]
@@ -237,8 +239,16 @@ export function createTlsMetrics(registry: Registry) {
     registers,
   })
   const inForce = (pair: TlsPair) => expiry.set(pair.validTo.getTime() / 1_000)
+  const handshakeFailures = new Counter({
+    name: 'gateway_tls_handshake_failures_total',
+    help: `TLS handshakes on the public port that failed, by reason (${HANDSHAKE_FAILURE_REASONS.join(', ')}).`,
+    labelNames: ['reason'],
+    registers,
+  })
+  for (const reason of HANDSHAKE_FAILURE_REASONS) handshakeFailures.inc({ reason }, 0)
   return {
     inForce,
+    handshakeFailure: (reason: HandshakeFailureReason) => handshakeFailures.inc({ reason }),
     reload(outcome: 'success' | 'failure', pair: TlsPair) {
       reloads.inc({ outcome })
       lastReloadSuccessful.set(outcome === 'success' ? 1 : 0)
