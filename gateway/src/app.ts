@@ -11,6 +11,7 @@ import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorH
 import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
 import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
+import { MAX_HEADER_LINES, headerLineLimit } from '../../common/src/http/headerLines.ts'
 import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../common/src/http/requestContext.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
@@ -19,7 +20,7 @@ import { privateResponses } from './auth/privateResponses.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
 import type { TlsPair } from './config/tlsFiles.ts'
 import { secureContextOptions } from './config/tlsRotation.ts'
-import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors } from './errors.ts'
+import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors, tooManyHeaderLines } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
 import { pipelinedBehindClose, requestFraming } from './proxy/requestFraming.ts'
@@ -65,7 +66,8 @@ function httpsOptions(pair: TlsPair, timeouts: ClientTimeouts) {
  * The gateway's request pipeline, in the order every request goes through it:
  *   1. request id and one access-log line (key id and plan, never the key); a request pipelined
  *      behind an unsafe request, or an answer that closes the connection, waits for that answer,
- *      and goes no further if the connection closed;
+ *      and goes no further if the connection closed; one with more header lines than are read
+ *      (1,000) is refused with 431;
  *   2a. identify the bearer key (format and checksum first, then the key cache);
  *   3.  rate limit: ban, minute and day windows, strikes in one store call for a key,
  *       the per-IP anonymous limit otherwise; headers on every answer;
@@ -121,6 +123,8 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(pipelinedBehindClose)
   // 5 (registered early so every stage's failure takes the same shape)
   await app.register(errorBodies, { codes: gatewayFrameworkErrors })
+  // Before any stage reads a header: a request with more lines than are read is refused whole.
+  await app.register(headerLineLimit, { limit: MAX_HEADER_LINES, refusal: tooManyHeaderLines })
   // 2a
   await app.register(authenticate, {
     keys: deps.keys,

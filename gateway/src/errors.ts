@@ -1,5 +1,6 @@
 import { defineErrorCodes } from '../../common/src/http/apiError.ts'
 import type { ClientErrorCodes } from '../../common/src/http/clientErrors.ts'
+import { MAX_HEADER_LINES } from '../../common/src/http/headerLines.ts'
 import type { FrameworkErrorCodes } from '../../common/src/http/errorHandler.ts'
 
 /**
@@ -46,6 +47,10 @@ export const gatewayFrameworkErrors: FrameworkErrorCodes = {
   badRequest: () => gatewayErrors.create('bad_request'),
   serverError: (error) => gatewayErrors.create('internal_error', undefined, { cause: error }),
 }
+
+/** More header lines than the gateway reads (headerLines.ts): refused, not cut short. */
+export const tooManyHeaderLines = () =>
+  gatewayErrors.create('headers_too_large', `The request has more than ${MAX_HEADER_LINES.toLocaleString('en-US')} header lines.`)
 
 export const gatewayClientErrors: ClientErrorCodes = {
   badRequest: () => gatewayErrors.create('bad_request'),

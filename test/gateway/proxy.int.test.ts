@@ -168,15 +168,16 @@ describe('gateway proxy to the real pets-service', () => {
 
   it('keeps its own headers whole when a client sends a thousand of its own: credential, caller id and prefix', async () => {
     const { key: other } = await gateway.createKey()
-    // About 9 KB of headers: under the 16 KiB limit, over a thousand lines.
-    const many = Object.fromEntries(Array.from({ length: 1_000 }, (_, index) => [`x-${index}`, '-']))
+    // About 9 KB of headers: under the 16 KiB limit, and the 1,000 lines the gateway reads (with
+    // node:http's Connection), so that with the gateway's own the pets-service gets more than that.
+    const many = Object.fromEntries(Array.from({ length: 994 }, (_, index) => [`x-${index}`, '-']))
     const body = JSON.stringify({ name: 'Crowded', categoryId: 1 })
     const create = (apiKey: string) =>
       nodeRequest(
         `${gateway.url}/v1/pets`,
         {
           method: 'POST',
-          // The client's own headers first, so the gateway itself keeps them; the filler after.
+          // The client's own headers first; the filler after.
           headers: {
             host: new URL(gateway.url).host,
             authorization: `Bearer ${apiKey}`,

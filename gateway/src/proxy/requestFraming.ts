@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
 import { expectsContinue } from '../../../common/src/http/expectContinue.ts'
+import { excessHeaderLines } from '../../../common/src/http/headerLines.ts'
 import { markNotCarriedOut } from '../../../common/src/http/requestContext.ts'
 import { gatewayErrors } from '../errors.ts'
 
@@ -71,10 +72,15 @@ export const requestFraming = fp(
  * the other versions Node's parser takes (`HTTP/0.9`, `HTTP/2.0` in a request line), which it keeps
  * alive by HTTP/1.0's rules, and one asking to upgrade. The gateway upgrades to nothing and answers as HTTP/1.1 (RFC 9110 §7.8), but Node's
  * parser stops reading the connection after such a request: one pipelined behind it would wait
- * unanswered. Closing after the answer tells the client to send it again.
+ * unanswered. Closing after the answer tells the client to send it again. And a request with more
+ * header lines than are read, whose 431 (headerLineLimit) closes the connection.
  */
 function closesAfterAnswer(raw: IncomingMessage): boolean {
-  return raw.headers.upgrade !== undefined || (raw.httpVersion !== '1.1' && raw.headers['transfer-encoding'] !== undefined)
+  return (
+    raw.headers.upgrade !== undefined ||
+    (raw.httpVersion !== '1.1' && raw.headers['transfer-encoding'] !== undefined) ||
+    excessHeaderLines(raw)
+  )
 }
 
 /**
