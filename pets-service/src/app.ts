@@ -2,6 +2,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Registry } from 'prom-client'
 import { CLIENT_TIMEOUTS, clientErrorHandler, connectionsCheckingIntervalMillis } from '../../common/src/http/clientErrors.ts'
+import { MAX_HEADER_LINES, headerLineLimit } from '../../common/src/http/headerLines.ts'
 import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import { expectContinue } from '../../common/src/http/expectContinue.ts'
@@ -29,6 +30,13 @@ export interface PetsServiceDependencies {
 }
 
 export const BODY_LIMIT_BYTES = 1_048_576
+
+/**
+ * The header lines read of a request: the gateway passes on up to a client's MAX_HEADER_LINES
+ * behind its own (credential, caller id, prefix, request id, address, Via, length and type), and
+ * none of them may be dropped; more than this is refused with 431, not cut short.
+ */
+const HEADER_LINES = MAX_HEADER_LINES + 100
 
 /**
  * The pets-service pipeline, in order: request id and one log line, metrics, the gateway's
@@ -65,6 +73,10 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
   })
   await app.register(httpMetrics, { registry: deps.registry })
   await app.register(errorBodies, { codes: petsFrameworkErrors })
+  await app.register(headerLineLimit, {
+    limit: HEADER_LINES,
+    refusal: () => petsErrors.create('headers_too_large', `The request has more than ${HEADER_LINES.toLocaleString('en-US')} header lines.`),
+  })
   await app.register(internalAuth, { token: deps.internalToken, previousToken: deps.previousInternalToken })
   await app.register(expectContinue, { bodyLimitBytes: BODY_LIMIT_BYTES })
 

@@ -1,5 +1,5 @@
 import http from 'node:http'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
 import {
@@ -14,7 +14,7 @@ import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { eventually } from './rateLimit/httpLimits.ts'
-import { openRaw } from '../helpers/rawClient.ts'
+import { openRaw, parseAnswer } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
@@ -164,6 +164,29 @@ describe('gateway proxy to the real pets-service', () => {
     const direct = await pets.request('/pets', { method: 'PROPFIND' })
     expect(direct.headers.get('allow')).toBe('GET, HEAD, POST')
     await expectErrorResponse(direct, 405, 'method_not_allowed')
+  })
+
+  it('a create retried with its Idempotency-Key as the last of 1,000 header lines stores one pet, not two', async () => {
+    // The gateway reads all 1,000 and forwards them behind its own headers: more lines than a
+    // client may send, which the pets-service must read whole too (it kept 1,000 and dropped the key).
+    const padding = Array.from({ length: 994 }, (_, index) => `p${index}:1\r\n`).join('')
+    const body = JSON.stringify({ name: 'Last line', categoryId: 1 })
+    const create = async () => {
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(
+        `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n` +
+          `${padding}Idempotency-Key: last-line\r\n\r\n${body}`,
+      )
+      await vi.waitFor(() => expect(connection.answer()).toMatch(/\}$/), { timeout: 5_000, interval: 20 })
+      connection.socket.destroy()
+      return parseAnswer(connection.answer())
+    }
+    const first = await create()
+    expect(first.statusLine).toBe('HTTP/1.1 201 Created')
+    const retried = await create()
+    expect(retried.statusLine).toBe('HTTP/1.1 201 Created')
+    expect(retried.head).toMatch(/^idempotent-replayed: true$/im)
+    expect((retried.body as { id: number }).id).toBe((first.body as { id: number }).id)
   })
 
   it('keeps its own headers whole when a client sends a thousand of its own: credential, caller id and prefix', async () => {

@@ -319,6 +319,14 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
       expect(stored.rows[0]).toEqual({ count: 0 })
     })
 
+    it('the pets-service answers more than 1,100 header lines with 431 headers_too_large, and reads 1,100 whole', async () => {
+      const lines = (count: number) => `GET /pets?limit=1 HTTP/1.1\r\nHost: x\r\nX-Internal-Token: ${TEST_INTERNAL_TOKEN}\r\n${paddingLines(count - 3)}Connection: close\r\n\r\n`
+      const refused = parse(await raw(pets.url, lines(1_101)))
+      expect(refused.statusLine).toBe('HTTP/1.1 431 Request Header Fields Too Large')
+      expect(refused.body).toEqual({ code: 'headers_too_large', message: 'The request has more than 1,100 header lines.', status: 431 })
+      expect(parse(await raw(pets.url, lines(1_100))).statusLine).toBe('HTTP/1.1 200 OK')
+    })
+
     it('serves a request of exactly 1,000 header lines', async () => {
       const { key } = await gateway.createKey()
       const { statusLine } = parse(await raw(gateway.url, `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n${paddingLines(997)}Connection: close\r\n\r\n`))
