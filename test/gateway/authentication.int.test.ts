@@ -62,6 +62,25 @@ describe('gateway authentication', () => {
     await expectUnauthorized(await gateway.request('/v1/pets', { headers: { authorization: header(key) } }), 'invalid_api_key', sent)
   })
 
+  it.each([
+    ['the key without "Bearer "', (key: string) => key],
+    ['the key as a Basic credential', (key: string) => `Basic ${Buffer.from(`${key}:`).toString('base64')}`],
+  ])('tells a client that sent %s how to send it, rather than that the key is not valid', async (_case, header) => {
+    const { key } = await gateway.createKey()
+    const response = await gateway.request('/v1/pets', { headers: { authorization: header(key) } })
+    expect(response.status).toBe(401)
+    expect(await response.json()).toEqual({
+      code: 'invalid_api_key',
+      message: 'Send your API key as "Authorization: Bearer <key>".',
+      status: 401,
+    })
+  })
+
+  it('answers a bearer key that is not valid with "The API key is not valid."', async () => {
+    const response = await gateway.request('/v1/pets', { key: generateApiKey() })
+    expect(await response.json()).toEqual({ code: 'invalid_api_key', message: 'The API key is not valid.', status: 401 })
+  })
+
   it('answers 401 invalid_api_key for a well-formed key that was never issued', async () => {
     await expectUnauthorized(await gateway.request('/v1/pets', { key: generateApiKey() }), 'invalid_api_key')
   })

@@ -39,7 +39,11 @@ const MISSING = gatewayErrors.create('missing_api_key', undefined, { headers: { 
 const INVALID = gatewayErrors.create('invalid_api_key', undefined, {
   headers: { 'www-authenticate': `${REALM}, error="invalid_token"` },
 })
-const OTHER_SCHEME = gatewayErrors.create('invalid_api_key', undefined, { headers: { 'www-authenticate': REALM } })
+// The key pasted without "Bearer " is the likeliest mistake: "not valid" would send its owner
+// looking for a new key. The message depends on the scheme alone, so it tells a guesser nothing.
+const OTHER_SCHEME = gatewayErrors.create('invalid_api_key', 'Send your API key as "Authorization: Bearer <key>".', {
+  headers: { 'www-authenticate': REALM },
+})
 
 /** Whether an Authorization value that is no bearer credential uses another scheme (not a bearer one gone wrong). */
 const otherScheme = (value: string) => value.slice(0, 7).toLowerCase() !== 'bearer ' && value.toLowerCase() !== 'bearer'
