@@ -146,6 +146,15 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       })
 
       it.each([
+        ['an unknown status', '/pets', jsonPost('{"name":"Rex","categoryId":1,"status":"adopted"}'), 'body/status must be one of "available", "pending", "sold"'],
+        ['an unknown status filter', '/pets?status=adopted', {}, 'querystring/status must be one of "available", "pending", "sold"'],
+      ])('lists the allowed values in the message when refusing %s', async (_case, path, init, message) => {
+        const response = await service.request(path, init)
+        expect(response.status).toBe(400)
+        expect(await response.json()).toEqual({ code: 'validation_failed', message, status: 400 })
+      })
+
+      it.each([
         ['malformed JSON', '{"name": "Rex",'],
         ['an empty body', ''],
         ['a __proto__ key (prototype poisoning)', '{"name":"Rex","categoryId":1,"__proto__":{"admin":true}}'],

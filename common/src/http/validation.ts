@@ -6,7 +6,8 @@ const MAX_ECHOED_NAME = 40
 
 /**
  * Fastify's message for a schema failure, except that a field the schema does not allow is named
- * (Ajv says only "must NOT have additional properties", which leaves the client guessing), and a
+ * (Ajv says only "must NOT have additional properties", which leaves the client guessing), a value
+ * outside an enum is told the values allowed, and a
  * string refused by a pattern is told what the pattern means (its schema's description) rather
  * than shown the regular expression.
  */
@@ -17,6 +18,9 @@ export function schemaErrorMessage(errors: Partial<ErrorObject>[], dataVar: stri
       // A pattern is the schema's business; its description says what the client must send.
       const meaning = error.keyword === 'pattern' ? (error.parentSchema as { description?: unknown } | undefined)?.description : undefined
       if (typeof meaning === 'string') return `${where} must be ${meaning}`
+      // Ajv says only "must be equal to one of the allowed values"; the client needs to know them.
+      const allowed = error.keyword === 'enum' ? (error.params as { allowedValues?: unknown } | undefined)?.allowedValues : undefined
+      if (Array.isArray(allowed)) return `${where} must be one of ${allowed.map((value) => JSON.stringify(value)).join(', ')}`
       const extra = error.keyword === 'additionalProperties' ? (error.params as { additionalProperty?: string } | undefined)?.additionalProperty : undefined
       if (extra === undefined) return `${where} ${error.message ?? 'is invalid'}`
       // Quoted as JSON, so a name with quotes or control characters reads unambiguously.
