@@ -66,8 +66,8 @@ function httpsOptions(pair: TlsPair, timeouts: ClientTimeouts) {
  * The gateway's request pipeline, in the order every request goes through it:
  *   1. request id and one access-log line (key id and plan, never the key); a request pipelined
  *      behind an unsafe request, or an answer that closes the connection, waits for that answer,
- *      and goes no further if the connection closed; one with more header lines than are read
- *      (1,000) is refused with 431;
+ *      an unsafe one for every answer ahead of it, and goes no further if the connection closed;
+ *      one with more header lines than are read (1,000) is refused with 431;
  *   2a. identify the bearer key (format and checksum first, then the key cache);
  *   3.  rate limit: ban, minute and day windows, strikes in one store call for a key,
  *       the per-IP anonymous limit otherwise; headers on every answer;

@@ -677,6 +677,42 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(Number(next.headers.get('x-ratelimit-limit')) - Number(next.headers.get('x-ratelimit-remaining'))).toBe(2)
   })
 
+  // RFC 9112 §9.3.2: pipelined requests run side by side only when all are safe. A create waited
+  // only behind an unsafe request, so one pipelined behind a list ran beside it.
+  it('a list pipelined ahead of a create does not list the pet created after it', async () => {
+    const names: string[] = []
+    const store = await scriptedUpstream((request, response) => {
+      let body = ''
+      request.setEncoding('utf8')
+      request.on('data', (chunk: string) => (body += chunk))
+      request.on('end', () => {
+        response.setHeader('content-type', 'application/json')
+        if (request.method === 'POST') {
+          names.push((JSON.parse(body) as { name: string }).name)
+          response.statusCode = 201
+          response.end(body)
+        } else {
+          // A list that takes its time, as one over many pets does.
+          setTimeout(() => response.end(JSON.stringify(names)), 300)
+        }
+      })
+    })
+    const { gateway, key } = await gatewayTo(store)
+    const create = (name: string) => {
+      const body = JSON.stringify({ name, categoryId: 1 })
+      return `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+    }
+    const list = `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`
+    const client = await openRaw(gateway.url)
+    client.socket.write(create('Before') + list + create('After'))
+    await vi.waitFor(() => expect(client.answer().match(/HTTP\/1\.1 \d{3}/g)).toHaveLength(3), { timeout: 5_000, interval: 20 })
+    client.socket.destroy()
+    expect(client.answer().match(/HTTP\/1\.1 \d{3}/g)).toEqual(['HTTP/1.1 201', 'HTTP/1.1 200', 'HTTP/1.1 201'])
+    const [, listed = ''] = client.answer().split(/(?=HTTP\/1\.1 \d{3})/)
+    expect(parseAnswer(listed).body).toEqual(['Before'])
+    expect(store.requests.map((request) => request.url)).toEqual(['/pets', '/pets', '/pets'])
+  })
+
   it('logs each pipelined request of a client that left while its answer was queued', async () => {
     const log = captureLog()
     const silent = await scriptedUpstream(() => undefined)

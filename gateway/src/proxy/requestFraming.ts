@@ -97,6 +97,25 @@ function waitsForContinue(raw: IncomingMessage): boolean {
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'QUERY'])
 
 /**
+ * Calls `go` once every answer queued ahead of `answer` on its connection has been sent: Node gives
+ * a pipelined request's answer the socket only then, one answer at a time (`_httpMessage`, Node's
+ * own record of the answer the socket is writing, internal and stable since Node 0.x). Also once an
+ * answer ahead closed the connection, or the client left.
+ */
+function afterAnswersAhead(socket: Socket, answer: ServerResponse, go: () => void): void {
+  const writing = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+  if (answer.socket !== null || !writing || !socket.writable) return go()
+  const next = () => {
+    writing.off('finish', next)
+    forgetClose()
+    afterAnswersAhead(socket, answer, go)
+  }
+  // After Node's own 'finish' listener, which hands the socket on to the next answer or ends it.
+  writing.once('finish', next)
+  const forgetClose = onConnectionClose(socket, next)
+}
+
+/**
  * RFC 9112 §9.6: once a server closes a connection after an answer, it carries out none of the
  * requests pipelined behind it, whose answers could never be sent. Node's parser reads on after a
  * request that asked for keep-alive, whatever its answer then says, and hands the next request
@@ -108,7 +127,8 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'QUERY'])
  * RFC 9112 §9.3.2: pipelined requests are carried out side by side only when all are safe. Node
  * hands them all over at once, so a read pipelined behind a create ran alongside it and, more often
  * than not, answered 404 for the pet the 201 before it had just announced. A request queued behind
- * an unsafe one waits for its answer the same way. Requests behind a safe one are carried out at once.
+ * an unsafe one waits for its answer the same way, and an unsafe request waits for every answer
+ * ahead of it (afterAnswersAhead). Safe requests behind safe ones are carried out at once.
  * Registered after httpMetrics (whose hook counts such a request when its connection closes) and
  * before authentication and the rate limit, whose refusals must close the connection too.
  */
@@ -117,6 +137,14 @@ export const pipelinedBehindClose = fp(
     /** Per connection, the last answer not yet sent that may close it or follows an unsafe request, and the requests queued behind it. */
     const closing = new WeakMap<Socket, { waiting: (() => void)[] }>()
     const notCarriedOut = () => gatewayErrors.create('bad_request', 'A request pipelined behind an answer that closed the connection is not carried out.')
+
+    /** Once the answers ahead have gone: on with the request if its connection is still open. */
+    function carryOutIfOpen(socket: Socket, answer: ServerResponse, done: (error?: Error) => void): void {
+      if (socket.writable && !socket.destroyed) return done()
+      const refusal = notCarriedOut()
+      markNotCarriedOut(answer, refusal.status)
+      done(refusal)
+    }
 
     /** One pair of listeners per such answer, however many requests queue behind it. */
     function watch(socket: Socket, answer: ServerResponse): void {
@@ -142,14 +170,13 @@ export const pipelinedBehindClose = fp(
       // Transfer-Encoding was carried out (behind an upgrade, it waited unanswered).
       const closes = closesAfterAnswer(request.raw)
       if (closes) reply.header('connection', 'close')
-      if (closes || waitsForContinue(request.raw) || !SAFE_METHODS.has(request.raw.method as string)) watch(socket, reply.raw)
+      const unsafe = !SAFE_METHODS.has(request.raw.method as string)
+      if (closes || unsafe || waitsForContinue(request.raw)) watch(socket, reply.raw)
+      // An unsafe request waits for every answer ahead, safe ones too: a create carried out beside
+      // a list pipelined ahead of it put its pet in that list.
+      if (unsafe && reply.raw.socket === null) return afterAnswersAhead(socket, reply.raw, () => carryOutIfOpen(socket, reply.raw, done))
       if (ahead === undefined) return done()
-      ahead.waiting.push(() => {
-        if (socket.writable && !socket.destroyed) return done()
-        const refusal = notCarriedOut()
-        markNotCarriedOut(reply.raw, refusal.status)
-        done(refusal)
-      })
+      ahead.waiting.push(() => carryOutIfOpen(socket, reply.raw, done))
     })
   },
   { name: 'pipelined-behind-close' },
