@@ -220,6 +220,18 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
       },
     )
 
+    // RFC 9110 §5.6.1: a list may hold empty elements, which a recipient ignores; Node's parser
+    // reads `, chunked` as chunked alone, and the gateway refused it 501 as another coding.
+    it.each([', chunked', ' , ,chunked'])('stores a pet sent chunked with Transfer-Encoding %j, an empty list element before chunked', async (transferEncoding) => {
+      const { key } = await gateway.createKey()
+      const name = `Listed ${randomUUID()}`
+      const body = JSON.stringify({ name, categoryId: 1 })
+      const chunked = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nTransfer-Encoding: ${transferEncoding}\r\nConnection: close\r\n\r\n${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n\r\n`
+      expect(parse(await raw(gateway.url, chunked)).statusLine).toBe('HTTP/1.1 201 Created')
+      const stored = await pets.pool.query('SELECT count(*)::int AS count FROM pets.pets WHERE name = $1', [name])
+      expect(stored.rows[0]).toEqual({ count: 1 })
+    })
+
     it('answers an HTTP/1.0 request framed with Transfer-Encoding, then closes the connection', async () => {
       const { key } = await gateway.createKey()
       const body = JSON.stringify({ name: 'Chunked', categoryId: 1 })

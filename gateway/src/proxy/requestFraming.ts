@@ -28,12 +28,14 @@ function repeatedSingleton(rawHeaders: string[]): string | undefined {
 
 /**
  * Whether a request's body claims a transfer coding besides chunked (`gzip, chunked`), which
- * Node's parser accepts and does not decode: it removes the chunked framing alone.
+ * Node's parser accepts and does not decode: it removes the chunked framing alone. Empty list
+ * elements (`, chunked`) name no coding (RFC 9110 §5.6.1), and Node's parser skips them too.
  */
 function undecodedTransferCoding(transferEncoding: string | undefined): boolean {
   if (transferEncoding === undefined) return false
   for (const part of transferEncoding.split(',')) {
-    if (part.trim().toLowerCase() !== 'chunked') return true
+    const coding = part.trim().toLowerCase()
+    if (coding !== '' && coding !== 'chunked') return true
   }
   return false
 }
