@@ -189,8 +189,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const path = upstreamPathname(destination, base, baseHref) + (queryAt > 0 ? url.slice(queryAt) : '')
 
     // The gateway's own headers (gatewayHeaders) first: a server keeps only so many header
-    // lines (Node: 2,000), and a client that sent a thousand must not push the credential, the
-    // caller id or the prefix past that. Then the client's headers in their order minus the
+    // lines (Node: 1,000 unless told otherwise), and a client that sent a thousand must not push
+    // the credential, the caller id or the prefix past that. Then the client's headers in their order minus the
     // hop-by-hop ones (RFC 9110 §7.6.1: Connection, the headers it names, Keep-Alive, Upgrade,
     // TE …) and Expect (the gateway has read the whole body, so a 100-continue expectation ends
     // here, §10.1.1), Host for the upstream, the body's length and type. Built in one pass instead
