@@ -39,6 +39,16 @@ export const BODY_LIMIT_BYTES = 1_048_576
 const HEADER_LINES = MAX_HEADER_LINES + 100
 
 /**
+ * The bytes of request target and header names and values read (Node's maxHeaderSize): the 16 KiB
+ * the gateway reads of a client's, and room for the headers it adds on the way (its own, under
+ * 1 KiB, and the credential). With Node's 16 KiB alone, a request the gateway had taken and charged
+ * was refused here with 431.
+ */
+function headerBytes(tokens: (string | undefined)[]): number {
+  return 16_384 + 1_024 + Math.max(...tokens.map((token) => token?.length ?? 0))
+}
+
+/**
  * The pets-service pipeline, in order: request id and one log line, metrics, the gateway's
  * internal credential (`Expect: 100-continue` is answered only after it), validation, the three
  * catalogue routes, GET /auth-check for the gateway's readiness probe, and one error shape for all.
@@ -51,7 +61,10 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     bodyLimit: BODY_LIMIT_BYTES,
     // Slow or stalled clients are cut off instead of holding sockets forever.
     requestTimeout: CLIENT_TIMEOUTS.requestTimeoutMillis,
-    http: { connectionsCheckingInterval: connectionsCheckingIntervalMillis(CLIENT_TIMEOUTS) },
+    http: {
+      connectionsCheckingInterval: connectionsCheckingIntervalMillis(CLIENT_TIMEOUTS),
+      maxHeaderSize: headerBytes([deps.internalToken, deps.previousInternalToken]),
+    },
     connectionTimeout: 60_000,
     clientErrorHandler: clientErrorHandler(petsClientErrors, deps.logger, countParserRefusals(deps.registry)),
     keepAliveTimeout: 72_000,

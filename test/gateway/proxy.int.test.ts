@@ -189,6 +189,20 @@ describe('gateway proxy to the real pets-service', () => {
     expect((retried.body as { id: number }).id).toBe((first.body as { id: number }).id)
   })
 
+  it('serves a request whose line and headers are just under 16 KiB, the gateway\'s own headers added on the way', async () => {
+    // The gateway reads 16 KiB of a client's request line and headers and passes them on with its
+    // own: the pets-service, reading 16 KiB too, answered 431, and the client was charged for it.
+    for (const [lines, total] of [[4, 16_380], [1_000, 16_380]] as const) {
+      const start = `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n`
+      const short = Array.from({ length: lines - 4 }, (_, index) => `p${index}:1\r\n`).join('')
+      const filler = `x-fill:${'a'.repeat(total - start.length - short.length - 'x-fill:\r\n\r\n'.length)}\r\n`
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(`${start}${short}${filler}\r\n`)
+      await connection.closed
+      expect(parseAnswer(connection.answer()).statusLine, `${lines} lines, ${total} bytes`).toBe('HTTP/1.1 200 OK')
+    }
+  })
+
   it('keeps its own headers whole when a client sends a thousand of its own: credential, caller id and prefix', async () => {
     const { key: other } = await gateway.createKey()
     // About 9 KB of headers: under the 16 KiB limit, and the 1,000 lines the gateway reads (with
