@@ -89,6 +89,9 @@ export function reportHandshakeFailures(
     // The TLS socket's own count is of decrypted bytes; the TCP socket under it has the raw ones.
     const tcp = (socket as Socket & { _parent?: Socket | null })._parent
     if (tcp && tcp.bytesRead === 0) return
+    // A client that hung up is reported once its socket has closed, when only an address read
+    // before (rememberClientAddress) is still known.
+    const remoteAddress = socket.remoteAddress ?? tcp?.remoteAddress
     const reason = handshakeFailureReason(error)
     onFailure?.(reason)
     const code = error.code !== undefined && ERROR_CODE.test(error.code) ? error.code : undefined
@@ -96,10 +99,19 @@ export function reportHandshakeFailures(
     if (since) {
       since.count++
       since.code = code
-      since.remoteAddress = socket.remoteAddress
+      since.remoteAddress = remoteAddress
       return
     }
-    log(reason, 1, code, socket.remoteAddress)
+    log(reason, 1, code, remoteAddress)
     quietFor(reason)
   }
+}
+
+/**
+ * The server's `connection` listener, ahead of the TLS server's own: reads the client's address
+ * while its TCP socket is open, which keeps it on the socket. A client that hangs up mid-handshake
+ * is reported after its socket has closed, when the address can no longer be asked for.
+ */
+export function rememberClientAddress(socket: Socket): void {
+  void socket.remoteAddress
 }

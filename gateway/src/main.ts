@@ -19,7 +19,7 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { createConfigSource } from './config/configSource.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
 import { createTlsRotation } from './config/tlsRotation.ts'
-import { reportHandshakeFailures } from './handshakeFailures.ts'
+import { rememberClientAddress, reportHandshakeFailures } from './handshakeFailures.ts'
 import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
 import { UPSTREAM_CONNECTIONS } from './proxy/upstreamProxy.ts'
@@ -114,7 +114,10 @@ async function main(): Promise<void> {
   // app.server is an https.Server when tls is set (buildGateway).
   const stopTlsWatch = tls?.watch(app.server as unknown as TlsServer) ?? (() => {})
   // Ahead of the HTTPS server's own listener, which destroys the socket (and with it its address).
-  if (tls) app.server.prependListener('tlsClientError', reportHandshakeFailures(logger, tlsMetrics?.handshakeFailure))
+  if (tls) {
+    app.server.prependListener('connection', rememberClientAddress)
+    app.server.prependListener('tlsClientError', reportHandshakeFailures(logger, tlsMetrics?.handshakeFailure))
+  }
   process.off('SIGHUP', holdReload)
   if (reloadHeld) {
     configSource.reload()

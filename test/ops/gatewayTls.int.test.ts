@@ -227,6 +227,9 @@ describe.skipIf(opensslMissing)('HTTPS on the public port (server.tls)', () => {
     expect(of('unknown_ca')).toEqual([expect.objectContaining({ count: 1, code: 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA' })])
     expect(of('version')).toEqual([expect.objectContaining({ count: 1, code: 'ERR_SSL_UNSUPPORTED_PROTOCOL' })])
     expect(of('no_shared_cipher')).toEqual([expect.objectContaining({ count: 1, code: 'ERR_SSL_NO_SHARED_CIPHER' })])
+    // Each line names the client, one that hung up mid-handshake (its socket already closed) too.
+    await vi.waitFor(() => expect(handshakeLines(gateway.proc.output()).some((line) => line.reason === 'closed')).toBe(true), { timeout: 5_000, interval: 100 })
+    for (const line of handshakeLines(gateway.proc.output())) expect(line, String(line.reason)).toMatchObject({ lastRemoteAddress: '127.0.0.1' })
     // Nothing the client sent reaches the log.
     expect(lines.map((line) => JSON.stringify(line)).join('\n')).not.toMatch(/zebra|GET|v1\/pets|\\u001b/)
     expect((await get(gateway.apiPort, ca.pem, '/v1/pets', { authorization: `Bearer ${key}` })).status).toBe(200)
