@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { loadOpenApiDocument } from '../../gateway/src/openapi/document.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
+import { openRaw, parseAnswer } from '../helpers/rawClient.ts'
 import { startGateway } from '../helpers/gateway.ts'
 import { startPetsService } from '../helpers/petsService.ts'
 import { suiteService } from '../helpers/suiteService.ts'
@@ -90,6 +91,23 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
         expect(response.headers.get('ratelimit-policy')).toMatch(/^"anonymous";/)
         await expectErrorResponse(response, 405, 'method_not_allowed')
       }
+    }
+  })
+
+  it('answers another method on a docs path 405 without a key however the path is written, as its GET is served', async () => {
+    // The router reads the path percent-decoded and ends it at a '?' or a '#': these are the docs paths.
+    for (const target of ['/%64ocs', '/v1/openapi%2Ejson', '/docs/%64ocs.js', '/docs#top']) {
+      const read = async (method: string) => {
+        const connection = await openRaw(gateway.url)
+        connection.socket.write(`${method} ${target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n`)
+        await connection.closed
+        return connection.answer()
+      }
+      expect((await read('GET')).split('\r\n', 1)[0], `GET ${target}`).toBe('HTTP/1.1 200 OK')
+      const refused = parseAnswer(await read('DELETE'))
+      expect(refused.statusLine, `DELETE ${target}`).toBe('HTTP/1.1 405 Method Not Allowed')
+      expect(refused.head).toMatch(/^allow: GET, HEAD$/im)
+      expect(refused.body).toMatchObject({ code: 'method_not_allowed' })
     }
   })
 

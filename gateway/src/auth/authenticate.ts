@@ -83,6 +83,22 @@ export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'revoked_o
  * only keys that passed the checksum ever enter it, so the checksum (a second SHA-256) is checked
  * only on a miss, before Postgres is asked.
  */
+/**
+ * The path as the router matches it: up to the first `?` or `#`, percent-decoded but for the
+ * reserved characters (find-my-way's reading), so `/%64ocs` is `/docs` here as it is there.
+ * rewriteUrl (routeRequestTarget) has already sent a path that does not decode elsewhere.
+ */
+function routedPath(url: string): string {
+  const end = url.search(/[?#]/)
+  const path = end < 0 ? url : url.slice(0, end)
+  if (path.indexOf('%') < 0) return path
+  try {
+    return decodeURI(path)
+  } catch {
+    return path
+  }
+}
+
 export const authenticate = fp(
   async (
     app: FastifyInstance,
@@ -108,7 +124,7 @@ export const authenticate = fp(
       if (route.config?.public) publicPaths.add(route.url)
     })
     const isPublic = (request: FastifyRequest) =>
-      request.routeOptions.config?.public === true || (request.is404 && publicPaths.has(request.url.split('?', 1)[0]!))
+      request.routeOptions.config?.public === true || (request.is404 && publicPaths.has(routedPath(request.url)))
 
     function refuse(request: FastifyRequest, reason: AuthFailureReason, answer = reason === 'missing' ? MISSING : INVALID): void {
       options.onFailure?.(reason)
