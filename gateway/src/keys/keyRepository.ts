@@ -283,10 +283,11 @@ export function createKeyRepository(pool: pg.Pool) {
      * less what has passed since, a wait for a connection included, so an unban asked for in the
      * meantime still comes after the ban it was meant to lift (pendingUnbans). A record written
      * `late` (a retry while Postgres was away) is not written once an unban asked for after the ban
-     * began has been applied: that unban lifted it, and found no record to delete.
+     * began has been applied: that unban lifted it, and found no record to delete. Resolves with
+     * whether the record was written.
      */
-    async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<void> {
-      await withConnection(pool, (client) =>
+    async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<boolean> {
+      const { rowCount } = await withConnection(pool, (client) =>
         client.query(
           `WITH ban AS (SELECT now() - $5 * interval '1 millisecond' AS recorded_at)
            INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
@@ -299,6 +300,7 @@ export function createKeyRepository(pool: pg.Pool) {
           [ban.keyId, ban.step, ban.startedAt, ban.endsAt, Math.max(performance.now() - startedHere, 0), late],
         ),
       )
+      return rowCount === 1
     },
 
     /** The recorded bans that have not ended yet, by key id (all keys, or the ones named). */

@@ -28,7 +28,8 @@ export const BAN_RECORD_RETRY_MILLIS = 2_000
  * began during a Postgres restart is one `keys show` would otherwise never print.
  */
 export function banJournal(options: {
-  record: (ban: RecordedBan, startedHere: number, late: boolean) => Promise<void>
+  /** Resolves with whether the record was written (a late one is not once an unban has lifted the ban). */
+  record: (ban: RecordedBan, startedHere: number, late: boolean) => Promise<boolean>
   logger: Logger
   retryMillis?: number
 }): (ban: NewBan) => void {
@@ -54,7 +55,11 @@ export function banJournal(options: {
       options
         .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed)
         .then(
-          () => failed && options.logger.info({ keyId: ban.keyId }, 'ban recorded for the keys CLI after an earlier failure'),
+          (written) => {
+            if (!failed) return
+            if (written) options.logger.info({ keyId: ban.keyId }, 'ban recorded for the keys CLI after an earlier failure')
+            else options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: an unban applied since has lifted it')
+          },
           (error: unknown) => {
             if (!failed) options.logger.error({ err: error, keyId: ban.keyId }, 'could not record the ban for the keys CLI; trying again while it lasts')
             failed = true

@@ -73,7 +73,7 @@ describe('the record of a ban that began while Postgres was unreachable', () => 
 
   it('keys show prints no ban for one an unban lifted before its record could be written', async () => {
     const { record } = await repository.create({ name: 'unbanned during a restart', plan: 'free' })
-    await banWhileCut(record.id)
+    const log = await banWhileCut(record.id)
     // The operator unbans meanwhile, and a gateway whose Redis is reachable applies it.
     const unban = await repository.requestUnban(record.id)
     await repository.markUnbanApplied(unban!)
@@ -81,5 +81,8 @@ describe('the record of a ban that began while Postgres was unreachable', () => 
 
     await new Promise((resolve) => setTimeout(resolve, 1_000))
     expect((await show(record.id)).ban).toBeNull()
+    // The log says what keys show says: no record, and why.
+    const after = log.entries().map((line) => String(line.msg)).filter((msg) => msg.startsWith('ban ') && msg.includes('keys CLI'))
+    expect(after).toEqual(['ban not recorded for the keys CLI: an unban applied since has lifted it'])
   }, 30_000)
 })
