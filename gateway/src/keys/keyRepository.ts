@@ -101,6 +101,16 @@ async function inIndexOrder<R extends pg.QueryResultRow>(client: pg.PoolClient, 
   return rows
 }
 
+/**
+ * A key's ban record and the marking of its unbans are written one at a time, each holding the
+ * key's row (FOR NO KEY UPDATE) in its transaction. Side by side, each statement read the table the
+ * other writes as it was before: the unban's delete missed a record being written, the record's
+ * check missed the unban being marked, and a ban the unban had lifted stayed recorded.
+ */
+const LOCK_KEY = 'SELECT 1 FROM gateway.api_keys WHERE id = $1 FOR NO KEY UPDATE'
+const LOCK_KEY_OF_CHANGE = `SELECT 1 FROM gateway.api_keys k JOIN gateway.api_key_changes c ON c.key_id = k.id
+  WHERE c.id = $1 FOR NO KEY UPDATE OF k`
+
 export function createKeyRepository(pool: pg.Pool) {
   async function updateOne(sql: string, params: unknown[]): Promise<ApiKeyRecord | undefined> {
     const { rows } = await pool.query<ApiKeyRecord>(`${sql} RETURNING ${COLUMNS}`, params)
@@ -282,14 +292,17 @@ export function createKeyRepository(pool: pg.Pool) {
      * is when it started on this process's monotonic clock: its recorded_at is Postgres's time
      * less what has passed since, a wait for a connection included, so an unban asked for in the
      * meantime still comes after the ban it was meant to lift (pendingUnbans). A record written
-     * `late` (a retry while Postgres was away) is not written once an unban asked for after the ban
-     * began has been applied: that unban lifted it, and found no record to delete. Resolves with
-     * whether the record was written.
+     * `late` (a retry while Postgres was away, or a ban announced on a store reply that came after
+     * the budget, `startedHere` then its call's moment) is not written once an unban asked for
+     * after the ban began has been applied: that unban lifted it, and found no record to delete.
+     * Resolves with whether the record was written.
      */
     async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<boolean> {
-      const { rowCount } = await withConnection(pool, (client) =>
-        client.query(
-          `WITH ban AS (SELECT now() - $5 * interval '1 millisecond' AS recorded_at)
+      return withConnection(pool, async (client) => {
+        await client.query('BEGIN')
+        await client.query(LOCK_KEY, [ban.keyId])
+        const { rowCount } = await client.query(
+          `WITH ban AS (SELECT statement_timestamp() - $5 * interval '1 millisecond' AS recorded_at)
            INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
            SELECT $1::text, $2::smallint, $3::timestamptz, $4::timestamptz, ban.recorded_at FROM ban
             WHERE NOT $6::boolean OR NOT EXISTS (
@@ -298,9 +311,10 @@ export function createKeyRepository(pool: pg.Pool) {
            ON CONFLICT (key_id) DO UPDATE
              SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = EXCLUDED.recorded_at`,
           [ban.keyId, ban.step, ban.startedAt, ban.endsAt, Math.max(performance.now() - startedHere, 0), late],
-        ),
-      )
-      return rowCount === 1
+        )
+        await client.query('COMMIT')
+        return rowCount === 1
+      })
     },
 
     /** The recorded bans that have not ended yet, by key id (all keys, or the ones named). */
@@ -358,19 +372,24 @@ export function createKeyRepository(pool: pg.Pool) {
      * meanwhile.
      */
     async markUnbanApplied(changeId: number, announce = false): Promise<void> {
-      await pool.query(
-        `WITH applied AS (
-           UPDATE gateway.api_key_changes SET applied_at = now() WHERE id = $1 AND applied_at IS NULL
-           RETURNING key_id, key_hash, changed_at
-         ), lifted AS (
-           DELETE FROM gateway.api_key_bans b USING applied a WHERE b.key_id = a.key_id AND b.recorded_at <= a.changed_at
-         ), again AS (
-           INSERT INTO gateway.api_key_changes (key_id, key_hash, kind, applied_at)
-           SELECT key_id, key_hash, 'unban', now() FROM applied WHERE $2 RETURNING key_id
-         )
-         SELECT pg_notify('gateway_api_key_changes', key_id) FROM again`,
-        [changeId, announce],
-      )
+      await withConnection(pool, async (client) => {
+        await client.query('BEGIN')
+        await client.query(LOCK_KEY_OF_CHANGE, [changeId])
+        await client.query(
+          `WITH applied AS (
+             UPDATE gateway.api_key_changes SET applied_at = now() WHERE id = $1 AND applied_at IS NULL
+             RETURNING key_id, key_hash, changed_at
+           ), lifted AS (
+             DELETE FROM gateway.api_key_bans b USING applied a WHERE b.key_id = a.key_id AND b.recorded_at <= a.changed_at
+           ), again AS (
+             INSERT INTO gateway.api_key_changes (key_id, key_hash, kind, applied_at)
+             SELECT key_id, key_hash, 'unban', now() FROM applied WHERE $2 RETURNING key_id
+           )
+           SELECT pg_notify('gateway_api_key_changes', key_id) FROM again`,
+          [changeId, announce],
+        )
+        await client.query('COMMIT')
+      })
     },
 
     async isUnbanApplied(changeId: number): Promise<boolean> {

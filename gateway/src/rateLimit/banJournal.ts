@@ -14,6 +14,13 @@ export interface NewBan {
    * ban: it holds on this gateway only, and is not recorded for the CLI.
    */
   shared: boolean
+  /**
+   * For a ban announced on a store reply that came after the budget: when its call was made, on
+   * this process's monotonic clock. An unban asked for since was sent to the store after that
+   * call, so it lifted the ban: the record is ordered from there, and not written once that
+   * unban has been applied (as a record written again after a failure).
+   */
+  calledAt?: number
 }
 
 /** How often a ban's record is written again while Postgres refuses it, as pending unbans are retried. */
@@ -35,7 +42,7 @@ export function banJournal(options: {
 }): (ban: NewBan) => void {
   const retryMillis = options.retryMillis ?? BAN_RECORD_RETRY_MILLIS
   return (ban) => {
-    const startedHere = performance.now()
+    const startedHere = ban.calledAt ?? performance.now()
     const endsAt = new Date(ban.endsAtMillis)
     options.logger.warn(
       {
@@ -53,7 +60,7 @@ export function banJournal(options: {
     let failed = false
     const write = () => {
       options
-        .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed)
+        .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed || ban.calledAt !== undefined)
         .then(
           (written) => {
             if (!failed) return

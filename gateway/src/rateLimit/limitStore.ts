@@ -33,9 +33,10 @@ export interface LimitRequest {
   /**
    * Called with the decision the store applied after the caller had stopped waiting for it (a
    * Redis reply later than the time budget, the request answered per onStoreFailure meanwhile).
-   * Not a closure per request: the request is passed back.
+   * Not a closure per request: the request is passed back, with when the call was made on this
+   * process's monotonic clock (performance.now()): whatever the store did, it did after that.
    */
-  onLateDecision?: (request: LimitRequest, decision: LimitDecision) => void
+  onLateDecision?: (request: LimitRequest, decision: LimitDecision, calledAt: number) => void
 }
 
 export interface WindowState {

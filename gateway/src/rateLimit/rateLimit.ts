@@ -144,7 +144,7 @@ export const rateLimit = fp(
     }
 
     /** The log line, the metric and the record (shared: for the keys CLI) of a ban a request started. */
-    function announceBan(keyId: string, plan: string, decision: LimitDecision, shared: boolean) {
+    function announceBan(keyId: string, plan: string, decision: LimitDecision, shared: boolean, calledAt?: number) {
       options.observer?.newBan(decision.banStep)
       options.onNewBan?.({
         keyId,
@@ -153,6 +153,7 @@ export const rateLimit = fp(
         startedAtMillis: decision.nowMillis,
         endsAtMillis: decision.nowMillis + decision.banMillisLeft,
         shared,
+        ...(calledAt === undefined ? {} : { calledAt }),
       })
     }
 
@@ -161,8 +162,8 @@ export const rateLimit = fp(
      * onStoreFailure meanwhile, and without this the ban, in force on every gateway, would have no
      * log line, no count in gateway_bans_total and no record for `keys show`.
      */
-    function announceLateBan(request: LimitRequest, decision: LimitDecision) {
-      if (decision.newBan) announceBan(request.keyId, request.plan ?? 'unknown', decision, true)
+    function announceLateBan(request: LimitRequest, decision: LimitDecision, calledAt: number) {
+      if (decision.newBan) announceBan(request.keyId, request.plan ?? 'unknown', decision, true, calledAt)
     }
 
     async function limitKeyed(request: FastifyRequest, key: ApiKeyRecord, config: GatewayConfig, limits: KeyLimits) {

@@ -303,10 +303,10 @@ function decisionOf(request: LimitRequest, reply: ScriptReply): LimitDecision {
  * within its deadline (LATE_AFTER_MILLIS): it then counted the request, and may have struck and
  * banned the key. Its reply, when it comes, goes to the request's onLateDecision.
  */
-function reportLate(request: LimitRequest, sent: Promise<ScriptReply> | undefined): void {
+function reportLate(request: LimitRequest, sent: Promise<ScriptReply> | undefined, calledAt: number): void {
   sent?.then(
     (reply) => {
-      if (reply[0] !== EXPIRED) request.onLateDecision?.(request, decisionOf(request, reply))
+      if (reply[0] !== EXPIRED) request.onLateDecision?.(request, decisionOf(request, reply), calledAt)
     },
     () => {},
   )
@@ -355,7 +355,7 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     try {
       reply = await budgeted
     } catch (error) {
-      if (error instanceof RedisBudgetExceededError && request.onLateDecision) reportLate(request, sent)
+      if (error instanceof RedisBudgetExceededError && request.onLateDecision) reportLate(request, sent, calledAt)
       throw error
     }
     // A reply from another master than the one the call was meant for (a MOVED or ASK redirect

@@ -484,4 +484,46 @@ describe('a ban Redis starts on a reply later than the budget', () => {
       await gateway.close()
     }
   })
+
+  it('keys show prints no ban for one an unban asked for while its script waited in Redis has lifted', async () => {
+    const gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: redis.url },
+      configure: (file) => {
+        file.redis.keyPrefix = prefix
+        file.onStoreFailure = 'open'
+        file.plans.free = { perMinute: 1, perDay: 1_000 }
+        file.bans = { strikes: 2, ladder: ['60s'] }
+      },
+    })
+    try {
+      const { id, key } = await gateway.createKey()
+      await gateway.announced(key)
+      await expect((await gateway.request('/v1/pets?limit=1', { key })).arrayBuffer()).resolves.toBeDefined()
+      await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key }), 429, 'rate_limited')
+      // Redis holds every command for 600 ms: the second strike's script waits there, and so does
+      // the unban the operator asks for meanwhile, which every gateway sends after it.
+      const admin = redis.admin()
+      try {
+        await admin.call('CLIENT', 'PAUSE', '600', 'ALL')
+      } finally {
+        admin.disconnect()
+      }
+      const answered = gateway.request('/v1/pets?limit=1', { key })
+      await sleep(100)
+      const unban = await gateway.keys.requestUnban(id)
+      await (await answered).arrayBuffer()
+      await eventually(async () => gateway.keys.isUnbanApplied(unban!), 5_000, 100)
+      await sleep(1_000)
+
+      // Redis ran the ban, then the unban: the key is not banned, and keys show must not say it is.
+      const after = await gateway.request('/v1/pets?limit=1', { key })
+      expect(after.status).not.toBe(503)
+      expect(((await after.json()) as { code?: string }).code).not.toBe('api_key_banned')
+      expect(await gateway.keys.activeBans([id])).toEqual(new Map())
+    } finally {
+      await gateway.close()
+    }
+  })
 })
