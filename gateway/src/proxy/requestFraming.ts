@@ -98,19 +98,42 @@ function waitsForContinue(raw: IncomingMessage): boolean {
 /** RFC 9110 §9.2.1 (and QUERY): requests that change nothing, which may be carried out side by side. */
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'QUERY'])
 
+/** Node's own record of the answer a connection is writing (internal, stable since Node 0.x). */
+function answerWriting(socket: Socket): ServerResponse | null | undefined {
+  return (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+}
+
+/** Per connection, the unsafe requests waiting for the answers ahead of theirs, in request order. */
+const waitingForAnswersAhead = new WeakMap<Socket, { answer: ServerResponse; go: () => void }[]>()
+
 /**
  * Calls `go` once every answer queued ahead of `answer` on its connection has been sent: Node gives
- * a pipelined request's answer the socket only then, one answer at a time (`_httpMessage`, Node's
- * own record of the answer the socket is writing, internal and stable since Node 0.x). Also once an
- * answer ahead closed the connection, or the client left.
+ * a pipelined request's answer the socket only then, one answer at a time, in request order. Also
+ * once an answer ahead closed the connection, or the client left. One 'finish' listener per
+ * connection, on the answer being written, however many requests wait: one each on that answer
+ * printed MaxListenersExceededWarning past ten, and every answer sent woke every waiting request
+ * (2,000 creates pipelined on one connection took 30 s of the gateway's time instead of 0.7 s).
  */
 function afterAnswersAhead(socket: Socket, answer: ServerResponse, go: () => void): void {
-  const writing = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+  const writing = answerWriting(socket)
   if (answer.socket !== null || !writing || !socket.writable) return go()
+  const already = waitingForAnswersAhead.get(socket)
+  if (already !== undefined) return void already.push({ answer, go })
+  const queue = [{ answer, go }]
+  waitingForAnswersAhead.set(socket, queue)
+  let watched: ServerResponse | null | undefined = writing
   const next = () => {
-    writing.off('finish', next)
+    watched?.off('finish', next)
+    // Requests are handed the socket in order: the first waiting one is the next to have it.
+    for (let first = queue[0]; first !== undefined; first = queue[0]) {
+      if (first.answer.socket === null && answerWriting(socket) && socket.writable) break
+      queue.shift()
+      first.go()
+    }
+    watched = answerWriting(socket)
+    if (queue.length > 0 && watched) return void watched.once('finish', next)
+    waitingForAnswersAhead.delete(socket)
     forgetClose()
-    afterAnswersAhead(socket, answer, go)
   }
   // After Node's own 'finish' listener, which hands the socket on to the next answer or ends it.
   writing.once('finish', next)
