@@ -42,10 +42,12 @@ const HEADER_LINES = MAX_HEADER_LINES + 100
  * The bytes of request target and header names and values read (Node's maxHeaderSize): the 16 KiB
  * the gateway reads of a client's, and room for the headers it adds on the way (its own, under
  * 1 KiB, and the credential). With Node's 16 KiB alone, a request the gateway had taken and charged
- * was refused here with 431.
+ * was refused here with 431. And a byte a header line: the gateway passes a repeated header on as
+ * one line, its values joined with ", " (Node's reading), two bytes more for each copy in place of
+ * its name, one at least.
  */
 function headerBytes(tokens: (string | undefined)[]): number {
-  return 16_384 + 1_024 + Math.max(...tokens.map((token) => token?.length ?? 0))
+  return 16_384 + 1_024 + MAX_HEADER_LINES + Math.max(...tokens.map((token) => token?.length ?? 0))
 }
 
 /**
