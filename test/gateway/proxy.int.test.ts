@@ -218,6 +218,21 @@ describe('gateway proxy to the real pets-service', () => {
     expect(parseAnswer(connection.answer()).statusLine).toBe('HTTP/1.1 200 OK')
   })
 
+  it('answers a pet id of 8,000 braces as one of 8,000 digits, not 414 for a target over 16 KiB', async () => {
+    // The gateway passes such a path on percent-encoded as URL parsing does (`{` as `%7B`), three
+    // times as long: the pets-service answered 414 for a target it said was over 16 KiB.
+    const answerTo = async (petId: string) => {
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(`GET /v1/pets/${petId} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`)
+      await connection.closed
+      const { statusLine, body } = parseAnswer(connection.answer())
+      return { statusLine, body }
+    }
+    const digits = await answerTo('7'.repeat(8_000))
+    expect(digits.statusLine).toBe('HTTP/1.1 400 Bad Request')
+    for (const character of ['{', '}', '"', '`', '<', '>']) expect(await answerTo(character.repeat(8_000)), character).toEqual(digits)
+  })
+
   it('keeps its own headers whole when a client sends a thousand of its own: credential, caller id and prefix', async () => {
     const { key: other } = await gateway.createKey()
     // About 9 KB of headers: under the 16 KiB limit, and the 1,000 lines the gateway reads (with

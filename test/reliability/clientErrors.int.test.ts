@@ -74,15 +74,16 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
   it.each([
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
-  ])('%s answers headers over 16 KiB with 431 headers_too_large', async (service, url) => {
-    const millis = await expectParserRefusal(service, url(), `GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, {
+  ])('%s answers headers over its limit with 431 headers_too_large', async (service, url) => {
+    // Over the pets-service's limit too: a client's 16 KiB through the gateway, its path three times over.
+    const millis = await expectParserRefusal(service, url(), `GET /v1/pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(60_000)}\r\n\r\n`, {
       statusLine: 'HTTP/1.1 431 Request Header Fields Too Large',
       code: 'headers_too_large',
       status: 431,
     })
     recordScenario({
       area: 'Hostile input',
-      scenario: `20 KB of request headers sent to the ${service}`,
+      scenario: `60 KB of request headers sent to the ${service}`,
       answered: `431 headers_too_large with the Error body in ${Math.round(millis)} ms`,
       lost: 'nothing: refused by the HTTP parser before any route ran; the next request answered 200',
       test: 'test/reliability/clientErrors.int.test.ts',
@@ -92,15 +93,15 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
   it.each([
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
-  ])('%s answers a request line over 16 KiB with 414 uri_too_long, not 431', async (service, url) => {
-    const millis = await expectParserRefusal(service, url(), `GET /v1/pets?q=${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, {
+  ])('%s answers a request line over its limit with 414 uri_too_long, not 431', async (service, url) => {
+    const millis = await expectParserRefusal(service, url(), `GET /v1/pets?q=${'a'.repeat(60_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, {
       statusLine: 'HTTP/1.1 414 URI Too Long',
       code: 'uri_too_long',
       status: 414,
     })
     recordScenario({
       area: 'Hostile input',
-      scenario: `a 20 KB request target sent to the ${service}`,
+      scenario: `a 60 KB request target sent to the ${service}`,
       answered: `414 uri_too_long with the Error body in ${Math.round(millis)} ms`,
       lost: 'nothing: refused by the HTTP parser before any route ran; the next request answered 200',
       test: 'test/reliability/clientErrors.int.test.ts',
