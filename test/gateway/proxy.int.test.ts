@@ -721,6 +721,37 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(Number(next.headers.get('x-ratelimit-limit')) - Number(next.headers.get('x-ratelimit-remaining'))).toBe(2)
   })
 
+  it('logs every create of a client that left while they waited behind a slow answer alike: 400, not carried out, charging no key', async () => {
+    // The first create waiting on a connection was logged 'request aborted by the client' with
+    // 499, the ones behind it 400: its own line was written as the connection closed, before the
+    // queue it waited in had marked it not carried out.
+    const log = captureLog()
+    const slow = await scriptedUpstream(() => undefined)
+    const { gateway, key } = await gatewayTo(slow, 10, undefined, log.stream)
+    const client = await openRaw(gateway.url)
+    const list = `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: list\r\n\r\n`
+    const create = (index: number) => `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: create-${index}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`
+    client.socket.write(list + create(1) + create(2) + create(3))
+    await arrived(slow.requests, 1)
+    client.socket.destroy()
+    const lines = () => log.entries().filter((entry) => typeof entry.requestId === 'string' && entry.status !== undefined)
+    await eventually(async () => lines().length === 4, 1_000, 10)
+    expect(lines().map(({ requestId, status, msg }) => `${requestId} ${status} ${msg}`)).toEqual([
+      'list 499 request aborted by the client',
+      'create-1 400 request not carried out: the connection closed before its answer',
+      'create-2 400 request not carried out: the connection closed before its answer',
+      'create-3 400 request not carried out: the connection closed before its answer',
+    ])
+    expect(slow.requests).toHaveLength(1)
+    const counted = (await gateway.registry.getSingleMetric('http_requests_total')!.get()).values
+    expect(counted.filter((value) => value.labels.method === 'POST')).toEqual([
+      expect.objectContaining({ labels: { method: 'POST', route: '/v1/pets', status_class: '4xx', plan: 'anonymous' }, value: 3 }),
+    ])
+    // Only the list was charged to the key.
+    const next = await gateway.request('/v1/pets', { key, contract: false })
+    expect(Number(next.headers.get('x-ratelimit-limit')) - Number(next.headers.get('x-ratelimit-remaining'))).toBe(2)
+  })
+
   // RFC 9112 §9.3.2: pipelined requests run side by side only when all are safe. A create waited
   // only behind an unsafe request, so one pipelined behind a list ran beside it.
   it('a list pipelined ahead of a create does not list the pet created after it', async () => {

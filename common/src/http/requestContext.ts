@@ -94,16 +94,20 @@ export function markNotCarriedOut(response: object, status: number): void {
  * Node emits no 'close' for the answer of a pipelined request still queued behind another when the
  * connection closes (it only aborts the request): such an answer never ended, and its request had
  * no log line or count. The connection's close ends it instead. Only for a queued answer: one that
- * has the socket is told by Node.
+ * has the socket is told by Node. Ended once the connection's other close callbacks have run: one
+ * registered after this one marks a request that still waited for the answers ahead not carried
+ * out (ended at once, the first create waiting behind a list was logged 499, those behind it 400).
  */
 function closeWithConnectionWhileQueued(reply: FastifyReply): void {
   const response = reply.raw
   const state = response as Accountable
   if (response.socket !== null || state[CLOSED_WITH_CONNECTION]) return
   state[CLOSED_WITH_CONNECTION] = true
-  const forget = onConnectionClose(reply.request.raw.socket, () => {
-    if (response.socket === null && !response.writableFinished) response.emit('close')
-  })
+  const forget = onConnectionClose(reply.request.raw.socket, () =>
+    queueMicrotask(() => {
+      if (response.socket === null && !response.writableFinished) response.emit('close')
+    }),
+  )
   response.once('close', forget)
 }
 
