@@ -72,18 +72,6 @@ export function bearerToken(value: string): string | undefined {
 export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'revoked_or_expired' | 'over_ip_limit'
 
 /**
- * Stage 2a: who is calling. Only `Authorization: Bearer <key>` counts (a key in the query
- * string is never read). Malformed, unknown, revoked and expired keys get the same answer so
- * it tells a guesser nothing; a malformed key costs no Postgres or Redis call (its per-IP count is
- * kept in this process). A failure is recorded,
- * not answered yet: the request is first charged to its client IP (stage 3), then refused
- * by requireAuthentication (stage 2b).
- *
- * A key costs one SHA-256 when the key cache holds it: the cache is keyed by the key's hash, and
- * only keys that passed the checksum ever enter it, so the checksum (a second SHA-256) is checked
- * only on a miss, before Postgres is asked.
- */
-/**
  * The path as the router matches it: up to the first `?` or `#`, percent-decoded but for the
  * reserved characters (find-my-way's reading), so `/%64ocs` is `/docs` here as it is there.
  * rewriteUrl (routeRequestTarget) has already sent a path that does not decode elsewhere.
@@ -99,6 +87,18 @@ function routedPath(url: string): string {
   }
 }
 
+/**
+ * Stage 2a: who is calling. Only `Authorization: Bearer <key>` counts (a key in the query
+ * string is never read). Malformed, unknown, revoked and expired bearer keys get the same answer
+ * so it tells a guesser nothing (a credential of another scheme is told how to send a key); a
+ * malformed key costs no Postgres or Redis call (its per-IP count is kept in this process). A
+ * failure is recorded, not answered yet: the request is first charged to its client IP (stage 3),
+ * then refused by requireAuthentication (stage 2b).
+ *
+ * A key costs one SHA-256 when the key cache holds it: the cache is keyed by the key's hash, and
+ * only keys that passed the checksum ever enter it, so the checksum (a second SHA-256) is checked
+ * only on a miss, before Postgres is asked.
+ */
 export const authenticate = fp(
   async (
     app: FastifyInstance,

@@ -70,12 +70,13 @@ export const requestFraming = fp(
 
 /**
  * Whether the answer to this request, whatever it is, closes its connection: an HTTP/1.0 request
- * framed with Transfer-Encoding (RFC 9112 §6.1: its framing cannot be trusted), as well as one of
- * the other versions Node's parser takes (`HTTP/0.9`, `HTTP/2.0` in a request line), which it keeps
- * alive by HTTP/1.0's rules, and one asking to upgrade. The gateway upgrades to nothing and answers as HTTP/1.1 (RFC 9110 §7.8), but Node's
- * parser stops reading the connection after such a request: one pipelined behind it would wait
- * unanswered. Closing after the answer tells the client to send it again. And a request with more
- * header lines than are read, whose 431 (headerLineLimit) closes the connection.
+ * framed with Transfer-Encoding (RFC 9112 §6.1: its framing cannot be trusted), or one of the other
+ * versions Node's parser takes (`HTTP/0.9`, `HTTP/2.0` in a request line), which it keeps alive by
+ * HTTP/1.0's rules; one asking to upgrade: the gateway upgrades to nothing and answers as HTTP/1.1
+ * (RFC 9110 §7.8), but Node's parser stops reading the connection after such a request, and one
+ * pipelined behind it would wait unanswered (closing after the answer tells the client to send it
+ * again); and a request with more header lines than are read, whose 431 (headerLineLimit) closes
+ * the connection.
  */
 function closesAfterAnswer(raw: IncomingMessage): boolean {
   return (
