@@ -235,7 +235,12 @@ describe('Redis Cluster: the master holding a key is killed while requests flow'
     expect(openFirst, 'the open gateway decided on Redis again').toBeGreaterThanOrEqual(0)
     const openBack = openAfter[openFirst]!
     expect(openBack.startedAt - promotedAt, 'open gateway back on Redis after the promotion').toBeLessThan(RECOVERY_WITHIN_MILLIS)
-    expect(openAfter.slice(openFirst).filter((answer) => answer.degraded)).toEqual([])
+    // Once back it goes to Redis for every request. On a loaded machine (the whole suite on two
+    // cores) a reply may still come later than the 50 ms budget and that one request is decided by
+    // the fallback (seen once in CI: 64 ms); a gateway still skipping Redis would answer at once.
+    const fallbackOnceBack = openAfter.slice(openFirst).filter((answer) => answer.degraded)
+    expect(fallbackOnceBack.filter((answer) => answer.millis < open.config.redis.commandTimeoutMillis), 'skipped Redis once back').toEqual([])
+    expect(fallbackOnceBack.length, 'replies later than the budget once back').toBeLessThanOrEqual(2)
 
     // 3. Over-admission. Replication is asynchronous, so the promoted replica may miss the
     // increments of scripts the master ran just before it died. Redis writes a script's effects
