@@ -446,13 +446,13 @@ describe('a ban Redis starts on a reply later than the budget', () => {
   const pets = suiteService(() => startPetsService(database.url))
   const redis = suiteService(() => startPrivateRedis())
 
-  it('is logged, counted in gateway_bans_total and recorded for keys show, though its request was answered by the fallback', async () => {
-    const log = captureLog()
-    const gateway = await startGateway({
+  /** A gateway whose Free keys are banned at their second strike: 1 request a minute, then 429, then the ban. */
+  const strikeTwiceGateway = (logStream?: NodeJS.WritableStream) =>
+    startGateway({
       databaseUrl: database.url,
       petsUrl: pets.url,
       env: { REDIS_URL: redis.url },
-      logStream: log.stream,
+      ...(logStream ? { logStream } : {}),
       configure: (file) => {
         file.redis.keyPrefix = prefix
         file.onStoreFailure = 'open'
@@ -460,18 +460,32 @@ describe('a ban Redis starts on a reply later than the budget', () => {
         file.bans = { strikes: 2, ladder: ['60s'] }
       },
     })
+
+  /** Admitted once, then its first strike: the next request limited bans the key. */
+  async function oneStrikeFromBan(gateway: RunningGateway, key: string) {
+    await expect((await gateway.request('/v1/pets?limit=1', { key })).arrayBuffer()).resolves.toBeDefined()
+    await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key }), 429, 'rate_limited')
+  }
+
+  /** CLIENT PAUSE: Redis holds every command for this long, then runs them in order. */
+  async function pauseRedis(millis: number) {
+    const admin = redis.admin()
+    try {
+      await admin.call('CLIENT', 'PAUSE', String(millis), 'ALL')
+    } finally {
+      admin.disconnect()
+    }
+  }
+
+  it('is logged, counted in gateway_bans_total and recorded for keys show, though its request was answered by the fallback', async () => {
+    const log = captureLog()
+    const gateway = await strikeTwiceGateway(log.stream)
     try {
       const { id, key } = await gateway.createKey()
-      await expect((await gateway.request('/v1/pets?limit=1', { key })).arrayBuffer()).resolves.toBeDefined()
-      await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key }), 429, 'rate_limited')
-      // Redis holds every command for 300 ms: the second strike's script runs after the 50 ms budget
-      // (the request is answered from the per-process fallback) but well within its 1 s deadline.
-      const admin = redis.admin()
-      try {
-        await admin.call('CLIENT', 'PAUSE', '300', 'ALL')
-      } finally {
-        admin.disconnect()
-      }
+      await oneStrikeFromBan(gateway, key)
+      // The second strike's script runs after the 50 ms budget (the request is answered from the
+      // per-process fallback) but well within its 1 s deadline.
+      await pauseRedis(300)
       const answered = await gateway.request('/v1/pets?limit=1', { key })
       expect(answered.headers.get('x-ratelimit-limit')).not.toBeNull()
       await answered.arrayBuffer()
@@ -486,30 +500,14 @@ describe('a ban Redis starts on a reply later than the budget', () => {
   })
 
   it('keys show prints no ban for one an unban asked for while its script waited in Redis has lifted', async () => {
-    const gateway = await startGateway({
-      databaseUrl: database.url,
-      petsUrl: pets.url,
-      env: { REDIS_URL: redis.url },
-      configure: (file) => {
-        file.redis.keyPrefix = prefix
-        file.onStoreFailure = 'open'
-        file.plans.free = { perMinute: 1, perDay: 1_000 }
-        file.bans = { strikes: 2, ladder: ['60s'] }
-      },
-    })
+    const gateway = await strikeTwiceGateway()
     try {
       const { id, key } = await gateway.createKey()
       await gateway.announced(key)
-      await expect((await gateway.request('/v1/pets?limit=1', { key })).arrayBuffer()).resolves.toBeDefined()
-      await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key }), 429, 'rate_limited')
-      // Redis holds every command for 600 ms: the second strike's script waits there, and so does
-      // the unban the operator asks for meanwhile, which every gateway sends after it.
-      const admin = redis.admin()
-      try {
-        await admin.call('CLIENT', 'PAUSE', '600', 'ALL')
-      } finally {
-        admin.disconnect()
-      }
+      await oneStrikeFromBan(gateway, key)
+      // The second strike's script waits in Redis, and so does the unban the operator asks for
+      // meanwhile, which every gateway sends after it.
+      await pauseRedis(600)
       const answered = gateway.request('/v1/pets?limit=1', { key })
       await sleep(100)
       const unban = await gateway.keys.requestUnban(id)
