@@ -211,7 +211,6 @@ export function createGatewayMetrics(registry: Registry) {
 
 export type GatewayMetrics = ReturnType<typeof createGatewayMetrics>
 
-
 /**
  * Only with server.tls: `gateway_tls_reloads_total{outcome}` and `gateway_tls_last_reload_successful`
  * (as the config's: 0 while the last rotation was refused, the files on disk not the pair in force),

@@ -153,15 +153,19 @@ function afterAnswersAhead(socket: Socket, answer: ServerResponse, go: () => voi
  * RFC 9112 §9.3.2: pipelined requests are carried out side by side only when all are safe. Node
  * hands them all over at once, so a read pipelined behind a create ran alongside it and, more often
  * than not, answered 404 for the pet the 201 before it had just announced. A request queued behind
- * an unsafe one waits for its answer the same way, and an unsafe request waits for every answer
- * ahead of it (afterAnswersAhead). Safe requests behind safe ones are carried out at once.
+ * an unsafe one waits the same way, and an unsafe request waits for every answer ahead of it. One
+ * queue does all the waiting (afterAnswersAhead). Safe requests behind safe ones are carried out at
+ * once.
  * Registered after httpMetrics (whose hook counts such a request when its connection closes) and
  * before authentication and the rate limit, whose refusals must close the connection too.
  */
 export const pipelinedBehindClose = fp(
   async (app: FastifyInstance) => {
-    /** Per connection, the last answer not yet sent that may close it or follows an unsafe request, and the requests queued behind it. */
-    const closing = new WeakMap<Socket, { waiting: (() => void)[] }>()
+    /**
+     * Per connection, the last answer that may close it, or that follows an unsafe request: while
+     * it is unsent, a request pipelined behind it waits for the answers ahead (afterAnswersAhead).
+     */
+    const holdingBack = new WeakMap<Socket, ServerResponse>()
     const notCarriedOut = () => gatewayErrors.create('bad_request', 'A request pipelined behind an answer that closed the connection is not carried out.')
 
     /** Once the answers ahead have gone: on with the request if its connection is still open. */
@@ -172,37 +176,23 @@ export const pipelinedBehindClose = fp(
       done(refusal)
     }
 
-    /** One pair of listeners per such answer, however many requests queue behind it. */
-    function watch(socket: Socket, answer: ServerResponse): void {
-      const entry = { waiting: [] as (() => void)[] }
-      closing.set(socket, entry)
-      // Node's own 'finish' listener (resOnFinish, added before the request was handed over) has
-      // ended the socket's writable side by the time this one runs if the answer said close.
-      const settle = () => {
-        answer.off('finish', settle)
-        forgetClose()
-        if (closing.get(socket) === entry) closing.delete(socket)
-        for (const go of entry.waiting) go()
-      }
-      answer.once('finish', settle)
-      const forgetClose = onConnectionClose(socket, settle)
-    }
-
     app.addHook('onRequest', (request, reply, done) => {
       const socket = request.raw.socket
-      const ahead = closing.get(socket)
+      const ahead = holdingBack.get(socket)
+      const behindHeldAnswer = ahead !== undefined && !ahead.writableFinished
       // Here, ahead of authentication and the rate limit: a 401 or 429 to such a request kept the
       // connection open, and a create pipelined behind an HTTP/1.0 request framed with
       // Transfer-Encoding was carried out (behind an upgrade, it waited unanswered).
       const closes = closesAfterAnswer(request.raw)
       if (closes) reply.header('connection', 'close')
       const unsafe = !SAFE_METHODS.has(request.raw.method as string)
-      if (closes || unsafe || waitsForContinue(request.raw)) watch(socket, reply.raw)
+      if (closes || unsafe || waitsForContinue(request.raw)) holdingBack.set(socket, reply.raw)
+      else if (ahead !== undefined && !behindHeldAnswer) holdingBack.delete(socket)
       // An unsafe request waits for every answer ahead, safe ones too: a create carried out beside
-      // a list pipelined ahead of it put its pet in that list.
-      if (unsafe && reply.raw.socket === null) return afterAnswersAhead(socket, reply.raw, () => carryOutIfOpen(socket, reply.raw, done))
-      if (ahead === undefined) return done()
-      ahead.waiting.push(() => carryOutIfOpen(socket, reply.raw, done))
+      // a list pipelined ahead of it put its pet in that list. Nothing is ahead once its answer has
+      // the socket.
+      if ((!unsafe && !behindHeldAnswer) || reply.raw.socket !== null) return done()
+      afterAnswersAhead(socket, reply.raw, () => carryOutIfOpen(socket, reply.raw, done))
     })
   },
   { name: 'pipelined-behind-close' },
