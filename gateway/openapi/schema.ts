@@ -170,7 +170,7 @@ export interface components {
              *     - `payload_too_large` (413): the body is larger than 1 MiB.
              *     - `uri_too_long` (414): the request target (path and query) is longer than 16 KiB.
              *     - `unsupported_media_type` (415): the body is not `application/json`, is compressed, or is not UTF-8.
-             *     - `headers_too_large` (431): the request headers are larger than 16 KiB, or more than 1,000 lines.
+             *     - `headers_too_large` (431): the request line and headers together are larger than 16 KiB, or more than 1,000 header lines.
              *     - `idempotency_key_reused` (422): the `Idempotency-Key` was already used with a different body.
              *     - `rate_limited` (429): over the limit; retry after `Retry-After` seconds.
              *     - `api_key_banned` (429): the key is banned for sending requests while limited; retry after `Retry-After` seconds.
@@ -371,10 +371,10 @@ export interface components {
             };
         };
         /**
-         * @description The request headers are larger than 16 KiB, or more than 1,000 lines
-         *     (`headers_too_large`). Such a request is refused before it is read, so it is neither
-         *     authenticated nor counted against any limit, and the answer carries no rate-limit
-         *     headers; the connection is closed.
+         * @description The request line and headers together are larger than 16 KiB, or more than 1,000
+         *     header lines (`headers_too_large`). Such a request is refused before it is read, so it
+         *     is neither authenticated nor counted against any limit, and the answer carries no
+         *     rate-limit headers; the connection is closed.
          */
         HeadersTooLarge: {
             headers: {
@@ -384,7 +384,7 @@ export interface components {
                 /**
                  * @example {
                  *       "code": "headers_too_large",
-                 *       "message": "The request headers are larger than 16 KiB.",
+                 *       "message": "The request line and headers together are larger than 16 KiB.",
                  *       "status": 431
                  *     }
                  */

@@ -2,7 +2,9 @@ import { readFileSync } from 'node:fs'
 import { createConfig, lintFromString } from '@redocly/openapi-core'
 import { describe, expect, it } from 'vitest'
 import { DEFAULT_API_SERVERS, parseGatewayConfig, resolveGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
+import type { ApiError, ErrorBody } from '../../common/src/http/apiError.ts'
 import { gatewayErrors } from '../../gateway/src/errors.ts'
+import { ORDERS_NOT_AVAILABLE } from '../../gateway/src/routes/storeOrders.ts'
 import { OPENAPI_SOURCE, loadOpenApiDocument, withOrdersUpstream, withServers } from '../../gateway/src/openapi/document.ts'
 import { petsErrors } from '../../pets-service/src/errors.ts'
 import { CLIENT_TYPES_PATH, renderClientTypes } from '../../scripts/lib/clientTypes.ts'
@@ -120,6 +122,26 @@ describe('the OpenAPI document (gateway/openapi/openapi.yaml)', () => {
       // A 405 answers a method no operation describes, so no operation's responses can list it.
       if (name !== 'method_not_allowed') expect(documentedStatuses, `${name} (${status})`).toContain(status)
       expect(code.description, `${name} in the code description`).toContain(`\`${name}\` (${status})`)
+    }
+  })
+
+  it('gives every error response an example body that the API really sends for its code', () => {
+    // The message a client reads for each example's code: the code's own, from whichever service
+    // answers it. Two examples show a message written for one answer rather than the code's own.
+    const sent = (code: string) =>
+      [gatewayErrors, petsErrors]
+        .filter((catalogue) => (catalogue.codes() as string[]).includes(code))
+        .map((catalogue) => (catalogue.create as (code: string) => ApiError)(code).toBody())
+    const specific: Record<string, ErrorBody> = {
+      // Ajv's wording, as createPet answers {"name":"Rex"}.
+      validation_failed: { code: 'validation_failed', message: "body must have required property 'categoryId'", status: 400 },
+      not_implemented: { code: 'not_implemented', message: ORDERS_NOT_AVAILABLE, status: 501 },
+    }
+    const components = document.components.responses as Record<string, Node>
+    for (const [name, response] of Object.entries(components)) {
+      const example = ((response.content as Record<string, Node>)['application/json']!.example ?? {}) as ErrorBody
+      const answers = example.code in specific ? [specific[example.code]] : sent(example.code)
+      expect(answers, name).toContainEqual(example)
     }
   })
 

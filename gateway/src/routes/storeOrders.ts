@@ -3,6 +3,8 @@ import type { UpstreamConfig } from '../config/loadConfig.ts'
 import { gatewayErrors } from '../errors.ts'
 import { upstreamProxy, type UpstreamObserver } from '../proxy/upstreamProxy.ts'
 
+export const ORDERS_NOT_AVAILABLE = 'Store orders are not available yet.'
+
 /**
  * GET /v1/store/orders: the spec names it and nothing more. It is authenticated (and limited)
  * like every route, then answered 501 until config/gateway.yaml names an orders upstream.
@@ -23,6 +25,6 @@ export async function storeOrdersRoute(
     return
   }
   app.get('/v1/store/orders', async () => {
-    throw gatewayErrors.create('not_implemented', 'Store orders are not available yet.')
+    throw gatewayErrors.create('not_implemented', ORDERS_NOT_AVAILABLE)
   })
 }
