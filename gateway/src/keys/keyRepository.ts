@@ -103,13 +103,22 @@ async function inIndexOrder<R extends pg.QueryResultRow>(client: pg.PoolClient, 
 
 /**
  * A key's ban record and the marking of its unbans are written one at a time, each holding the
- * key's row (FOR NO KEY UPDATE) in its transaction. Side by side, each statement read the table the
- * other writes as it was before: the unban's delete missed a record being written, the record's
- * check missed the unban being marked, and a ban the unban had lifted stayed recorded.
+ * key's advisory lock in its transaction. Side by side, each statement read the table the other
+ * writes as it was before: the unban's delete missed a record being written, the record's check
+ * missed the unban being marked, and a ban the unban had lifted stayed recorded. Not the key's
+ * row: an operator's open transaction that updates gateway.api_keys holds that, and ban records
+ * waiting behind it took every connection of the pool, so keys not cached got 503.
  */
-const LOCK_KEY = 'SELECT 1 FROM gateway.api_keys WHERE id = $1 FOR NO KEY UPDATE'
-const LOCK_KEY_OF_CHANGE = `SELECT 1 FROM gateway.api_keys k JOIN gateway.api_key_changes c ON c.key_id = k.id
-  WHERE c.id = $1 FOR NO KEY UPDATE OF k`
+const LOCK_KEY = `SELECT pg_advisory_xact_lock(hashtext('gateway.api_key_bans'), hashtext($1))`
+const LOCK_KEY_OF_CHANGE = `SELECT pg_advisory_xact_lock(hashtext('gateway.api_key_bans'), hashtext(key_id))
+  FROM gateway.api_key_changes WHERE id = $1`
+
+/**
+ * What became of a ban's record: written; not written because an unban applied since lifted the
+ * ban, or because the record of a newer ban is there (an older ban's write, retried late, must not
+ * replace it), or because the key no longer exists (deleted by hand).
+ */
+export type BanRecordOutcome = 'recorded' | 'lifted' | 'overtaken' | 'no key'
 
 export function createKeyRepository(pool: pg.Pool) {
   async function updateOne(sql: string, params: unknown[]): Promise<ApiKeyRecord | undefined> {
@@ -295,25 +304,36 @@ export function createKeyRepository(pool: pg.Pool) {
      * `late` (a retry while Postgres was away, or a ban announced on a store reply that came after
      * the budget, `startedHere` then its call's moment) is not written once an unban asked for
      * after the ban began has been applied: that unban lifted it, and found no record to delete.
-     * Resolves with whether the record was written.
+     * A key's record is of its newest ban, by recorded_at (Postgres's clock, as unbans are
+     * ordered): a write of an older ban leaves it. Resolves with what became of the record.
      */
-    async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<boolean> {
+    async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<BanRecordOutcome> {
       return withConnection(pool, async (client) => {
         await client.query('BEGIN')
         await client.query(LOCK_KEY, [ban.keyId])
-        const { rowCount } = await client.query(
-          `WITH ban AS (SELECT statement_timestamp() - $5 * interval '1 millisecond' AS recorded_at)
-           INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
-           SELECT $1::text, $2::smallint, $3::timestamptz, $4::timestamptz, ban.recorded_at FROM ban
-            WHERE NOT $6::boolean OR NOT EXISTS (
-              SELECT 1 FROM gateway.api_key_changes c
-               WHERE c.key_id = $1 AND c.kind = 'unban' AND c.applied_at IS NOT NULL AND c.changed_at >= ban.recorded_at)
-           ON CONFLICT (key_id) DO UPDATE
-             SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = EXCLUDED.recorded_at`,
+        const { rows } = await client.query<{ outcome: BanRecordOutcome }>(
+          `WITH ban AS (SELECT statement_timestamp() - $5 * interval '1 millisecond' AS recorded_at),
+           lifted AS (
+             SELECT $6::boolean AND EXISTS (
+               SELECT 1 FROM gateway.api_key_changes c, ban
+                WHERE c.key_id = $1 AND c.kind = 'unban' AND c.applied_at IS NOT NULL AND c.changed_at >= ban.recorded_at) AS lifted
+           ), written AS (
+             INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
+             SELECT k.id, $2::smallint, $3::timestamptz, $4::timestamptz, ban.recorded_at FROM gateway.api_keys k, ban, lifted
+              WHERE k.id = $1 AND NOT lifted.lifted
+             ON CONFLICT (key_id) DO UPDATE
+               SET step = EXCLUDED.step, started_at = EXCLUDED.started_at, ends_at = EXCLUDED.ends_at, recorded_at = EXCLUDED.recorded_at
+               WHERE api_key_bans.recorded_at <= EXCLUDED.recorded_at
+             RETURNING 1
+           )
+           SELECT CASE WHEN EXISTS (SELECT 1 FROM written) THEN 'recorded'
+                       WHEN (SELECT lifted FROM lifted) THEN 'lifted'
+                       WHEN EXISTS (SELECT 1 FROM gateway.api_keys WHERE id = $1) THEN 'overtaken'
+                       ELSE 'no key' END AS outcome`,
           [ban.keyId, ban.step, ban.startedAt, ban.endsAt, Math.max(performance.now() - startedHere, 0), late],
         )
         await client.query('COMMIT')
-        return rowCount === 1
+        return rows[0]!.outcome
       })
     },
 

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino'
-import type { RecordedBan } from '../keys/keyRepository.ts'
+import type { BanRecordOutcome, RecordedBan } from '../keys/keyRepository.ts'
 
 export interface NewBan {
   keyId: string
@@ -35,8 +35,8 @@ export const BAN_RECORD_RETRY_MILLIS = 2_000
  * began during a Postgres restart is one `keys show` would otherwise never print.
  */
 export function banJournal(options: {
-  /** Resolves with whether the record was written (a late one is not once an unban has lifted the ban). */
-  record: (ban: RecordedBan, startedHere: number, late: boolean) => Promise<boolean>
+  /** Resolves with what became of the record (keyRepository's recordBan). */
+  record: (ban: RecordedBan, startedHere: number, late: boolean) => Promise<BanRecordOutcome>
   logger: Logger
   retryMillis?: number
 }): (ban: NewBan) => void {
@@ -62,9 +62,12 @@ export function banJournal(options: {
       options
         .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed || ban.calledAt !== undefined)
         .then(
-          (written) => {
-            if (!failed) return
-            if (written) options.logger.info({ keyId: ban.keyId }, 'ban recorded for the keys CLI after an earlier failure')
+          (outcome) => {
+            // Whatever the outcome, the write is not tried again: a key deleted since stays deleted.
+            if (outcome === 'no key') options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: the key no longer exists')
+            else if (outcome === 'overtaken') options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: a newer ban of the key is recorded')
+            else if (!failed) return
+            else if (outcome === 'recorded') options.logger.info({ keyId: ban.keyId }, 'ban recorded for the keys CLI after an earlier failure')
             else options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: an unban applied since has lifted it')
           },
           (error: unknown) => {

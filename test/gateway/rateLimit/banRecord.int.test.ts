@@ -85,4 +85,61 @@ describe('the record of a ban that began while Postgres was unreachable', () => 
     const after = log.entries().map((line) => String(line.msg)).filter((msg) => msg.startsWith('ban ') && msg.includes('keys CLI'))
     expect(after).toEqual(['ban not recorded for the keys CLI: an unban applied since has lifted it'])
   }, 30_000)
+
+  it('keys show prints the newer ban when the write of an older one lands after its record', async () => {
+    const { record } = await repository.create({ name: 'banned again while a record was late', plan: 'free' })
+    const now = Date.now()
+    // Ban 2 (step 1) began as ban 1 ended, and its gateway recorded it at once.
+    await repository.recordBan({ keyId: record.id, step: 1, startedAt: new Date(now - 1_000), endsAt: new Date(now + 29_000) })
+    // Ban 1's record, tried again while Postgres refused it, lands only now.
+    const late = await repository.recordBan({ keyId: record.id, step: 0, startedAt: new Date(now - 4_000), endsAt: new Date(now - 1_000) }, performance.now() - 4_000, true)
+    expect((await show(record.id)).ban).toMatchObject({ step: 1 })
+    expect(late).toBe('overtaken')
+  }, 30_000)
+
+  it('stops writing the record of a ban whose key is deleted while Postgres refuses it, with one line saying why', async () => {
+    const { record } = await repository.create({ name: 'deleted while banned', plan: 'free' })
+    const log = captureLog()
+    let writes = 0
+    const recordBan = createKeyRepository(behindRelay).recordBan
+    const journal = banJournal({
+      record: (...args) => {
+        writes++
+        return recordBan(...args)
+      },
+      logger: pino(log.stream),
+      retryMillis: 100,
+    })
+    await relay.cut()
+    const now = Date.now()
+    journal({ keyId: record.id, plan: 'free', step: 0, startedAtMillis: now, endsAtMillis: now + 300_000, shared: true })
+    await direct.query('DELETE FROM gateway.api_keys WHERE id = $1', [record.id])
+    await relay.restore()
+
+    const gone = 'ban not recorded for the keys CLI: the key no longer exists'
+    const deadline = Date.now() + 5_000
+    while (!log.entries().some((line) => line.msg === gone) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    const writesThen = writes
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    expect(writes).toBe(writesThen)
+    expect(log.entries().filter((line) => String(line.msg).startsWith('ban ')).map((line) => line.msg)).toEqual([gone])
+  }, 30_000)
+
+  it("records a ban while an operator's open transaction has updated the key's row", async () => {
+    const { record } = await repository.create({ name: 'updated in an open transaction', plan: 'free' })
+    // The gateway's pool, with a short statement timeout: a record waiting for the row fails soon.
+    const gateway = createPool({ connectionString: database.url, applicationName: 'ban-record-gateway', max: 2, statementTimeoutMillis: 1_000 })
+    const operator = await direct.connect()
+    try {
+      await operator.query('BEGIN')
+      await operator.query(`UPDATE gateway.api_keys SET name = 'renamed, not committed yet' WHERE id = $1`, [record.id])
+      const now = Date.now()
+      await createKeyRepository(gateway).recordBan({ keyId: record.id, step: 0, startedAt: new Date(now), endsAt: new Date(now + 60_000) })
+      expect((await show(record.id)).ban).toMatchObject({ step: 0 })
+    } finally {
+      await operator.query('ROLLBACK')
+      operator.release()
+      await gateway.end()
+    }
+  }, 30_000)
 })
