@@ -41,6 +41,15 @@ export function banJournal(options: {
   retryMillis?: number
 }): (ban: NewBan) => void {
   const retryMillis = options.retryMillis ?? BAN_RECORD_RETRY_MILLIS
+  // One write at a time: a record can wait in Postgres (its key's row held by an operator's open
+  // transaction that deletes it or selects it FOR UPDATE) until the statement timeout, and a burst
+  // of bans waiting so held every connection of the pool the key lookups of requests need.
+  let writing: Promise<unknown> = Promise.resolve()
+  const inTurn = <T>(write: () => Promise<T>): Promise<T> => {
+    const turn = writing.then(write)
+    writing = turn.catch(() => undefined)
+    return turn
+  }
   return (ban) => {
     const startedHere = ban.calledAt ?? performance.now()
     const endsAt = new Date(ban.endsAtMillis)
@@ -59,23 +68,23 @@ export function banJournal(options: {
     const lastsUntilHere = startedHere + (ban.endsAtMillis - ban.startedAtMillis)
     let failed = false
     const write = () => {
-      options
-        .record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed || ban.calledAt !== undefined)
-        .then(
-          (outcome) => {
-            // Whatever the outcome, the write is not tried again: a key deleted since stays deleted.
-            if (outcome === 'no key') options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: the key no longer exists')
-            else if (outcome === 'overtaken') options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: a newer ban of the key is recorded')
-            else if (!failed) return
-            else if (outcome === 'recorded') options.logger.info({ keyId: ban.keyId }, 'ban recorded for the keys CLI after an earlier failure')
-            else options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: an unban applied since has lifted it')
-          },
-          (error: unknown) => {
-            if (!failed) options.logger.error({ err: error, keyId: ban.keyId }, 'could not record the ban for the keys CLI; trying again while it lasts')
-            failed = true
-            if (performance.now() + retryMillis < lastsUntilHere) setTimeout(write, retryMillis).unref()
-          },
-        )
+      inTurn(() =>
+        options.record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed || ban.calledAt !== undefined),
+      ).then(
+        (outcome) => {
+          // Whatever the outcome, the write is not tried again: a key deleted since stays deleted.
+          if (outcome === 'no key') options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: the key no longer exists')
+          else if (outcome === 'overtaken') options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: a newer ban of the key is recorded')
+          else if (!failed) return
+          else if (outcome === 'recorded') options.logger.info({ keyId: ban.keyId }, 'ban recorded for the keys CLI after an earlier failure')
+          else options.logger.info({ keyId: ban.keyId }, 'ban not recorded for the keys CLI: an unban applied since has lifted it')
+        },
+        (error: unknown) => {
+          if (!failed) options.logger.error({ err: error, keyId: ban.keyId }, 'could not record the ban for the keys CLI; trying again while it lasts')
+          failed = true
+          if (performance.now() + retryMillis < lastsUntilHere) setTimeout(write, retryMillis).unref()
+        },
+      )
     }
     write()
   }

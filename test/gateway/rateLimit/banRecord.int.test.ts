@@ -3,6 +3,7 @@ import type pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate } from '../../../common/src/database/migrate.ts'
 import { createPool } from '../../../common/src/database/pool.ts'
+import { hashApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository, type KeyRepository } from '../../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../../gateway/src/migrations.ts'
 import { banJournal } from '../../../gateway/src/rateLimit/banJournal.ts'
@@ -141,5 +142,39 @@ describe('the record of a ban that began while Postgres was unreachable', () => 
       operator.release()
       await gateway.end()
     }
+  }, 30_000)
+
+  it("looks up keys for requests while ban records wait for rows an operator's open transaction holds", async () => {
+    const banned = await Promise.all([0, 1, 2, 3].map((n) => repository.create({ name: `banned ${n}, row held`, plan: 'free' })))
+    const fresh = await repository.create({ name: 'not cached yet', plan: 'free' })
+    // The gateway's pool, small: what a burst of bans would do to the default 10 connections.
+    const applicationName = 'ban-record-gateway-held'
+    const gateway = createPool({ connectionString: database.url, applicationName, max: 2, statementTimeoutMillis: 3_000 })
+    const journal = banJournal({ record: createKeyRepository(gateway).recordBan, logger: pino({ level: 'silent' }), retryMillis: 100 })
+    const operator = await direct.connect()
+    try {
+      await operator.query('BEGIN')
+      // An operator about to delete the keys (or an admin tool) holds their rows: each record's foreign key check waits.
+      await operator.query('SELECT 1 FROM gateway.api_keys WHERE id = ANY($1) FOR UPDATE', [banned.map(({ record }) => record.id)])
+      const now = Date.now()
+      for (const { record } of banned) journal({ keyId: record.id, plan: 'free', step: 0, startedAtMillis: now, endsAtMillis: now + 300_000, shared: true })
+      const waiting = async () =>
+        Number((await direct.query(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, [applicationName])).rows[0].count)
+      const deadline = Date.now() + 5_000
+      while ((await waiting()) === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(await waiting()).toBeGreaterThan(0)
+
+      // The lookup a request for a key not cached yet makes, on the same pool: answered, not 503.
+      expect(await createKeyRepository(gateway).findByHash(hashApiKey(fresh.key))).toMatchObject({ id: fresh.record.id })
+    } finally {
+      await operator.query('ROLLBACK')
+      operator.release()
+    }
+    // Nothing lost meanwhile: every ban is recorded once the rows are free.
+    const ids = banned.map(({ record }) => record.id)
+    const deadline = Date.now() + 10_000
+    while ((await repository.activeBans(ids)).size < ids.length && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100))
+    expect((await repository.activeBans(ids)).size).toBe(ids.length)
+    await gateway.end()
   }, 30_000)
 })
