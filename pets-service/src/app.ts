@@ -13,7 +13,7 @@ import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
 import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
-import { firstNumberRoundedToInteger } from './http/exactNumbers.ts'
+import { firstNumberRoundedToInteger, instancePathAt, type NumberLiteral } from './http/exactNumbers.ts'
 import type { PetRepository } from './repository/petRepository.ts'
 import { authCheckRoute } from './routes/authCheck.ts'
 import { createPetRoute } from './routes/createPet.ts'
@@ -152,6 +152,23 @@ function strictJsonBodies(app: FastifyInstance): void {
     }
     const rounded = firstNumberRoundedToInteger(text)
     if (rounded === undefined) return parseJson(request, text, done)
-    done(petsErrors.create('validation_failed', `body: ${rounded.slice(0, 40)} is not an integer; it would be rounded to one`))
+    // Judged once the text is known to be JSON, and where the schema would take the rounded value:
+    // elsewhere (a name, a field not allowed) the schema's own message tells the truth, and broken
+    // JSON is invalid_json however its numbers read.
+    parseJson(request, text, (error, body) => {
+      if (error) return done(error)
+      const validate = request.getValidationFunction('body')
+      if (validate !== undefined && !validate(body)) return done(null, body)
+      done(petsErrors.create('validation_failed', roundedMessage(text, rounded)))
+    })
   })
+}
+
+/** Long enough for any integer a client means; a literal of a megabyte is not repeated whole. */
+const MAX_ECHOED_LITERAL = 40
+
+function roundedMessage(json: string, rounded: NumberLiteral): string {
+  const { token, index } = rounded
+  const shown = token.length > MAX_ECHOED_LITERAL ? `${token.slice(0, MAX_ECHOED_LITERAL)}…` : token
+  return `body${instancePathAt(json, index)} must be an integer; ${shown} would be rounded to one`
 }

@@ -139,6 +139,26 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
           jsonPost(`{"name":"Rex","categoryId":1,"${'x'.repeat(500)}":1}`),
           `body must NOT have the property "${'x'.repeat(40)}…"`,
         ],
+        [
+          'a fractional categoryId JSON.parse rounds to an integer',
+          '/pets',
+          jsonPost('{"name":"A","categoryId":9007199254740990.5}'),
+          'body/categoryId must be an integer; 9007199254740990.5 would be rounded to one',
+        ],
+        [
+          'a categoryId of 1 plus 10^-101, spaced out',
+          '/pets',
+          jsonPost(`{ "name" : "Rex" ,\n "categoryId" : 1.${'0'.repeat(100)}1 }`),
+          `body/categoryId must be an integer; 1.${'0'.repeat(38)}… would be rounded to one`,
+        ],
+        // Where the schema refuses the value for another reason, that reason is the message.
+        ['a name that is a rounded number', '/pets', jsonPost('{"name":1.0000000000000001,"categoryId":1}'), 'body/name must be string'],
+        [
+          'a rounded number in an unknown field',
+          '/pets',
+          jsonPost('{"name":"Rex","categoryId":1,"colour":[1.0000000000000001]}'),
+          'body must NOT have the property "colour"',
+        ],
       ])('names the field in the message when refusing %s', async (_case, path, init, message) => {
         const response = await service.request(path, init)
         expect(response.status).toBe(400)
@@ -158,6 +178,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['malformed JSON', '{"name": "Rex",'],
         ['an empty body', ''],
         ['a __proto__ key (prototype poisoning)', '{"name":"Rex","categoryId":1,"__proto__":{"admin":true}}'],
+        ['malformed JSON holding a rounded number', '{"name":"Rex","categoryId":1.0000000000000001,'],
+        ['a __proto__ key beside a rounded number', '{"name":"Rex","categoryId":1.0000000000000001,"__proto__":{"admin":true}}'],
       ])('refuses %s with 400 invalid_json and stores nothing', async (_case, body) => {
         await expectErrorResponse(await service.request('/pets', jsonPost(body)), 400, 'invalid_json')
         expect(await storedCount()).toBe(0)

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { firstNumberRoundedToInteger } from '../../pets-service/src/http/exactNumbers.ts'
+import { firstNumberRoundedToInteger, instancePathAt } from '../../pets-service/src/http/exactNumbers.ts'
 
 describe('numbers JSON.parse would round to an integer', () => {
   it.each([
@@ -11,7 +11,7 @@ describe('numbers JSON.parse would round to an integer', () => {
     ['{"categoryId":1.00000000000000000001e5}', '1.00000000000000000001e5'],
     ['[1, 2.5, 3.0000000000000000001]', '3.0000000000000000001'],
   ])('finds the rounded number in %s', (json, token) => {
-    expect(firstNumberRoundedToInteger(json)).toBe(token)
+    expect(firstNumberRoundedToInteger(json)).toEqual({ token, index: json.indexOf(token) })
   })
 
   it.each([
@@ -33,7 +33,23 @@ describe('numbers JSON.parse would round to an integer', () => {
   // this literal (past vitest's 5 s timeout), and half an hour for one filling a 1 MiB body.
   it('reads a long literal of zeros in passing, as it reads anything else', () => {
     const zeros = '0'.repeat(100_000)
-    expect(firstNumberRoundedToInteger(`{"categoryId":1.${zeros}1}`)).toBe(`1.${zeros}1`)
+    expect(firstNumberRoundedToInteger(`{"categoryId":1.${zeros}1}`)?.token).toBe(`1.${zeros}1`)
     expect(firstNumberRoundedToInteger(`{"categoryId":1${zeros}.5}`)).toBeUndefined()
+  })
+})
+
+describe('the field a number in a JSON text belongs to', () => {
+  it.each([
+    ['{"name":"Rex","categoryId":9007199254740990.5}', '9007199254740990.5', '/categoryId'],
+    ['{ "name" : "Rex" ,\n  "categoryId" :\t1.0000000000000001 }', '1.0000000000000001', '/categoryId'],
+    ['1.0000000000000001', '1.0000000000000001', ''],
+    ['[1, 2, 3.0000000000000000001]', '3.0000000000000000001', '/2'],
+    ['{"a":{"b":[{"c":1},{"d":[7, 2.0000000000000001]}]}}', '2.0000000000000001', '/a/b/1/d/1'],
+    // Brackets, commas, colons and quotes inside strings are text; a value string is not a key.
+    ['{"x":"{[,:\\"]}","y":["a,b",{"z":"]"}],"categoryId":1.0000000000000001}', '1.0000000000000001', '/categoryId'],
+    // Keys as Ajv writes them in an instancePath: decoded, with ~ and / escaped (RFC 6901).
+    ['{"a/b":{"c~d":{"\\u0065":1.0000000000000001}}}', '1.0000000000000001', '/a~1b/c~0d/e'],
+  ])('finds %s at its pointer', (json, token, pointer) => {
+    expect(instancePathAt(json, json.indexOf(token))).toBe(pointer)
   })
 })

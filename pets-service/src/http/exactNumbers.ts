@@ -1,5 +1,11 @@
 const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y
 
+/** A number literal as written in a JSON text, and where it begins. */
+export interface NumberLiteral {
+  token: string
+  index: number
+}
+
 /**
  * The first number in a JSON text that is not an integer but that JSON.parse rounds to one
  * (`9007199254740990.5`, `1.0000000000000001`), or undefined. After parsing, such a number is
@@ -7,7 +13,7 @@ const NUMBER = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y
  * never sent. Integers written without fraction or exponent need no check here: the schema's
  * maximum (2^53 − 1) refuses every one that rounds.
  */
-export function firstNumberRoundedToInteger(json: string): string | undefined {
+export function firstNumberRoundedToInteger(json: string): NumberLiteral | undefined {
   let inString = false
   for (let i = 0; i < json.length; i++) {
     const char = json.charCodeAt(i)
@@ -24,10 +30,50 @@ export function firstNumberRoundedToInteger(json: string): string | undefined {
     NUMBER.lastIndex = i
     const token = NUMBER.exec(json)?.[0]
     if (!token) continue
+    if (/[.eE]/.test(token) && !isIntegerLiteral(token) && Number.isInteger(Number(token))) return { token, index: i }
     i += token.length - 1
-    if (/[.eE]/.test(token) && !isIntegerLiteral(token) && Number.isInteger(Number(token))) return token
   }
   return undefined
+}
+
+/**
+ * The JSON Pointer (RFC 6901, as Ajv writes an error's instancePath: `/categoryId`, `/pets/0`) of
+ * the value that begins at `index` of a JSON text JSON.parse has accepted. Read by hand, not by a
+ * second parse: the text holds no value but as written, and only the keys on the way are decoded.
+ */
+export function instancePathAt(json: string, index: number): string {
+  // One entry a container open at `index`: the key or the array position being read in it.
+  const path: (string | number)[] = []
+  const inArray: boolean[] = []
+  for (let i = 0; i < index; i++) {
+    const char = json.charCodeAt(i)
+    if (char === 0x7b || char === 0x5b) {
+      // { or [
+      inArray.push(char === 0x5b)
+      path.push(char === 0x5b ? 0 : '')
+    } else if (char === 0x7d || char === 0x5d) {
+      // } or ]
+      inArray.pop()
+      path.pop()
+    } else if (char === 0x2c && inArray.at(-1)) {
+      // a comma between array elements
+      path[path.length - 1] = (path.at(-1) as number) + 1
+    } else if (char === 0x22) {
+      const start = i
+      for (i++; json.charCodeAt(i) !== 0x22; i++) if (json.charCodeAt(i) === 0x5c) i++
+      // A string in an object where a value is not expected next is a key: a value follows its colon.
+      if (inArray.at(-1) === false && nextNonWhitespace(json, i + 1) === 0x3a) {
+        path[path.length - 1] = JSON.parse(json.slice(start, i + 1)) as string
+      }
+    }
+  }
+  return path.map((segment) => `/${String(segment).replaceAll('~', '~0').replaceAll('/', '~1')}`).join('')
+}
+
+function nextNonWhitespace(json: string, from: number): number {
+  let i = from
+  while (json.charCodeAt(i) === 0x20 || json.charCodeAt(i) === 0x09 || json.charCodeAt(i) === 0x0a || json.charCodeAt(i) === 0x0d) i++
+  return json.charCodeAt(i)
 }
 
 /** Whether a JSON number literal denotes an integer exactly (`7.0`, `1e3` do; `1.5`, `15e-1` not). */
