@@ -134,6 +134,19 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(await gateway.request('/v1/pets/abc', { key }), 400, 'validation_failed')
   })
 
+  it('passes on a repeated query parameter and a rounded number as sent, so the message names the field', async () => {
+    const repeated = await gateway.request('/v1/pets?limit=5&limit=6', { key })
+    expect(repeated.status).toBe(400)
+    expect(await repeated.json()).toEqual({ code: 'validation_failed', message: 'querystring/limit must be given once', status: 400 })
+    const rounded = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"A","categoryId":9007199254740990.5}' })
+    expect(rounded.status).toBe(400)
+    expect(await rounded.json()).toEqual({
+      code: 'validation_failed',
+      message: 'body/categoryId must be an integer; 9007199254740990.5 would be rounded to one',
+      status: 400,
+    })
+  })
+
   it('answers a method a path does not have with 405 and the Allow header, and changes nothing stored', async () => {
     const created = await gateway.request('/v1/pets', { key, ...json({ name: 'Stays', categoryId: 3 }) })
     const pet = (await created.json()) as { id: number }

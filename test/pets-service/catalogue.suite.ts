@@ -133,6 +133,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['an unknown field', '/pets', jsonPost('{"name":"Rex","categoryId":1,"colour":"brown"}'), 'body must NOT have the property "colour"'],
         ['an unknown query parameter', '/pets?colour=brown', {}, 'querystring must NOT have the property "colour"'],
         ['a query parameter on a create', '/pets?limit=5', jsonPost('{"name":"Rex","categoryId":1}'), 'querystring must NOT have the property "limit"'],
+        ['a query parameter given twice on a create', '/pets?limit=5&limit=6', jsonPost('{"name":"Rex","categoryId":1}'), 'querystring must NOT have the property "limit"'],
+        ['a query parameter given twice on a read', '/pets/1?status=sold&status=sold', {}, 'querystring must NOT have the property "status"'],
         [
           'an unknown field with a long name',
           '/pets',
@@ -366,6 +368,21 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         const body = await expectErrorResponse(await service.request(`/pets?${query}`), 400, 'validation_failed')
         // Said in words, not as the schema's regular expression.
         if (/^limit=[^&]*$/.test(query)) expect(body.message).toBe('querystring/limit must be an integer from 1 to 100')
+      })
+
+      // Read as the list of its values, a repeated parameter was told "must be string" or that
+      // "sold" is not one of "available", "pending", "sold".
+      it.each([
+        ['limit=5&limit=6', 'limit'],
+        ['limit=5&limit=5', 'limit'],
+        ['status=sold&status=pending', 'status'],
+        ['status=sold&limit=5&status=sold', 'status'],
+        ['cursor=MQ&cursor=Mg', 'cursor'],
+        ['%6Cimit=5&limit=6', 'limit'],
+      ])('refuses ?%s with a message naming the repeated parameter', async (query, name) => {
+        const response = await service.request(`/pets?${query}`)
+        expect(response.status).toBe(400)
+        expect(await response.json()).toEqual({ code: 'validation_failed', message: `querystring/${name} must be given once`, status: 400 })
       })
 
       it('links the next page until the last one, which has no link', async () => {

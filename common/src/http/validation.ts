@@ -7,14 +7,17 @@ const MAX_ECHOED_NAME = 40
 /**
  * Fastify's message for a schema failure, except that a field the schema does not allow is named
  * (Ajv says only "must NOT have additional properties", which leaves the client guessing), a value
- * outside an enum is told the values allowed, and a
- * string refused by a pattern is told what the pattern means (its schema's description) rather
- * than shown the regular expression.
+ * outside an enum is told the values allowed, a string refused by a pattern is told what the
+ * pattern means (its schema's description) rather than shown the regular expression, and a query
+ * parameter given more than once is told so.
  */
 export function schemaErrorMessage(errors: Partial<ErrorObject>[], dataVar: string): string {
   return errors
     .map((error) => {
       const where = `${dataVar}${error.instancePath ?? ''}`
+      // A parameter given twice is read as the list of its values, which Ajv would call the wrong
+      // type ("must be string") or an unknown value; what the client must change is the repeat.
+      if (dataVar === 'querystring' && Array.isArray(error.data)) return `${where} must be given once`
       // A pattern is the schema's business; its description says what the client must send.
       const meaning = error.keyword === 'pattern' ? (error.parentSchema as { description?: unknown } | undefined)?.description : undefined
       if (typeof meaning === 'string') return `${where} must be ${meaning}`
