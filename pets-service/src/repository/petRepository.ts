@@ -43,6 +43,10 @@ const FIND_BY_ID = `SELECT ${COLUMNS} FROM pets.pets WHERE id = $1`
 export const IDEMPOTENCY_RETENTION_HOURS = 24
 /** Rows one purge statement deletes: a few milliseconds of work, well inside the statement timeout. */
 const IDEMPOTENCY_PURGE_BATCH_ROWS = 5_000
+/** The smallest batch a purge halves down to before it gives up until its next run. */
+const IDEMPOTENCY_PURGE_MIN_BATCH_ROWS = 100
+/** Postgres's query_canceled: the statement timeout, or an operator's pg_cancel_backend. */
+const QUERY_CANCELED = '57014'
 
 export interface PetRepositoryOptions {
   /** Name the read queries so each connection prepares them once. Default true. */
@@ -127,7 +131,9 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
      * Forgets idempotency keys older than the retention period; returns how many. In batches,
      * each its own statement: one DELETE of a backlog too big for the statement timeout would be
      * rolled back whole, every hour, while the backlog only grew. Rows a claim holds are skipped
-     * (the claim renews them), as are those another replica's purge holds.
+     * (the claim renews them), as are those another replica's purge holds. A batch that the
+     * statement timeout cancels (a loaded or slow database) is rolled back and tried again at half
+     * the size, down to IDEMPOTENCY_PURGE_MIN_BATCH_ROWS.
      */
     async purgeIdempotencyKeys(batchRows = IDEMPOTENCY_PURGE_BATCH_ROWS): Promise<number> {
       let purged = 0
@@ -137,17 +143,27 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
       // A Date keeps milliseconds only: cut down, it still starts at or before the last row deleted.
       let from: Date | string = '-infinity'
       for (;;) {
-        const { rows }: { rows: { deleted: number; last: Date | null }[] } = await pool.query(
-          // Oldest first, through the created_at index.
-          `WITH deleted AS (
-             DELETE FROM pets.idempotency_keys WHERE ctid = ANY(ARRAY(
-               SELECT ctid FROM pets.idempotency_keys
-                WHERE created_at < now() - make_interval(hours => $1) AND created_at >= $3::timestamptz
-                ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))
-             RETURNING created_at)
-           SELECT count(*)::int AS deleted, max(created_at) AS last FROM deleted`,
-          [IDEMPOTENCY_RETENTION_HOURS, batchRows, from],
-        )
+        const { rows }: { rows: { deleted: number; last: Date | null }[] } = await pool
+          .query(
+            // Oldest first, through the created_at index.
+            `WITH deleted AS (
+               DELETE FROM pets.idempotency_keys WHERE ctid = ANY(ARRAY(
+                 SELECT ctid FROM pets.idempotency_keys
+                  WHERE created_at < now() - make_interval(hours => $1) AND created_at >= $3::timestamptz
+                  ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))
+               RETURNING created_at)
+             SELECT count(*)::int AS deleted, max(created_at) AS last FROM deleted`,
+            [IDEMPOTENCY_RETENTION_HOURS, batchRows, from],
+          )
+          .catch((error: unknown) => {
+            const canceled = (error as { code?: unknown }).code === QUERY_CANCELED
+            if (!canceled || batchRows <= IDEMPOTENCY_PURGE_MIN_BATCH_ROWS) throw error
+            return { rows: [] }
+          })
+        if (rows.length === 0) {
+          batchRows = Math.max(Math.floor(batchRows / 2), IDEMPOTENCY_PURGE_MIN_BATCH_ROWS)
+          continue
+        }
         const deleted = rows[0]?.deleted ?? 0
         purged += deleted
         if (deleted < batchRows) return purged
