@@ -14,4 +14,17 @@ describe('the request metrics a client can reach', () => {
     expect(methods.sort()).toEqual(['DELETE', 'GET', 'other'])
     await app.close()
   })
+
+  it('count 5xx answers by status, so a 501 a client causes is told from a 502, and nothing else', async () => {
+    const registry = new Registry()
+    const app = Fastify()
+    await app.register(httpMetrics, { registry })
+    app.get('/orders', async (_request, reply) => reply.code(501).send({ code: 'not_implemented' }))
+    app.get('/pets', async (_request, reply) => reply.code(502).send({ code: 'bad_gateway' }))
+    app.get('/ok', async () => [])
+    for (const url of ['/orders', '/orders', '/orders', '/pets', '/ok', '/missing']) await app.inject({ method: 'GET', url })
+    const counted = (await registry.getSingleMetric('http_server_error_responses_total')!.get()).values
+    expect(Object.fromEntries(counted.map((value) => [value.labels.status, value.value]))).toEqual({ 500: 0, 501: 3, 502: 1, 503: 0, 504: 0 })
+    await app.close()
+  })
 })

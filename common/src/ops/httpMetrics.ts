@@ -43,12 +43,25 @@ export const httpMetrics = fp(
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: [options.registry],
     })
+    // status_class cannot tell a 501 (a client asking for what is not implemented: /v1/store/orders,
+    // a transfer coding other than chunked) from a server fault, and the error-ratio alert must
+    // not page for what a client alone causes. Only 5xx answers are counted here, so the label is
+    // bounded (500–599) and costs nothing on other answers; 500–504 exist from the start, so a
+    // rate over them sees the first one.
+    const serverErrors = new HotPathCounter({
+      name: 'http_server_error_responses_total',
+      help: 'HTTP requests answered with a 5xx status (RFC 9110 "server error"), by status.',
+      labelNames: ['status'],
+      registers: [options.registry],
+    })
+    for (const status of ['500', '501', '502', '503', '504']) serverErrors.labels(status)
     // The label sets are bounded: route templates × 8 method labels × status classes (× configured plans).
     function count(request: FastifyRequest, reply: FastifyReply, status: number): void {
       const method = methodLabel(request.method)
       const route = request.routeOptions.url ?? 'unmatched'
       const statusLabel = statusClass(status)
       const seconds = reply.elapsedTime / 1000
+      if (status >= 500) serverErrors.labels(String(status)).inc()
       if (plan) {
         const planLabel = plan(request)
         requests.labels(method, route, statusLabel, planLabel).inc()
