@@ -4,7 +4,7 @@ import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
-import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
+import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
@@ -23,7 +23,7 @@ import { rememberClientAddress, reportHandshakeFailures } from './handshakeFailu
 import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
 import { UPSTREAM_CONNECTIONS } from './proxy/upstreamProxy.ts'
-import { createLimiter } from './rateLimit/limiter.ts'
+import { createLimiter, redisCredentialVariables } from './rateLimit/limiter.ts'
 import { upstreamAcceptsGateway } from './upstreamCheck.ts'
 import { wireGateway } from './wiring.ts'
 
@@ -89,6 +89,13 @@ async function main(): Promise<void> {
   await waitForPostgres(pool, logger)
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
   if (!(await limiter.ready())) {
+    // A Redis that is down may come back, and the gateway starts meanwhile; one that refuses the
+    // credentials will not by itself: started anyway, the gateway would silently keep per-process
+    // limits (open) or answer 503 (closed) until someone read its warning.
+    const refused = limiter.credentialsRefused()
+    if (refused !== undefined) {
+      throw new EnvError(`cannot use Redis at ${limiter.storeKind === 'cluster' ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL'}: it refuses the gateway's credentials (${refused}); fix ${redisCredentialVariables(limiter.storeKind)}`)
+    }
     logger.warn({ problem: limiter.connectionProblem() }, 'Redis is not reachable yet; limits follow onStoreFailure until it is')
   }
   const { app, repository, changes, unbans } = await wireGateway({

@@ -5,21 +5,18 @@ import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
 import { connectRedis, redisConnectionProblem, redisReady } from '../../gateway/src/rateLimit/redisStore.ts'
-import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startRedisCluster, testKeyPrefix, type TestCluster } from '../helpers/redis.ts'
 import { startPrivateRedis } from '../helpers/redisServer.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
-import { killAll } from '../scripts/processes.ts'
-import { startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
+import { exitWithin, killAll, startNode } from '../scripts/processes.ts'
+import { gatewayProcessEnv, startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
 
 // README, Managed Postgres and Redis: a Redis Cluster with requirepass or ACL users takes
-// REDIS_PASSWORD (and REDIS_USERNAME) for every node; a wrong one is a warning, onStoreFailure
-// and a /readyz reason, as a wrong REDIS_URL password is; the password is shown nowhere.
+// REDIS_PASSWORD (and REDIS_USERNAME) for every node; a wrong one stops the gateway at start, as
+// a wrong REDIS_URL password does; the password is shown nowhere.
 const PASSWORD = 'Cl5ter-S3cr3t-9q7w'
 const ACL_PASSWORD = 'Acl-S3cr3t-4x2z'
-
-const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
 
 function limited(prefix: string, onStoreFailure: 'open' | 'closed') {
   return (file: GatewayConfigFile) => {
@@ -97,34 +94,14 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     ['a wrong REDIS_PASSWORD', { REDIS_PASSWORD: 'wrong-S3cr3t' }, 'WRONGPASS'],
     ['a wrong ACL user', { REDIS_USERNAME: 'nobody', REDIS_PASSWORD: ACL_PASSWORD }, 'WRONGPASS'],
     ['no REDIS_PASSWORD', {}, 'NOAUTH'],
-  ])('with %s it warns why at start, follows onStoreFailure closed, and /readyz says why', async (_case, credentials, why) => {
-    const gateway = await startGatewayProcess({
-      databaseUrl: database.url,
-      petsUrl: upstream.url,
-      env: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), ...credentials },
-      configure: limited(testKeyPrefix(), 'closed'),
-      notReady: true,
-    })
-    const pool = createPool({ connectionString: database.url, applicationName: 'cluster-auth-test' })
-    try {
-      // Log lines leave in batches: the warning may reach stdout a moment after the process listens.
-      const warningLine = () => gateway.proc.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
-      await eventually(async () => warningLine() !== undefined, 5_000)
-      expect(warningLine()).toContain(why)
-      const readyz = await gateway.readyz()
-      expect(readyz).toMatchObject({ status: 503, body: { status: 'not_ready', dependencies: { redis: 'down' } } })
-      expect(readyz.body.reasons?.redis).toContain(why)
-      const { key } = await createKeyRepository(pool).create({ name: 'cluster-auth-wrong', plan: 'free' })
-      const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
-      expect(response.status).toBe(503)
-      expect(((await response.json()) as { code: string }).code).toBe('service_unavailable')
-      await sleep(500)
-      const shown = await everythingShown(gateway)
-      for (const secret of [PASSWORD, ACL_PASSWORD, 'wrong-S3cr3t']) expect(shown).not.toContain(secret)
-    } finally {
-      await pool.end()
-      gateway.cleanup()
-    }
+  ])('with %s it exits 1 at start, naming REDIS_CLUSTER_NODES and why, and shows no password', async (_case, credentials, why) => {
+    const { env } = await gatewayProcessEnv({ databaseUrl: database.url, petsUrl: upstream.url, extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), ...credentials } })
+    const gateway = startNode('gateway/src/main.ts', env)
+    expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
+    const output = gateway.output()
+    expect(output).toContain("gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway's credentials (Failed to refresh slots cache.")
+    expect(output).toContain(why)
+    for (const secret of [PASSWORD, ACL_PASSWORD, 'wrong-S3cr3t']) expect(output).not.toContain(secret)
   }, 60_000)
 })
 

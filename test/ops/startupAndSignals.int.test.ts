@@ -1,9 +1,16 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import type { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { createPool } from '../../common/src/database/pool.ts'
+import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
+import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
-import { eventually } from '../gateway/rateLimit/httpLimits.ts'
+import { eventually, sleep } from '../gateway/rateLimit/httpLimits.ts'
 import { baseEnv, exitWithin, freePort, killAll, startNode, waitForOutput, waitForReady, type NodeProcess } from '../scripts/processes.ts'
 import { OPS_TEST_TOKEN, gatewayProcessEnv } from './gatewayProcess.ts'
 
@@ -123,6 +130,86 @@ describe('starting before Postgres, and signals at the edges of a process life',
     expect(warning).toContain(`: connect ECONNREFUSED 127.0.0.1:${port}"`)
     expect(warning).toMatch(/"problem":"Redis is not connected \(\w+\): /)
   }, 40_000)
+
+  describe('a Redis that refuses the gateway\'s credentials (requirepass)', () => {
+    const PASSWORD = 'Req-S3cr3t-p4ss'
+    let redis: PrivateRedis
+    let admin: Redis
+
+    beforeAll(async () => {
+      redis = await startPrivateRedis()
+      admin = redis.admin()
+      await admin.connect()
+      // The admin connection stays logged in: Redis asks new connections only.
+      await admin.config('SET', 'requirepass', PASSWORD)
+    })
+    afterAll(async () => {
+      admin?.disconnect()
+      await redis?.close()
+    })
+
+    it.each([
+      ['a wrong password in REDIS_URL', () => ({ REDIS_URL: `redis://:wrong-S3cr3t@127.0.0.1:${redis.port}` }), 'WRONGPASS invalid username-password pair'],
+      ['a wrong REDIS_PASSWORD', () => ({ REDIS_URL: redis.url, REDIS_PASSWORD: 'wrong-S3cr3t' }), 'WRONGPASS invalid username-password pair'],
+      ['no password at all', () => ({ REDIS_URL: redis.url }), 'NOAUTH Authentication required.'],
+    ])('at start (%s): the gateway exits 1, naming REDIS_URL and Redis\'s refusal, instead of running on per-process limits', async (_case, credentials, refusal) => {
+      const { env, apiPort } = await gatewayEnv(database.url, credentials())
+      const gateway = startNode('gateway/src/main.ts', env)
+      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
+      const output = gateway.output()
+      expect(output).toContain(`gateway cannot start: cannot use Redis at REDIS_URL: it refuses the gateway's credentials (${refusal}`)
+      // The refusal is the one fatal line, not also a line saying limits follow onStoreFailure.
+      expect(output).not.toContain('limits follow onStoreFailure')
+      expect(output).not.toContain('wrong-S3cr3t')
+      expect(output).not.toContain(PASSWORD)
+      // It never served: the public port was not opened.
+      await expect(fetch(`http://127.0.0.1:${apiPort}/v1/pets`)).rejects.toThrow()
+    }, 40_000)
+
+    it('while running (the password changed under it): one error line naming the refusal, 503 and /readyz with closed, no exit; ready again once Redis accepts it', async () => {
+      const { env, opsPort, apiPort } = await gatewayEnv(database.url, { REDIS_URL: `redis://:${PASSWORD}@127.0.0.1:${redis.port}` })
+      const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-redis-auth-'))
+      try {
+        const configPath = path.join(directory, 'gateway.yaml')
+        writeFileSync(configPath, readFileSync('config/gateway.yaml', 'utf8').replace(/^onStoreFailure: open/m, 'onStoreFailure: closed'))
+        const gateway = startNode('gateway/src/main.ts', { ...env, GATEWAY_CONFIG: configPath, LOG_LEVEL: 'info' })
+        await waitForReady(`http://127.0.0.1:${opsPort}/readyz`, gateway, 30_000)
+        expect(await probe(opsPort, '/readyz')).toMatchObject({ status: 200, body: { dependencies: { redis: 'up' } } })
+
+        await admin.config('SET', 'requirepass', 'Rotated-S3cr3t')
+        await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+        const refusals = () => gateway.output().split('\n').filter((line) => line.includes("Redis refuses the gateway's credentials"))
+        await eventually(async () => refusals().length > 0, 10_000)
+        expect(refusals()[0]).toContain('"level":50')
+        expect(refusals()[0]).toContain('WRONGPASS invalid username-password pair')
+        expect(refusals()[0]).toContain('fix REDIS_URL')
+        const readyz = await probe(opsPort, '/readyz')
+        expect(readyz).toMatchObject({ status: 503, body: { status: 'not_ready', dependencies: { redis: 'down' } } })
+        expect(JSON.stringify(readyz.body)).toContain('WRONGPASS')
+        const pool = createPool({ connectionString: database.url, applicationName: 'redis-auth-test' })
+        try {
+          const { key } = await createKeyRepository(pool).create({ name: 'redis-auth', plan: 'free' })
+          const refused = await fetch(`http://127.0.0.1:${apiPort}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+          expect(refused.status).toBe(503)
+          expect(((await refused.json()) as { code: string }).code).toBe('service_unavailable')
+        } finally {
+          await pool.end()
+        }
+        // The client reconnects about once a second, each time refused: still one line, and no exit.
+        await sleep(3_000)
+        expect(refusals()).toHaveLength(1)
+        expect(gateway.hasExited()).toBe(false)
+
+        await admin.config('SET', 'requirepass', PASSWORD)
+        await eventually(async () => (await probe(opsPort, '/readyz')).status === 200, 10_000)
+        await eventually(async () => gateway.output().includes("Redis accepts the gateway's credentials again"), 5_000)
+        expect(gateway.output()).not.toContain('Rotated-S3cr3t')
+      } finally {
+        await admin.config('SET', 'requirepass', PASSWORD)
+        rmSync(directory, { recursive: true, force: true })
+      }
+    }, 60_000)
+  })
 
   it('a SIGHUP (config reload) that reaches a gateway still starting is held, not fatal', async () => {
     // A Redis that accepts connections and answers nothing: the gateway waits for it (up to 2 s)

@@ -5,7 +5,7 @@ import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
 import type { LimitStore } from './limitStore.ts'
 import { banPolicy, limitsFor } from './planLimits.ts'
-import { RedisBudgetExceededError, connectRedis, createRedisStore, redisConnectionProblem, redisReady } from './redisStore.ts'
+import { RedisBudgetExceededError, connectRedis, createRedisStore, redisConnectionProblem, redisReady, redisRefusesCredentials, type RedisClient } from './redisStore.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
 export interface Limiter {
@@ -15,10 +15,12 @@ export interface Limiter {
   anonymous(): AnonymousLimiter
   /** Where limits live: a Redis server, a Redis Cluster, or this process. */
   storeKind: 'redis' | 'cluster' | 'memory'
-  /** Whether the store's connection is up (waits up to 2 s for it); for the boot's warning. */
+  /** Whether the store's connection is up (waits up to 2 s for it); the start-up check, once. */
   ready(): Promise<boolean>
   /** Why Redis has no usable connection, in the socket's words (ENOTFOUND, ECONNREFUSED); undefined when it has one. */
   connectionProblem(): string | undefined
+  /** Redis's words (WRONGPASS, NOAUTH) when it refuses the gateway's credentials; undefined otherwise. */
+  credentialsRefused(): string | undefined
   /**
    * For /readyz: one real decision on a probe key, through the same script, budget and write path
    * as a request's. Rejects with the reason when a request would get none: Redis disconnected,
@@ -59,6 +61,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
     )
   }
   const storeKind: Limiter['storeKind'] = !redis ? 'memory' : clusterNodes?.length ? 'cluster' : 'redis'
+  // From the start-up check on (ready()): a refusal before it stops the gateway (main.ts) instead.
+  let started = false
+  if (redis) reportCredentialRefusals(redis, storeKind, options.logger, () => started)
   const unobserved = redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore()
   const primary = observed(unobserved, storeKind, options.observer)
   const store = createResilientStore({
@@ -92,8 +97,13 @@ export function createLimiter(options: LimiterOptions): Limiter {
       return anonymous
     },
     storeKind,
-    ready: () => (redis ? redisReady(redis, 2_000) : Promise.resolve(true)),
+    async ready() {
+      const ready = redis ? await redisReady(redis, 2_000) : true
+      started = true
+      return ready
+    },
     connectionProblem: () => (redis ? redisConnectionProblem(redis) : undefined),
+    credentialsRefused: () => (redis ? redisRefusesCredentials(redis) : undefined),
     async probe() {
       // At once, not after a wait: the ops server gives a check 1 s, and a probe that outwaited it
       // would be reported as "no answer" instead of why (a refused connection, a DNS failure).
@@ -110,6 +120,33 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     close: () => store.close(),
   }
+}
+
+/** The variables an operator fixes when Redis refuses the gateway's credentials. */
+export function redisCredentialVariables(kind: Limiter['storeKind']): string {
+  return kind === 'cluster' ? 'REDIS_CLUSTER_NODES with REDIS_PASSWORD (and REDIS_USERNAME)' : 'REDIS_URL (its password, or REDIS_PASSWORD)'
+}
+
+/**
+ * A Redis that starts refusing the gateway's credentials while it runs (restarted with a new
+ * password, its ACL user changed) is a misconfiguration no reconnect mends, unlike an outage:
+ * said at error level once, not at every reconnect, and again only after Redis has accepted them
+ * in between. Requests follow onStoreFailure meanwhile, as for any Redis failure, so it also
+ * shows in gateway_rate_limit_store_errors_total and, with closed, in /readyz. A refusal at start
+ * stops the gateway instead (main.ts), and is not said here.
+ */
+function reportCredentialRefusals(client: RedisClient, kind: Limiter['storeKind'], logger: Logger, started: () => boolean): void {
+  let said = false
+  client.on('error', () => {
+    const refused = redisRefusesCredentials(client)
+    if (said || refused === undefined || !started()) return
+    said = true
+    logger.error({ problem: refused }, `Redis refuses the gateway's credentials: fix ${redisCredentialVariables(kind)}; limits follow onStoreFailure until it accepts them`)
+  })
+  client.on('ready', () => {
+    if (said) logger.info('Redis accepts the gateway\'s credentials again')
+    said = false
+  })
 }
 
 /** How long key guesses must go without a failed call before the log says their count recovered. */

@@ -5,7 +5,7 @@ import { limitKey } from './limitStore.ts'
 import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
 import { clusterSeed } from '../config/loadConfig.ts'
 
-type RedisClient = Redis | Cluster
+export type RedisClient = Redis | Cluster
 
 type ScriptReply = [number, number, number, number, number, number, number, number, number, number]
 
@@ -103,6 +103,8 @@ export const SLOTS_REFRESH_MILLIS = 5_000
 
 /** Each client's last connection error, until it is ready again: why it has no connection (redisConnectionProblem). */
 const lastConnectionErrors = new WeakMap<RedisClient, string>()
+/** Clients whose last connection error is Redis refusing their credentials (redisRefusesCredentials). */
+const credentialRefusals = new WeakSet<RedisClient>()
 
 /**
  * Commands fail fast instead of queueing while Redis is away (no offline queue, no retries):
@@ -151,8 +153,16 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
   if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
-  client.on('error', (error: Error) => lastConnectionErrors.set(client, connectionErrorText(error)))
-  client.on('ready', () => lastConnectionErrors.delete(client))
+  client.on('error', (error: Error) => {
+    const text = connectionErrorText(error)
+    lastConnectionErrors.set(client, text)
+    if (CREDENTIALS_REFUSED.test(text)) credentialRefusals.add(client)
+    else credentialRefusals.delete(client)
+  })
+  client.on('ready', () => {
+    lastConnectionErrors.delete(client)
+    credentialRefusals.delete(client)
+  })
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (after a restart or failover).
   client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
   client.defineCommand('unbanKey', { numberOfKeys: 1, lua: UNBAN_LUA })
@@ -388,6 +398,22 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
   }
 }
 
+
+/**
+ * Redis's replies to a login it refuses: a wrong password or ACL user (WRONGPASS; `ERR invalid
+ * password` before Redis 6), or none given where one is required (NOAUTH, on ioredis's ready
+ * check). A Cluster says them after "Failed to refresh slots cache." (connectionErrorText).
+ */
+const CREDENTIALS_REFUSED = /\b(?:WRONGPASS|NOAUTH)\b|\bERR invalid password\b/
+
+/**
+ * Redis's words when the client has no connection because Redis refuses its credentials;
+ * undefined when it is connected or lacks one for another reason (refused, unreachable, frozen).
+ */
+export function redisRefusesCredentials(client: RedisClient): string | undefined {
+  if (client.status === 'ready' || !credentialRefusals.has(client)) return undefined
+  return lastConnectionErrors.get(client)
+}
 
 /** Why the client has no usable connection, in ioredis's and the socket's words. */
 export function redisConnectionProblem(client: RedisClient): string | undefined {
