@@ -48,7 +48,17 @@ export interface RateLimitOptions {
   onNewBan?: (ban: NewBan) => void
 }
 
-const RETRY_AFTER_STORE_DOWN_SECONDS = 1
+/**
+ * The Retry-After of the 503 while the store cannot decide (onStoreFailure closed): whole seconds
+ * drawn uniformly from 1 to 5 on each answer. With one fixed value every client refused during an
+ * outage that honours it comes back in step, the herd arriving together once Redis recovers.
+ */
+const RETRY_AFTER_STORE_DOWN_SECONDS = { min: 1, max: 5 }
+
+function storeDownRetryAfterSeconds(): number {
+  const { min, max } = RETRY_AFTER_STORE_DOWN_SECONDS
+  return min + Math.floor(Math.random() * (max - min + 1))
+}
 /** The Retry-After of the 503 for a key Postgres could not be asked about (authenticate.ts). */
 const UNCHECKED_RETRY_AFTER_MILLIS = Number(RETRY_AFTER_UNAVAILABLE) * 1_000
 
@@ -176,12 +186,13 @@ export const rateLimit = fp(
         if (!(error instanceof StoreUnavailableError)) throw error
         // Nothing can be admitted until the store answers again: the 503 says so in the headers too.
         const now = storeNow()
-        const closed = { remaining: 0, resetMillis: now + RETRY_AFTER_STORE_DOWN_SECONDS * 1_000 }
+        const retryAfter = storeDownRetryAfterSeconds()
+        const closed = { remaining: 0, resetMillis: now + retryAfter * 1_000 }
         request.rateLimitHeaders = rateLimitHeaders(keyWindows(limits, closed, closed), now)
         options.observer?.decision({ plan: key.plan, outcome: 'store_unavailable', source: 'store' })
         throw gatewayErrors.create('service_unavailable', 'Rate limits cannot be checked right now; retry shortly.', {
           // No cause: the store's failure is logged once per outage (resilientStore.ts), not once per request.
-          headers: { 'retry-after': String(RETRY_AFTER_STORE_DOWN_SECONDS) },
+          headers: { 'retry-after': String(retryAfter) },
         })
       }
       if (!decision.degraded) storeClockOffset = decision.nowMillis - Date.now()

@@ -175,6 +175,24 @@ describe('Redis faults: every request is answered within the budget, open or clo
     recordFault('Redis refusing connections (process killed) while requests arrive', slowest)
   })
 
+  // README, onStoreFailure closed: Retry-After drawn from 1 to 5 s on each 503, so the clients
+  // refused during an outage do not all come back in the same second when Redis recovers.
+  it('closed, Redis down: the 503s spread Retry-After over whole seconds from 1 to 5, and their RateLimit headers say the same', async () => {
+    await redis.stop()
+    const retryAfters: number[] = []
+    for (let i = 0; i < 40; i++) {
+      const { response } = await timed(closed)
+      await expectErrorResponse(response, 503, 'service_unavailable')
+      const retryAfter = response.headers.get('retry-after') ?? ''
+      expect(retryAfter).toMatch(/^[1-5]$/)
+      retryAfters.push(Number(retryAfter))
+      // Nothing is admitted before the retry: both windows say 0 left until then.
+      expect(response.headers.get('ratelimit')).toBe(`"minute";r=0;t=${retryAfter}, "day";r=0;t=${retryAfter}`)
+    }
+    // 40 draws from five values: all equal with a chance of 5 in 5^40.
+    expect(new Set(retryAfters).size).toBeGreaterThan(1)
+  })
+
   it('hung: Redis is frozen (SIGSTOP) with its connections open', async () => {
     redis.freeze()
     let slowest
