@@ -38,9 +38,11 @@ import {
   assertPortsFree,
   claimDataDirectory,
   ensureDatabaseCreated,
+  makeDataDirectory,
   ownerRecord,
   releaseDataDirectory,
   removeTemporarySocketDirectory,
+  removeUnusedDataDirectory,
   socketDirectoryFor,
   updateDiscoveryFile,
 } from './lib/embeddedDatabase.ts'
@@ -68,6 +70,8 @@ const children: RunningChild[] = []
 let database: EmbeddedPostgres | undefined
 let databaseStarting: Promise<EmbeddedPostgres> | undefined
 let ownedDataDir: string | undefined
+/** The data directory when this run made it, and the topmost folder made with it. */
+let newDataDir: { dataDir: string; made: string } | undefined
 /** The embedded database's URL when its socket lives in a temporary folder of this run's own. */
 let temporarySocketUrl: string | undefined
 let stopping: Promise<void> | undefined
@@ -108,10 +112,14 @@ function shutdown(exitCode: number): Promise<void> {
   return stopping
 }
 
-/** Gives the data directory back and removes this run's temporary socket folder. Synchronous, for the exit handler too. */
+/**
+ * Gives the data directory back, removes this run's temporary socket folder, and the data
+ * directory itself when this run made it and created no database in it. Synchronous, for the exit handler too.
+ */
 function release(): void {
   if (ownedDataDir) releaseDataDirectory(ownedDataDir)
   if (temporarySocketUrl) removeTemporarySocketDirectory(temporarySocketUrl)
+  if (newDataDir) removeUnusedDataDirectory(newDataDir.dataDir, newDataDir.made)
 }
 
 function onSignal(signal: NodeJS.Signals): void {
@@ -240,6 +248,8 @@ async function main(): Promise<void> {
         `(data in ${path.join(dataDir, PGLITE_FOLDER)}). This is the single-process default for one machine; ` +
         'set DATABASE_URL to use a real Postgres.',
     )
+    const made = await makeDataDirectory(dataDir)
+    if (made) newDataDir = { dataDir, made }
     // A Unix socket in a private folder, not a TCP port: the server takes any user and password,
     // so the folder's permissions are what keep other users of the machine out.
     const socketDirectory = await socketDirectoryFor(dataDir, port)

@@ -33,6 +33,33 @@ export function discoveryFilePath(dataDir: string): string {
   return path.join(dataDir, DISCOVERY_FILE)
 }
 
+/**
+ * Makes the data directory and any missing parent, private to this user. Returns the topmost
+ * folder it made (removeUnusedDataDirectory's bound), undefined when the data directory existed.
+ */
+export async function makeDataDirectory(dataDir: string): Promise<string | undefined> {
+  return mkdir(dataDir, { recursive: true, mode: 0o700 })
+}
+
+/**
+ * Removes the folders makeDataDirectory made, from the data directory up to `made`, each only if
+ * it is empty: a first start refused before its database was created (a port taken) leaves no
+ * empty data folder for the user to wonder about. Synchronous so it also works in an exit handler.
+ */
+export function removeUnusedDataDirectory(dataDir: string, made: string): void {
+  const below = path.relative(made, dataDir)
+  if (below.startsWith('..') || path.isAbsolute(below)) return
+  for (let folder = dataDir; ; folder = path.dirname(folder)) {
+    try {
+      rmdirSync(folder)
+    } catch {
+      // Not empty (the database, a claim of another start) or gone already: kept, and its parents too.
+      return
+    }
+    if (folder === made) return
+  }
+}
+
 /** Where a temporary socket directory is made when the data directory cannot hold the socket. */
 const TEMPORARY_SOCKET_PREFIX = 'aas-postgres-'
 

@@ -338,7 +338,7 @@ describe('npm start where its ports are taken', () => {
     expect(output).not.toContain('pets-service')
   })
 
-  it('names every taken port and the variable moving each in one message, before creating a database', async () => {
+  it('names every taken port and the variable moving each in one message, leaving no data folder behind; the next start is a first start', async () => {
     const stack = await newStack()
     const occupants = await Promise.all([occupy('127.0.0.1', stack.petsPort), occupy('0.0.0.0', stack.gatewayOpsPort)])
     try {
@@ -350,8 +350,14 @@ describe('npm start where its ports are taken', () => {
           'Is another npm start running? Otherwise set PETS_PORT, GATEWAY_OPS_PORT to free ports.',
       )
       expect(output).not.toContain('creating the embedded database')
+      // Nothing half-made: no empty data folder for the user to wonder about.
+      expect(existsSync(stack.dataDir)).toBe(false)
     } finally {
       await Promise.all(occupants.map((server) => new Promise((resolve) => server.close(resolve))))
     }
-  })
+    const next = await npmStart(stack)
+    await waitForOutput(next, '[start] try it:', 10_000)
+    expect(next.output()).toContain('[start] first start: issued a Free-plan demo key')
+    expect(await sigterm(next)).toMatchObject({ code: 0 })
+  }, READY_MILLIS + STOP_MILLIS + 30_000)
 })
