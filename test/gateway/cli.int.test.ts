@@ -26,12 +26,23 @@ function cleanEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return { ...env, ...extra }
 }
 
+/** Exit 2 and two lines: what is wrong, and where the usage is (not the whole usage again). */
 function expectUsageError(run: CliRun, message: string | RegExp) {
   expect(run.code, run.stderr).toBe(2)
   expect(run.stdout).toBe('')
+  const [reason, hint, ...rest] = run.stderr.split('\n')
+  expect(reason).toMatch(/^error: /)
+  expect(reason).toMatch(message)
+  expect(hint).toBe('`npm run keys -- --help` lists the commands and their options.')
+  expect(rest).toEqual([''])
+}
+
+/** Exit 1 and one line: the command could not be done, though it was well formed. */
+function expectFailure(run: CliRun, message: string | RegExp) {
+  expect(run.code, run.stderr).toBe(1)
+  expect(run.stdout).toBe('')
+  expect(run.stderr).toMatch(/^error: [^\n]+\n$/)
   expect(run.stderr).toMatch(message)
-  expect(run.stderr).toContain('Usage: npm run keys --')
-  expect(run.stderr).not.toMatch(/\n\s+at /)
 }
 
 describe('keys CLI (npm run keys)', () => {
@@ -102,18 +113,34 @@ describe('keys CLI (npm run keys)', () => {
     created.push(...[dated, lasting].flatMap((printed) => printed.stdout.match(ANY_KEY) ?? []))
   })
 
-  it('refuses bad arguments with exit 2, the reason and the usage, and creates nothing', async () => {
+  it('refuses bad arguments with exit 2, the reason in one line and a pointer to --help, and creates nothing', async () => {
     await schema()
     const before = await repository.count()
-    const [enterprise, unknownPlan, unknownCommand] = await Promise.all([
+    const [enterprise, unknownPlan, unknownCommand, unknownOption, missingId, badExpiry] = await Promise.all([
       run('create', '--plan', 'enterprise', '--name', 'no limits', '--json'),
       run('create', '--plan', 'gold', '--name', 'x'),
       run('frobnicate', 'key_whatever'),
+      run('list', '--verbose'),
+      run('show'),
+      run('create', '--plan', 'free', '--expires', 'tomorrow'),
     ])
     expectUsageError(enterprise, /plan "enterprise" has custom limits.*--per-minute.*--per-day/)
     expectUsageError(unknownPlan, /unknown plan "gold".*free, pro, business, enterprise/)
     expectUsageError(unknownCommand, /unknown command "frobnicate"/)
+    expectUsageError(unknownOption, /list: Unknown option '--verbose'/)
+    expectUsageError(missingId, /show takes <id>, got none/)
+    expectUsageError(badExpiry, /--expires must be a duration .* got "tomorrow"/)
     expect(await repository.count()).toBe(before)
+  })
+
+  it('prints the usage for --help (stdout, exit 0) and for a command line naming no command (stderr, exit 2)', async () => {
+    const [help, none] = await Promise.all([run('--help'), run()])
+    expect(help.code, help.stderr).toBe(0)
+    expect(help.stdout).toMatch(/^Usage: npm run keys -- <command> \[options\]\n/)
+    expect(help.stderr).toBe('')
+    expect(none.code).toBe(2)
+    expect(none.stdout).toBe('')
+    expect(none.stderr).toMatch(/^error: no command given\n\nUsage: npm run keys -- <command> \[options\]\n/)
   })
 
   it('lists keys with prefix, plan, limits and state, never the key or its hash', async () => {
@@ -248,10 +275,7 @@ describe('keys CLI (npm run keys)', () => {
     expectUsageError(toEnterprise, /plan "enterprise" has custom limits/)
     expect((await repository.findById(plain.id))?.plan).toBe('pro')
 
-    expect(unknown.code, unknown.stderr).toBe(1)
-    expect(unknown.stdout).toBe('')
-    expect(unknown.stderr).toMatch(/no API key with id "key_doesNotExist"/)
-    expect(unknown.stderr).not.toMatch(/\n\s+at /)
+    expectFailure(unknown, /^error: no API key with id "key_doesNotExist" \(`npm run keys -- list` shows the ids\)\n$/)
 
     const limited = await run('set-limits', kept.id, '--per-minute', '10', '--per-day', '100', '--json')
     expect(limited.code, limited.stderr).toBe(0)
@@ -306,7 +330,7 @@ describe('keys CLI (npm run keys)', () => {
     expect(JSON.parse(json.stdout)).toMatchObject({ id: record.id, unban: 'pending' })
     const changes = await repository.changesSince(0)
     expect(changes.filter((change) => change.keyId === record.id).map((change) => change.kind)).toContain('unban')
-    expect(unknown.code).toBe(1)
+    expectFailure(unknown, /no API key with id "key_doesNotExist"/)
   })
 
   it('shows a key\'s ban in force in show and list, not one that has ended, until an unban is applied', async () => {

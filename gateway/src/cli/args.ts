@@ -39,6 +39,9 @@ Database: DATABASE_URL, or else the embedded database of a running \`npm start\`
 Exit status: 0 done, 1 failed (unknown key id, revoked key, no database, ...), 2 bad arguments.
 `
 
+/** What follows a bad argument's message in place of the whole usage. */
+export const HELP_HINT = '`npm run keys -- --help` lists the commands and their options.\n'
+
 export type Command =
   | { name: 'help' }
   | { name: 'create'; plan: string; keyName: string; limits?: Limits; expires: KeyExpiry | null; json: boolean }
@@ -74,7 +77,7 @@ export function parseCommand(argv: string[], now = new Date()): Command {
   // `--json` may come before the command too (`keys --json list`), as with most CLIs.
   const first = argv.findIndex((argument) => argument !== '--json')
   const [name, ...rest] = first === -1 ? [] : [...argv.slice(first), ...argv.slice(0, first)]
-  if (name === undefined) throw new UsageError('no command given')
+  if (name === undefined) throw new UsageError('no command given', true)
   if (name === 'help' || name === '--help' || name === '-h') return { name: 'help' }
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
   if (!spec) throw new UsageError(`unknown command "${name}"`)

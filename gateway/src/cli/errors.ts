@@ -1,6 +1,15 @@
-/** Bad arguments: the message and the usage go to stderr, exit code 2. */
+/**
+ * Bad arguments: the message and a pointer to --help go to stderr, exit code 2. The whole usage
+ * only with `withUsage`, for a command line that names no command at all.
+ */
 export class UsageError extends Error {
   override name = 'UsageError'
+  readonly withUsage: boolean
+
+  constructor(message: string, withUsage = false) {
+    super(message)
+    this.withUsage = withUsage
+  }
 }
 
 /** The command could not be done (unknown key id, no database, ...): the message goes to stderr, exit code 1. */

@@ -1,10 +1,11 @@
 /**
  * `npm run keys -- <command> …`: the operator CLI for API keys (see USAGE in args.ts).
- * Exit status 0 done, 1 failed, 2 bad arguments. Results go to stdout, errors to stderr; with
- * --json stdout holds exactly one JSON object or nothing.
+ * Exit status 0 done, 1 failed, 2 bad arguments. Results go to stdout, errors to stderr, one line
+ * each (a bad argument adds a pointer to --help); with --json stdout holds exactly one JSON
+ * object or nothing.
  */
 import { escapeForDisplay } from '../../../common/src/text/displaySafety.ts'
-import { USAGE, parseCommand } from './args.ts'
+import { HELP_HINT, USAGE, parseCommand } from './args.ts'
 import type { Output } from './commands.ts'
 import { CliError, UsageError, explain } from './errors.ts'
 
@@ -21,7 +22,8 @@ async function main(argv: string[], output: Output): Promise<number> {
     return 0
   } catch (error) {
     if (error instanceof UsageError) {
-      output.err(`error: ${escapeForDisplay(error.message)}\n\n${USAGE}`)
+      // The 30 lines of usage after every slip buried the one line saying what was wrong.
+      output.err(`error: ${escapeForDisplay(error.message)}\n${error.withUsage ? `\n${USAGE}` : HELP_HINT}`)
       return 2
     }
     if (error instanceof CliError) {
