@@ -111,6 +111,27 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
     }
   })
 
+  it('answers / without a key 404 with the Error body naming /v1, /docs and /v1/openapi.json, whatever key is sent', async () => {
+    const { key } = await gateway.createKey()
+    for (const authorization of [undefined, `Bearer ${key}`, 'Bearer aas_not_a_key']) {
+      const response = await gateway.request('/', { headers: authorization ? { authorization } : {} })
+      expect(response.headers.get('www-authenticate'), String(authorization)).toBeNull()
+      // Not a key's quota: the anonymous per-IP limit, as for the docs.
+      expect(response.headers.get('ratelimit-policy')).toMatch(/^"anonymous";/)
+      const body = await expectErrorResponse(response, 404, 'not_found')
+      expect(body.message).toBe(
+        'No route matches this path. The API is under /v1 (GET /v1/pets, with "Authorization: Bearer <key>"); ' +
+          'its documentation is at /docs, its OpenAPI document at /v1/openapi.json.',
+      )
+    }
+    const head = await gateway.request('/', { method: 'HEAD' })
+    expect(head.status).toBe(404)
+    // Not 405 with an Allow naming GET, which has no operation here either.
+    await expectErrorResponse(await gateway.request('/', { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } }), 404, 'not_found')
+    // Only / itself: another path outside /v1 still asks for a key first.
+    await expectErrorResponse(await gateway.request('/pets'), 401, 'missing_api_key')
+  })
+
   it('redirects /docs/ to /docs', async () => {
     const response = await gateway.request('/docs/', { redirect: 'manual' })
     expect(response.status).toBe(301)

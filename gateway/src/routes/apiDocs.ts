@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url'
 import { gzipSync } from 'node:zlib'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { GatewayConfig } from '../config/loadConfig.ts'
+import { gatewayErrors } from '../errors.ts'
 import { loadOpenApiDocument, withOrdersUpstream, withServers } from '../openapi/document.ts'
 
 const PAGE_DIRECTORY = fileURLToPath(new URL('../../openapi/docs/', import.meta.url))
@@ -64,11 +65,17 @@ const CONTENT_SECURITY_POLICY = [
   "frame-ancestors 'none'",
 ].join('; ')
 
+/** What `GET /` answers: no operation lives there, but the way to them does. */
+export const ROOT_MESSAGE =
+  'No route matches this path. The API is under /v1 (GET /v1/pets, with "Authorization: Bearer <key>"); ' +
+  'its documentation is at /docs, its OpenAPI document at /v1/openapi.json.'
+
 /**
  * The API's own description, without a key (`public: true`: the authentication stage skips these
  * routes, and the rate-limit stage limits them per client IP like any request without a key):
  *   GET /v1/openapi.json  gateway/openapi/openapi.yaml as JSON, naming the configured servers;
- *   GET /docs             Swagger UI on that document, every file served from here.
+ *   GET /docs             Swagger UI on that document, every file served from here;
+ *   /                     404 with the Error body, naming /v1, /docs and /v1/openapi.json.
  */
 export async function apiDocs(app: FastifyInstance, options: { config: () => GatewayConfig; ordersUpstream: boolean }): Promise<void> {
   const source = options.ordersUpstream ? withOrdersUpstream(loadOpenApiDocument()) : loadOpenApiDocument()
@@ -85,6 +92,13 @@ export async function apiDocs(app: FastifyInstance, options: { config: () => Gat
       .header('cache-control', 'no-cache')
       .send(documentFor(options.config().openapi.servers)),
   )
+
+  // Where a browser or a bare `curl <host>:8080` lands first: told where the API and its docs are
+  // rather than to send a key for a path that has no operation anyway. Every method: a 405 would
+  // name GET as answered here.
+  app.all('/', { config: { public: true } }, async () => {
+    throw gatewayErrors.create('not_found', ROOT_MESSAGE)
+  })
 
   const assets = readAssets()
   // The page's files are addressed relative to /docs, so /docs/ would break them.
