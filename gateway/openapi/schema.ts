@@ -179,9 +179,10 @@ export interface components {
              *     - `bad_gateway` (502): the catalogue service could not be reached or answered badly.
              *     - `service_unavailable` (503): a dependency is unavailable; retry after `Retry-After` seconds.
              *     - `upstream_timeout` (504): the catalogue service did not answer in time.
+             *     - `http_version_not_supported` (505): the request line names an HTTP version other than 1.x (`HTTP/2.0`, `HTTP/0.9`); send it as HTTP/1.1.
              * @enum {string}
              */
-            code: "bad_request" | "validation_failed" | "invalid_json" | "missing_api_key" | "invalid_api_key" | "not_found" | "pet_not_found" | "method_not_allowed" | "request_timeout" | "payload_too_large" | "uri_too_long" | "unsupported_media_type" | "headers_too_large" | "idempotency_key_reused" | "rate_limited" | "api_key_banned" | "internal_error" | "not_implemented" | "bad_gateway" | "service_unavailable" | "upstream_timeout";
+            code: "bad_request" | "validation_failed" | "invalid_json" | "missing_api_key" | "invalid_api_key" | "not_found" | "pet_not_found" | "method_not_allowed" | "request_timeout" | "payload_too_large" | "uri_too_long" | "unsupported_media_type" | "headers_too_large" | "idempotency_key_reused" | "rate_limited" | "api_key_banned" | "internal_error" | "not_implemented" | "bad_gateway" | "service_unavailable" | "upstream_timeout" | "http_version_not_supported";
             /** @description Human-readable description. */
             message: string;
             /** @description The HTTP status code. */
@@ -533,6 +534,33 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description The request line names an HTTP version other than 1.x, such as `HTTP/2.0` or `HTTP/0.9`
+         *     (`http_version_not_supported`). The gateway speaks HTTP/1.1 (and HTTP/1.0); the request
+         *     is counted against the limits like any other, not carried out, and the connection is
+         *     closed after the answer.
+         */
+        HttpVersionNotSupported: {
+            headers: {
+                "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "http_version_not_supported",
+                 *       "message": "This server speaks HTTP/1.1 (and HTTP/1.0) only; send the request as HTTP/1.1.",
+                 *       "status": 505
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: never;
     requestBodies: never;
@@ -620,6 +648,7 @@ export type ResponseNotImplemented = components['responses']['NotImplemented'];
 export type ResponseBadGateway = components['responses']['BadGateway'];
 export type ResponseServiceUnavailable = components['responses']['ServiceUnavailable'];
 export type ResponseGatewayTimeout = components['responses']['GatewayTimeout'];
+export type ResponseHttpVersionNotSupported = components['responses']['HttpVersionNotSupported'];
 export type HeaderXRateLimitLimit = components['headers']['X-RateLimit-Limit'];
 export type HeaderXRateLimitRemaining = components['headers']['X-RateLimit-Remaining'];
 export type HeaderXRateLimitReset = components['headers']['X-RateLimit-Reset'];
@@ -688,6 +717,7 @@ export interface operations {
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["GatewayTimeout"];
+            505: components["responses"]["HttpVersionNotSupported"];
         };
     };
     createPet: {
@@ -751,6 +781,7 @@ export interface operations {
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["GatewayTimeout"];
+            505: components["responses"]["HttpVersionNotSupported"];
         };
     };
     getPet: {
@@ -802,6 +833,7 @@ export interface operations {
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["GatewayTimeout"];
+            505: components["responses"]["HttpVersionNotSupported"];
         };
     };
     listStoreOrders: {
@@ -822,6 +854,7 @@ export interface operations {
             500: components["responses"]["InternalError"];
             501: components["responses"]["NotImplemented"];
             503: components["responses"]["ServiceUnavailable"];
+            505: components["responses"]["HttpVersionNotSupported"];
         };
     };
     getOpenApiDocument: {
@@ -858,6 +891,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
+            505: components["responses"]["HttpVersionNotSupported"];
         };
     };
 }

@@ -23,7 +23,7 @@ import { secureContextOptions } from './config/tlsRotation.ts'
 import { gatewayClientErrors, gatewayErrors, gatewayFrameworkErrors, tooManyHeaderLines } from './errors.ts'
 import type { KeyCache } from './keys/keyCache.ts'
 import type { GatewayMetrics } from './metrics/gatewayMetrics.ts'
-import { pipelinedBehindClose, requestFraming } from './proxy/requestFraming.ts'
+import { pipelinedBehindClose, protocolVersion, requestFraming } from './proxy/requestFraming.ts'
 import { BODY_LIMIT_BYTES, acceptOpaqueBodies } from './proxy/opaqueBodies.ts'
 import { upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { NewBan } from './rateLimit/banJournal.ts'
@@ -71,8 +71,9 @@ function httpsOptions(pair: TlsPair, timeouts: ClientTimeouts) {
  *   2a. identify the bearer key (format and checksum first, then the key cache);
  *   3.  rate limit: ban, minute and day windows, strikes in one store call for a key,
  *       the per-IP anonymous limit otherwise; headers on every answer;
- *   2b. refuse the request whose key was missing or invalid (after it was charged to its IP),
- *       or whose framing the gateway will not pass on (no Host, two Host or Authorization fields);
+ *   2b. refuse the request whose request line names an HTTP version other than 1.x (505), whose
+ *       key was missing or invalid (after it was charged to its IP), or whose framing the gateway
+ *       will not pass on (no Host, two Host or Authorization fields);
  *   4.  the proxy to the upstream that owns the path, with header hygiene (a client that sent
  *       `Expect: 100-continue` is told to send its body only now, once stages 1–3 let it through);
  *   5.  one Error body shape for everything that fails on the way;
@@ -142,6 +143,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     onNewBan: deps.onNewBan,
   })
   // 2b
+  await app.register(protocolVersion)
   await app.register(requireAuthentication)
   await app.register(requestFraming)
   // 4

@@ -28,6 +28,7 @@ export const gatewayErrors = defineErrorCodes({
   bad_gateway: { status: 502, message: 'The catalogue service could not be reached or answered badly.' },
   service_unavailable: { status: 503, message: 'The service is temporarily unavailable; retry shortly.' },
   upstream_timeout: { status: 504, message: 'The catalogue service did not answer in time.' },
+  http_version_not_supported: { status: 505, message: 'This server speaks HTTP/1.1 (and HTTP/1.0) only; send the request as HTTP/1.1.' },
 })
 
 export const RETRY_AFTER_UNAVAILABLE = '5'

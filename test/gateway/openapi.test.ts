@@ -177,7 +177,7 @@ describe('the OpenAPI document (gateway/openapi/openapi.yaml)', () => {
   it('documents the orders service\'s answers instead of 501 when config names an orders upstream, and still passes the lint', async () => {
     const served = withOrdersUpstream(document)
     const responses = (served.paths['/store/orders']!.get as { responses: Record<string, unknown> }).responses
-    expect(Object.keys(responses).sort()).toEqual(['2XX', '400', '401', '408', '413', '414', '429', '431', '500', '502', '503', '504'])
+    expect(Object.keys(responses).sort()).toEqual(['2XX', '400', '401', '408', '413', '414', '429', '431', '500', '502', '503', '504', '505'])
     expect({ ...served, paths: { ...served.paths, '/store/orders': document.paths['/store/orders'] } }).toEqual(document)
     const config = await createConfig({ extends: ['recommended-strict'] })
     const problems = await lintFromString({ source: JSON.stringify(served), absoluteRef: OPENAPI_SOURCE, config })

@@ -201,6 +201,42 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
       expect(body).toEqual({ code: 'bad_request', message: expect.stringContaining(named), status: 400 })
     })
 
+    // RFC 9112 §2.3, RFC 9110 §15.6.6. Node's parser takes these two versions and read them as
+    // HTTP/1.0: served 200 without a Host, with the connection kept open when asked.
+    it.each(['HTTP/2.0', 'HTTP/0.9'])(
+      'a request line naming %s: 505 http_version_not_supported with the Error body, not carried out, the connection closed',
+      async (version) => {
+        const { key } = await gateway.createKey()
+        const name = `Versioned ${randomUUID()}`
+        const body = JSON.stringify({ name, categoryId: 1 })
+        const answers = await Promise.all([
+          raw(gateway.url, `GET /v1/pets?limit=1 ${version}\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\n\r\n`),
+          raw(gateway.url, `GET /v1/pets?limit=1 ${version}\r\nConnection: keep-alive\r\n\r\n`),
+          raw(
+            gateway.url,
+            `POST /v1/pets ${version}\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+          ),
+        ])
+        for (const answer of answers) {
+          const { statusLine, head, body: error } = parse(answer)
+          expect(statusLine).toBe('HTTP/1.1 505 HTTP Version Not Supported')
+          // raw() resolves only once the server closes: a connection kept open fails it after 5 s.
+          expect(head).toMatch(/^connection: close$/im)
+          expect(head).toMatch(/^x-ratelimit-limit: \d+$/im)
+          expect(error).toEqual({ code: 'http_version_not_supported', message: expect.stringContaining('HTTP/1.1'), status: 505 })
+        }
+        await new Promise((resolve) => setTimeout(resolve, 300))
+        const stored = await pets.pool.query('SELECT count(*)::int AS count FROM pets.pets WHERE name = $1', [name])
+        expect(stored.rows[0]).toEqual({ count: 0 })
+      },
+    )
+
+    it('serves an HTTP/1.0 request without Host, which that version does not require', async () => {
+      const { key } = await gateway.createKey()
+      const { statusLine } = parse(await raw(gateway.url, `GET /v1/pets?limit=1 HTTP/1.0\r\nAuthorization: Bearer ${key}\r\n\r\n`))
+      expect(statusLine).toBe('HTTP/1.1 200 OK')
+    })
+
     // RFC 9112 §6.1. Node's parser takes the chunked framing off and leaves the gzip coding to the
     // application: the gateway forwarded the body as JSON of that length, and stored the pet.
     it.each(['gzip, chunked', 'identity, chunked', 'gzip\r\nTransfer-Encoding: chunked'])(
@@ -259,12 +295,12 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
       [
         'an HTTP/2.0 request line framed with Transfer-Encoding, which Node keeps alive as HTTP/1.0',
         (key: string) => `GET /v1/pets?limit=1 HTTP/2.0\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
-        'HTTP/1.1 200 OK',
+        'HTTP/1.1 505 HTTP Version Not Supported',
       ],
       [
         'an HTTP/0.9 request line framed with Transfer-Encoding',
         (key: string) => `GET /v1/pets?limit=1 HTTP/0.9\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
-        'HTTP/1.1 200 OK',
+        'HTTP/1.1 505 HTTP Version Not Supported',
       ],
       [
         'an HTTP/1.0 request framed with Transfer-Encoding and refused for want of a key',

@@ -41,6 +41,24 @@ function undecodedTransferCoding(transferEncoding: string | undefined): boolean 
 }
 
 /**
+ * RFC 9110 §15.6.6, RFC 9112 §2.3: a request line naming a major version other than 1. Node's
+ * parser takes `HTTP/0.9` and `HTTP/2.0` and reads the message by HTTP/1.0's rules, so it was
+ * served as one, without the Host check an HTTP/1.1 request gets (neither is what its line says:
+ * HTTP/0.9 has no version in its request line, HTTP/2 is binary framing). Refused with 505 and the
+ * Error body once charged like any other, ahead of the key's 401 (a key would not help), and the
+ * connection closed after the answer (closesAfterAnswer).
+ */
+export const protocolVersion = fp(
+  async (app: FastifyInstance) => {
+    app.addHook('onRequest', (request, _reply, done) => {
+      if (request.raw.httpVersionMajor !== 1) return done(gatewayErrors.create('http_version_not_supported'))
+      done()
+    })
+  },
+  { name: 'protocol-version' },
+)
+
+/**
  * Requests the gateway will not pass on as they stand, refused with 400 and the Error body once
  * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2),
  * two Host fields (§3.2), two Authorization fields, which one server would read as the first
@@ -70,9 +88,9 @@ export const requestFraming = fp(
 
 /**
  * Whether the answer to this request, whatever it is, closes its connection: an HTTP/1.0 request
- * framed with Transfer-Encoding (RFC 9112 §6.1: its framing cannot be trusted), or one of the other
+ * framed with Transfer-Encoding (RFC 9112 §6.1: its framing cannot be trusted); one of the other
  * versions Node's parser takes (`HTTP/0.9`, `HTTP/2.0` in a request line), which it keeps alive by
- * HTTP/1.0's rules; one asking to upgrade: the gateway upgrades to nothing and answers as HTTP/1.1
+ * HTTP/1.0's rules, refused by protocolVersion; one asking to upgrade: the gateway upgrades to nothing and answers as HTTP/1.1
  * (RFC 9110 §7.8), but Node's parser stops reading the connection after such a request, and one
  * pipelined behind it would wait unanswered (closing after the answer tells the client to send it
  * again); and a request with more header lines than are read, whose 431 (headerLineLimit) closes
@@ -81,6 +99,7 @@ export const requestFraming = fp(
 function closesAfterAnswer(raw: IncomingMessage): boolean {
   return (
     raw.headers.upgrade !== undefined ||
+    raw.httpVersionMajor !== 1 ||
     (raw.httpVersion !== '1.1' && raw.headers['transfer-encoding'] !== undefined) ||
     excessHeaderLines(raw)
   )
