@@ -44,10 +44,14 @@ export function banJournal(options: {
   // One write at a time: a record can wait in Postgres (its key's row held by an operator's open
   // transaction that deletes it or selects it FOR UPDATE) until the statement timeout, and a burst
   // of bans waiting so held every connection of the pool the key lookups of requests need.
+  // A write that waited for its turn is late: an unban applied meanwhile found no record to delete.
   let writing: Promise<unknown> = Promise.resolve()
-  const inTurn = <T>(write: () => Promise<T>): Promise<T> => {
-    const turn = writing.then(write)
-    writing = turn.catch(() => undefined)
+  let unsettled = 0
+  const inTurn = <T>(write: (waited: boolean) => Promise<T>): Promise<T> => {
+    const waited = unsettled > 0
+    unsettled++
+    const turn = writing.then(() => write(waited))
+    writing = turn.catch(() => undefined).finally(() => unsettled--)
     return turn
   }
   return (ban) => {
@@ -68,8 +72,12 @@ export function banJournal(options: {
     const lastsUntilHere = startedHere + (ban.endsAtMillis - ban.startedAtMillis)
     let failed = false
     const write = () => {
-      inTurn(() =>
-        options.record({ keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt }, startedHere, failed || ban.calledAt !== undefined),
+      inTurn((waited) =>
+        options.record(
+          { keyId: ban.keyId, step: ban.step, startedAt: new Date(ban.startedAtMillis), endsAt },
+          startedHere,
+          failed || waited || ban.calledAt !== undefined,
+        ),
       ).then(
         (outcome) => {
           // Whatever the outcome, the write is not tried again: a key deleted since stays deleted.

@@ -177,4 +177,48 @@ describe('the record of a ban that began while Postgres was unreachable', () => 
     expect((await repository.activeBans(ids)).size).toBe(ids.length)
     await gateway.end()
   }, 30_000)
+
+  it('keys show prints no ban for one an unban lifted while its record waited its turn behind another', async () => {
+    const held = await repository.create({ name: 'banned, row held', plan: 'free' })
+    const unbanned = await repository.create({ name: 'banned, then unbanned while its record waited', plan: 'free' })
+    const applicationName = 'ban-record-gateway-queued'
+    const gateway = createPool({ connectionString: database.url, applicationName, max: 2, statementTimeoutMillis: 5_000 })
+    const recordBan = createKeyRepository(gateway).recordBan
+    const outcomes: string[] = []
+    const journal = banJournal({
+      record: async (...args) => {
+        const outcome = await recordBan(...args)
+        outcomes.push(outcome)
+        return outcome
+      },
+      logger: pino({ level: 'silent' }),
+      retryMillis: 100,
+    })
+    const operator = await direct.connect()
+    try {
+      await operator.query('BEGIN')
+      await operator.query('SELECT 1 FROM gateway.api_keys WHERE id = $1 FOR UPDATE', [held.record.id])
+      const now = Date.now()
+      // The first record waits in Postgres for the held row, the second for its turn behind it.
+      journal({ keyId: held.record.id, plan: 'free', step: 0, startedAtMillis: now, endsAtMillis: now + 300_000, shared: true })
+      journal({ keyId: unbanned.record.id, plan: 'free', step: 0, startedAtMillis: now, endsAtMillis: now + 300_000, shared: true })
+      const waiting = async () =>
+        Number((await direct.query(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, [applicationName])).rows[0].count)
+      const deadline = Date.now() + 5_000
+      while ((await waiting()) === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(await waiting()).toBeGreaterThan(0)
+      // The operator unbans the second key meanwhile, and a gateway applies it: there is no record yet to delete.
+      const unban = await repository.requestUnban(unbanned.record.id)
+      await repository.markUnbanApplied(unban!)
+    } finally {
+      await operator.query('ROLLBACK')
+      operator.release()
+    }
+    const deadline = Date.now() + 10_000
+    while (outcomes.length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    await gateway.end()
+    expect((await show(unbanned.record.id)).ban).toBeNull()
+    expect((await show(held.record.id)).ban).toMatchObject({ step: 0 })
+    expect(outcomes).toEqual(['recorded', 'lifted'])
+  }, 30_000)
 })
