@@ -1,16 +1,19 @@
 import net from 'node:net'
 
 /**
- * A TCP relay to `target` that the test can cut, silence and restore. Cutting is "the network to
- * Postgres/Redis went away": every open connection is destroyed, and until restore() every new
- * one is accepted and dropped at once (the client sees its connection reset). Silencing is "the
- * server hung mid-conversation": connections stay open but nothing more is carried either way,
- * and new ones are accepted and never answered. The relay keeps its listening port all along, so
- * no other process on the machine can take it meanwhile. Every call is idempotent.
+ * A TCP relay to `target` that the test can cut, silence, slow down and restore. Cutting is "the
+ * network to Postgres/Redis went away": every open connection is destroyed, and until restore()
+ * every new one is accepted and dropped at once (the client sees its connection reset). Silencing
+ * is "the server hung mid-conversation": connections stay open but nothing more is carried either
+ * way, and new ones are accepted and never answered. Delaying is "a congested network": what a
+ * client of a connection opened then sends reaches the target that much later. The relay keeps its
+ * listening port all along, so no other process on the machine can take it meanwhile. Every call
+ * is idempotent.
  */
 export async function cuttableRelay(target: { host: string; port: number }) {
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>()
   let state: 'open' | 'cut' | 'silent' = 'open'
+  let delayMillis = 0
   const server = net.createServer((client) => {
     client.on('error', () => undefined)
     if (state === 'cut') {
@@ -29,7 +32,11 @@ export async function cuttableRelay(target: { host: string; port: number }) {
       socket.on('error', () => undefined)
     }
     if (state === 'silent') silence(pair)
-    else client.pipe(upstream).pipe(client)
+    else if (delayMillis > 0) {
+      const delay = delayMillis
+      client.on('data', (chunk) => setTimeout(() => upstream.write(chunk), delay))
+      upstream.pipe(client)
+    } else client.pipe(upstream).pipe(client)
   })
   const silence = ({ client, upstream }: { client: net.Socket; upstream: net.Socket }) => {
     client.unpipe(upstream)
@@ -54,9 +61,14 @@ export async function cuttableRelay(target: { host: string; port: number }) {
       state = 'silent'
       for (const pair of pairs) silence(pair)
     },
-    /** New connections are carried again; connections opened before a cut or silence are gone or stay mute. */
+    /** What clients of connections opened from now on send reaches the target `millis` later. */
+    async delay(millis: number) {
+      delayMillis = millis
+    },
+    /** New connections are carried again, undelayed; connections opened before a cut or silence are gone or stay mute. */
     async restore() {
       state = 'open'
+      delayMillis = 0
     },
     /** Cuts for good and releases the port. */
     async close() {

@@ -301,11 +301,14 @@ export function createKeyRepository(pool: pg.Pool) {
      * is when it started on this process's monotonic clock: its recorded_at is Postgres's time
      * less what has passed since, a wait for a connection included, so an unban asked for in the
      * meantime still comes after the ban it was meant to lift (pendingUnbans). A record written
-     * `late` (a retry while Postgres was away, or a ban announced on a store reply that came after
-     * the budget, `startedHere` then its call's moment) is not written once an unban asked for
-     * after the ban began has been applied: that unban lifted it, and found no record to delete.
-     * A key's record is of its newest ban, by recorded_at (Postgres's clock, as unbans are
-     * ordered): a write of an older ban leaves it. Resolves with what became of the record.
+     * `late` (a retry while Postgres was away, a write that waited for the gateway's others, or a
+     * ban announced on a store reply that came after the budget, `startedHere` then its call's
+     * moment) is not written once an unban asked for after the ban began has been applied: that
+     * unban lifted it, and found no record to delete. A key's record is of its newest ban, by
+     * recorded_at (Postgres's clock, as unbans are ordered): a write of an older ban leaves it. A
+     * retry of a write that committed unseen finds its own ban recorded, by a recorded_at that
+     * latency may have put later than its own: that is 'recorded'. Resolves with what became of
+     * the record.
      */
     async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<BanRecordOutcome> {
       return withConnection(pool, async (client) => {
@@ -327,6 +330,8 @@ export function createKeyRepository(pool: pg.Pool) {
              RETURNING 1
            )
            SELECT CASE WHEN EXISTS (SELECT 1 FROM written) THEN 'recorded'
+                       WHEN EXISTS (SELECT 1 FROM gateway.api_key_bans
+                                     WHERE key_id = $1 AND step = $2 AND started_at = $3 AND ends_at = $4) THEN 'recorded'
                        WHEN (SELECT lifted FROM lifted) THEN 'lifted'
                        WHEN EXISTS (SELECT 1 FROM gateway.api_keys WHERE id = $1) THEN 'overtaken'
                        ELSE 'no key' END AS outcome`,

@@ -31,10 +31,13 @@ describe('the record of a ban that began while Postgres was unreachable', () => 
     repository = createKeyRepository(direct)
     const target = new URL(database.url)
     relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    behindRelay = createPool({ connectionString: relayUrl(), applicationName: 'ban-record-gateway', max: 2 })
+  })
+  const relayUrl = () => {
     const url = new URL(database.url)
     url.host = `127.0.0.1:${relay.port}`
-    behindRelay = createPool({ connectionString: url.toString(), applicationName: 'ban-record-gateway', max: 2 })
-  })
+    return url.toString()
+  }
   afterAll(async () => {
     await behindRelay?.end()
     await relay?.close()
@@ -220,5 +223,23 @@ describe('the record of a ban that began while Postgres was unreachable', () => 
     expect((await show(unbanned.record.id)).ban).toBeNull()
     expect((await show(held.record.id)).ban).toMatchObject({ step: 0 })
     expect(outcomes).toEqual(['recorded', 'lifted'])
+  }, 30_000)
+
+  it('a ban written again after its first write committed unseen is reported recorded, not overtaken by a newer ban', async () => {
+    const { record } = await repository.create({ name: 'recorded, answer lost', plan: 'free' })
+    const now = Date.now()
+    const ban = { keyId: record.id, step: 0, startedAt: new Date(now), endsAt: new Date(now + 60_000) }
+    const startedHere = performance.now()
+    // The first write's statement reached Postgres slowly (its answer then lost); the retry's promptly.
+    await relay.delay(300)
+    const slow = createPool({ connectionString: relayUrl(), applicationName: 'ban-record-slow', max: 1 })
+    try {
+      expect(await createKeyRepository(slow).recordBan(ban, startedHere)).toBe('recorded')
+    } finally {
+      await slow.end()
+      await relay.restore()
+    }
+    expect(await repository.recordBan(ban, startedHere, true)).toBe('recorded')
+    expect((await show(record.id)).ban).toMatchObject({ step: 0 })
   }, 30_000)
 })
