@@ -86,7 +86,10 @@ export function parseCommand(argv: string[], now = new Date()): Command {
   try {
     parsed = parseArgs({ args: rest, options: { ...COMMON, ...spec.options }, strict: true, allowPositionals: true })
   } catch (error) {
-    throw new UsageError(`${name}: ${(error as Error).message.replace(/\s*\n\s*/g, ' ')}`)
+    // Node's advice for an unknown option, to pass it as a positional after `--`, fits no command
+    // here (an id or a plan never starts with '-') and only led to a second error.
+    const reason = (error as Error).message.replace(/\s*\n\s*/g, ' ').replace(/\. To specify a positional argument .*$/, '')
+    throw new UsageError(`${name}: ${reason}`)
   }
   const { values, positionals } = parsed
   if (values.help) return { name: 'help' }
