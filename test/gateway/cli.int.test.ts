@@ -183,6 +183,21 @@ describe('keys CLI (npm run keys)', () => {
     expect(listed.every((entry) => !('key' in entry) && !('hash' in entry) && !('keyHash' in entry))).toBe(true)
   })
 
+  it('names every problem of a config it cannot use in one readable line, exit 1', async () => {
+    const folder = await mkdtemp(path.join(tmpdir(), 'keys-cli-config-'))
+    try {
+      const config = path.join(folder, 'gateway.yaml')
+      await writeFile(config, 'plans:\n  free: { perMinute: many, perDay: 1 }\nwindows: 3\n')
+      const refused = await keys(['list'], cleanEnv({ DATABASE_URL: database.url, GATEWAY_CONFIG: config }))
+      expectFailure(refused, /^error: invalid gateway config: \S+gateway\.yaml:\d+: server is required; /)
+      expect(refused.stderr).toMatch(/; \S+gateway\.yaml:2: plans\.free\.perMinute must be a positive integer.*; \S+gateway\.yaml:3: windows must be object\n$/)
+      // Its line breaks were printed escaped, as \u000a.
+      expect(refused.stderr).not.toContain('\\u')
+    } finally {
+      await rm(folder, { recursive: true, force: true })
+    }
+  })
+
   it('reads only the plans of the config: a gateway variable set wrong in the same shell stops no command', async () => {
     await schema()
     const env = cleanEnv({ DATABASE_URL: database.url, GATEWAY_PORT: '99999', GATEWAY_TLS_CERT_FILE: '/nowhere/server.crt', REDIS_PASSWORD: 'alone' })

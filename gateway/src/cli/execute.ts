@@ -19,7 +19,8 @@ function loadPlans(command: Command, output: Output): Plans | undefined {
     return loadGatewayConfig(undefined, {}, undefined, { tlsFiles: false }).plans
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
-    if (command.name !== 'revoke' && command.name !== 'unban') throw new CliError(error.message)
+    // One line: printed escaped, the message's line breaks showed as \u000a.
+    if (command.name !== 'revoke' && command.name !== 'unban') throw new CliError(`invalid gateway config: ${error.problems.join('; ')}`)
     output.err(`warning: ${error.message}\n(going ahead: ${command.name} needs no plan)\n`)
     return undefined
   }
