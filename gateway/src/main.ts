@@ -88,16 +88,16 @@ async function main(): Promise<void> {
 
   await waitForPostgres(pool, logger)
   await migrate(pool, GATEWAY_MIGRATIONS, logger)
-  if (!(await limiter.ready())) {
-    // A Redis that is down may come back, and the gateway starts meanwhile; one that refuses the
-    // credentials will not by itself: started anyway, the gateway would silently keep per-process
-    // limits (open) or answer 503 (closed) until someone read its warning.
-    const refused = limiter.credentialsRefused()
-    if (refused !== undefined) {
-      throw new EnvError(`cannot use Redis at ${limiter.storeKind === 'cluster' ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL'}: it refuses the gateway's credentials (${refused}); fix ${redisCredentialVariables(limiter.storeKind)}`)
-    }
-    logger.warn({ problem: limiter.connectionProblem() }, 'Redis is not reachable yet; limits follow onStoreFailure until it is')
+  const redisReady = await limiter.ready()
+  // A Redis that is down may come back, and the gateway starts meanwhile; one that refuses the
+  // credentials will not by itself: started anyway, the gateway would silently keep per-process
+  // limits (open) or answer 503 (closed) until someone read its warning. On a Cluster that is
+  // ready, one master alone may refuse them (ACLs are per node), with the same effect on its keys.
+  const refused = limiter.credentialsRefused()
+  if (refused !== undefined) {
+    throw new EnvError(`cannot use Redis at ${limiter.storeKind === 'cluster' ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL'}: it refuses the gateway's credentials (${refused}); fix ${redisCredentialVariables(limiter.storeKind)}`)
   }
+  if (!redisReady) logger.warn({ problem: limiter.connectionProblem() }, 'Redis is not reachable yet; limits follow onStoreFailure until it is')
   const { app, repository, changes, unbans } = await wireGateway({
     config: configSource.get,
     pool,

@@ -4,7 +4,8 @@ import { createPool } from '../../common/src/database/pool.ts'
 import type { GatewayConfigFile } from '../../gateway/src/config/schema.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
-import { connectRedis, redisConnectionProblem, redisReady } from '../../gateway/src/rateLimit/redisStore.ts'
+import { SLOTS_REFRESH_MILLIS, connectRedis, redisConnectionProblem, redisReady } from '../../gateway/src/rateLimit/redisStore.ts'
+import { eventually, sleep } from '../gateway/rateLimit/httpLimits.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startRedisCluster, testKeyPrefix, type TestCluster } from '../helpers/redis.ts'
 import { startPrivateRedis } from '../helpers/redisServer.ts'
@@ -102,6 +103,63 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     expect(output).toContain("gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway's credentials (Failed to refresh slots cache.")
     expect(output).toContain(why)
     for (const secret of [PASSWORD, ACL_PASSWORD, 'wrong-S3cr3t']) expect(output).not.toContain(secret)
+  }, 60_000)
+
+  // ACLs and requirepass are per node: a node set up apart from the others (the ACL user
+  // forgotten on it, its password rotated first) refuses the gateway while the rest accept it.
+  // Started anyway, the keys in that node's slots got 503 (closed) or per-process limits (open),
+  // logged only as "Redis did not answer within …", while /readyz said ready.
+  describe('one node refusing the password the others accept', () => {
+    let refusing: Redis
+    let address: string
+    beforeAll(async () => {
+      address = cluster.nodes[2]!
+      refusing = new Redis({ host: '127.0.0.1', port: Number(address.split(':')[1]), password: PASSWORD })
+      // Stays logged in: Redis asks new connections only.
+      await refusing.config('SET', 'requirepass', 'Node-Apart-S3cr3t')
+    })
+    afterAll(async () => {
+      await refusing?.config('SET', 'requirepass', PASSWORD)
+      refusing?.disconnect()
+    })
+
+    it('exits 1 at start, naming the node and its refusal, and shows no password', async () => {
+      const { env } = await gatewayProcessEnv({ databaseUrl: database.url, petsUrl: upstream.url, extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_PASSWORD: PASSWORD } })
+      const gateway = startNode('gateway/src/main.ts', env)
+      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
+      const output = gateway.output()
+      expect(output).toContain(`gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway's credentials (${address}: WRONGPASS`)
+      for (const secret of [PASSWORD, 'Node-Apart-S3cr3t']) expect(output).not.toContain(secret)
+    }, 60_000)
+  })
+
+  it('one node starting to refuse while the gateway runs: one error line naming it, no exit, and a line once it accepts again', async () => {
+    const gateway = await startGatewayProcess({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      env: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_PASSWORD: PASSWORD, LOG_LEVEL: 'info' },
+      configure: limited(testKeyPrefix(), 'open'),
+    })
+    const address = cluster.nodes[1]!
+    const node = new Redis({ host: '127.0.0.1', port: Number(address.split(':')[1]), password: PASSWORD })
+    try {
+      await node.config('SET', 'requirepass', 'Node-Rotated-S3cr3t')
+      await node.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+      const refusals = () => gateway.proc.output().split('\n').filter((line) => line.includes("Redis refuses the gateway's credentials"))
+      await eventually(async () => refusals().length > 0, 10_000)
+      expect(refusals()[0]).toContain(`${address}: WRONGPASS`)
+      // The node is dropped and tried again at each slot-map refresh (every 5 s): still one line.
+      await sleep(SLOTS_REFRESH_MILLIS + 1_000)
+      expect(refusals()).toHaveLength(1)
+      expect(gateway.proc.hasExited()).toBe(false)
+      await node.config('SET', 'requirepass', PASSWORD)
+      await eventually(async () => gateway.proc.output().includes("Redis accepts the gateway's credentials again"), 2 * SLOTS_REFRESH_MILLIS)
+      expect(gateway.proc.output()).not.toContain('Node-Rotated-S3cr3t')
+    } finally {
+      await node.config('SET', 'requirepass', PASSWORD)
+      node.disconnect()
+      gateway.cleanup()
+    }
   }, 60_000)
 })
 

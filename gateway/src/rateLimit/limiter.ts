@@ -5,7 +5,17 @@ import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
 import type { LimitStore } from './limitStore.ts'
 import { banPolicy, limitsFor } from './planLimits.ts'
-import { RedisBudgetExceededError, connectRedis, createRedisStore, redisConnectionProblem, redisReady, redisRefusesCredentials, type RedisClient } from './redisStore.ts'
+import {
+  RedisBudgetExceededError,
+  clusterMastersLoggedIn,
+  connectRedis,
+  createRedisStore,
+  redisConnectionProblem,
+  redisReady,
+  redisRefusesCredentials,
+  watchCredentialRefusals,
+  type RedisClient,
+} from './redisStore.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
 export interface Limiter {
@@ -15,7 +25,10 @@ export interface Limiter {
   anonymous(): AnonymousLimiter
   /** Where limits live: a Redis server, a Redis Cluster, or this process. */
   storeKind: 'redis' | 'cluster' | 'memory'
-  /** Whether the store's connection is up (waits up to 2 s for it); the start-up check, once. */
+  /**
+   * Whether the store's connection is up (waits up to 2 s for it, and on a Cluster for every
+   * master to take or refuse the credentials); the start-up check, once.
+   */
   ready(): Promise<boolean>
   /** Why Redis has no usable connection, in the socket's words (ENOTFOUND, ECONNREFUSED); undefined when it has one. */
   connectionProblem(): string | undefined
@@ -98,7 +111,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
     },
     storeKind,
     async ready() {
+      const deadline = Date.now() + 2_000
       const ready = redis ? await redisReady(redis, 2_000) : true
+      if (redis && ready) await clusterMastersLoggedIn(redis, Math.max(deadline - Date.now(), 0))
       started = true
       return ready
     },
@@ -137,15 +152,16 @@ export function redisCredentialVariables(kind: Limiter['storeKind']): string {
  */
 function reportCredentialRefusals(client: RedisClient, kind: Limiter['storeKind'], logger: Logger, started: () => boolean): void {
   let said = false
-  client.on('error', () => {
+  watchCredentialRefusals(client, () => {
     const refused = redisRefusesCredentials(client)
-    if (said || refused === undefined || !started()) return
-    said = true
-    logger.error({ problem: refused }, `Redis refuses the gateway's credentials: fix ${redisCredentialVariables(kind)}; limits follow onStoreFailure until it accepts them`)
-  })
-  client.on('ready', () => {
-    if (said) logger.info('Redis accepts the gateway\'s credentials again')
-    said = false
+    if (refused !== undefined) {
+      if (said || !started()) return
+      said = true
+      logger.error({ problem: refused }, `Redis refuses the gateway's credentials: fix ${redisCredentialVariables(kind)}; limits follow onStoreFailure until it accepts them`)
+    } else if (said && client.status === 'ready') {
+      said = false
+      logger.info('Redis accepts the gateway\'s credentials again')
+    }
   })
 }
 

@@ -105,6 +105,14 @@ export const SLOTS_REFRESH_MILLIS = 5_000
 const lastConnectionErrors = new WeakMap<RedisClient, string>()
 /** Clients whose last connection error is Redis refusing their credentials (redisRefusesCredentials). */
 const credentialRefusals = new WeakSet<RedisClient>()
+/**
+ * A Cluster's nodes (host:port) that refuse its credentials, with Redis's words, until they
+ * accept them. ACLs and requirepass are per node: one node set up apart refuses while the cluster
+ * as a whole is ready, and says so only on its own connection ('node error').
+ */
+const nodeCredentialRefusals = new WeakMap<Cluster, Map<string, string>>()
+/** Who is told when a client's credential refusals change (watchCredentialRefusals). */
+const credentialWatchers = new WeakMap<RedisClient, (() => void)[]>()
 
 /**
  * Commands fail fast instead of queueing while Redis is away (no offline queue, no retries):
@@ -153,16 +161,42 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
   if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
+  const credentialsChanged = () => credentialWatchers.get(client)?.forEach((watcher) => watcher())
   client.on('error', (error: Error) => {
     const text = connectionErrorText(error)
     lastConnectionErrors.set(client, text)
     if (CREDENTIALS_REFUSED.test(text)) credentialRefusals.add(client)
     else credentialRefusals.delete(client)
+    credentialsChanged()
   })
   client.on('ready', () => {
     lastConnectionErrors.delete(client)
     credentialRefusals.delete(client)
+    credentialsChanged()
   })
+  if (client instanceof Cluster) {
+    const refusing = new Map<string, string>()
+    nodeCredentialRefusals.set(client, refusing)
+    client.on('node error', (error: Error, node: string) => {
+      if (CREDENTIALS_REFUSED.test(error.message)) refusing.set(node, error.message)
+      else refusing.delete(node)
+      credentialsChanged()
+    })
+    // A node that refuses is dropped at once and added again at the next slot-map refresh, to
+    // refuse again: it still refuses until it accepts, or until the slot map no longer names it.
+    client.on('+node', (node: Redis) => {
+      const name = `${node.options.host}:${node.options.port}`
+      node.on('ready', () => {
+        if (refusing.delete(name)) credentialsChanged()
+      })
+    })
+    client.on('refresh', () => {
+      const named = new Set(client.nodes('all').map((node) => `${node.options.host}:${node.options.port}`))
+      let changed = false
+      for (const name of refusing.keys()) if (!named.has(name)) changed = refusing.delete(name) || changed
+      if (changed) credentialsChanged()
+    })
+  }
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (after a restart or failover).
   client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
   client.defineCommand('unbanKey', { numberOfKeys: 1, lua: UNBAN_LUA })
@@ -411,8 +445,41 @@ const CREDENTIALS_REFUSED = /\b(?:WRONGPASS|NOAUTH)\b|\bERR invalid password\b/
  * undefined when it is connected or lacks one for another reason (refused, unreachable, frozen).
  */
 export function redisRefusesCredentials(client: RedisClient): string | undefined {
-  if (client.status === 'ready' || !credentialRefusals.has(client)) return undefined
-  return lastConnectionErrors.get(client)
+  if (client.status !== 'ready' && credentialRefusals.has(client)) return lastConnectionErrors.get(client)
+  const nodes = client instanceof Cluster ? nodeCredentialRefusals.get(client) : undefined
+  return nodes?.size ? [...nodes].map(([node, words]) => `${node}: ${words}`).join('; ') : undefined
+}
+
+/** Calls `changed` whenever what redisRefusesCredentials says may have changed. */
+export function watchCredentialRefusals(client: RedisClient, changed: () => void): void {
+  credentialWatchers.set(client, [...(credentialWatchers.get(client) ?? []), changed])
+}
+
+/**
+ * A Cluster's client is ready once one node has given it the slot map, and connects to the other
+ * masters only when a command needs one: a master that refuses the credentials would be found by
+ * the first requests for its keys. Logs in to every master now, and resolves once each has
+ * accepted or refused (redisRefusesCredentials), or after `timeoutMillis`. A single server: at once.
+ */
+export async function clusterMastersLoggedIn(client: RedisClient, timeoutMillis: number): Promise<void> {
+  if (!(client instanceof Cluster)) return
+  const outcomes = client.nodes('master').map(
+    (node) =>
+      new Promise<void>((resolve) => {
+        if (node.status === 'ready') return resolve()
+        const settled = () => {
+          node.off('ready', settled)
+          node.off('error', settled)
+          resolve()
+        }
+        node.on('ready', settled)
+        node.on('error', settled)
+        if (node.status === 'wait') node.connect().catch(() => undefined)
+      }),
+  )
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([Promise.all(outcomes), new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMillis)))])
+  clearTimeout(timer)
 }
 
 /** Why the client has no usable connection, in ioredis's and the socket's words. */
