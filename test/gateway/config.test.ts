@@ -8,6 +8,7 @@ import { createConfigSource } from '../../gateway/src/config/configSource.ts'
 import {
   ConfigError,
   clusterSeed,
+  clusterUsesTls,
   loadGatewayConfig,
   parseGatewayConfig,
   resolveGatewayConfig,
@@ -115,11 +116,27 @@ describe('gateway config', () => {
       { host: '::1', port: 7001 },
       { host: 'redis-c.internal', port: 7002 },
     ])
-    for (const wrong of ['redis://127.0.0.1:7000', '127.0.0.1', '::1:7000', 'redis-a:0', 'redis-a:70000', 'redis-a:port']) {
+    expect(clusterUsesTls(seeds.redis.clusterNodes!)).toBe(false)
+    for (const wrong of ['redis://127.0.0.1:7000', '127.0.0.1', '::1:7000', 'redis-a:0', 'redis-a:70000', 'redis-a:port', 'rediss://redis-a', 'rediss://redis-a:7000/0']) {
       expect(() => resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: `redis-b:7000,${wrong}` }), wrong).toThrow(
-        `REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${wrong}"`,
+        `REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), each after rediss:// for TLS, got "${wrong}"`,
       )
     }
+  })
+
+  // README, Managed Postgres and Redis: TLS to a Redis Cluster.
+  it('takes REDIS_CLUSTER_NODES seeds after rediss:// for TLS, all of them or none', () => {
+    const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
+    const overTls = resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: 'rediss://clustercfg.example.com:6379, rediss://[::1]:7001' })
+    expect(overTls.redis.clusterNodes).toEqual(['rediss://clustercfg.example.com:6379', 'rediss://[::1]:7001'])
+    expect(overTls.redis.clusterNodes!.map(clusterSeed)).toEqual([
+      { host: 'clustercfg.example.com', port: 6379 },
+      { host: '::1', port: 7001 },
+    ])
+    expect(clusterUsesTls(overTls.redis.clusterNodes!)).toBe(true)
+    expect(() => resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: 'rediss://redis-a:7000,redis-b:7000' })).toThrow(
+      'REDIS_CLUSTER_NODES mixes rediss:// seeds with plain host:port ones: every node of a cluster is reached the same way, so give rediss:// to all of them or to none',
+    )
   })
 
   // A refused value is echoed so the operator sees what was read; its password must not be.
@@ -131,6 +148,7 @@ describe('gateway config', () => {
       [{ REDIS_URL: 'http://u:S3cr3t@pa55@redis:6379' }, 'got "http://u:***@redis:6379"'],
       [{ REDIS_CLUSTER_NODES: 'redis-a:7000,gw:S3cr3t-pa55@redis-b:7000' }, 'got "gw:***@redis-b:7000"'],
       [{ REDIS_CLUSTER_NODES: 'redis://gw:S3cr3t-pa55@redis-b:7000' }, 'got "redis://gw:***@redis-b:7000"'],
+      [{ REDIS_CLUSTER_NODES: 'rediss://gw:S3cr3t-pa55@redis-b:7000' }, 'got "rediss://gw:***@redis-b:7000"'],
       // ioredis takes a password from the query too.
       [{ REDIS_URL: 'tls://redis.example.com:6380?password=S3cr3t-pa55&db=2' }, 'got "tls://redis.example.com:6380?password=***&db=2"'],
       [{ REDIS_URL: 'redis.example.com:6380?Password=S3cr3t-pa55' }, 'got "redis.example.com:6380?Password=***"'],

@@ -1,9 +1,9 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { Redis } from 'ioredis'
+import { Redis, type RedisOptions } from 'ioredis'
 import { afterAll } from 'vitest'
 import { canListen, freePort } from './ports.ts'
 
@@ -94,12 +94,24 @@ export interface TestClusterOptions {
   spareNodes?: number
   /** Every node's requirepass (and masterauth, for its replicas); the default user's password. Default none. */
   password?: string
+  /**
+   * TLS only, clients and cluster bus alike, with this certificate and its CA; clients need no
+   * certificate of their own (as managed offerings ask none). Default plain TCP.
+   */
+  tls?: { certFile: string; keyFile: string; caFile: string }
+  /**
+   * The name every node announces in the slot map instead of its address (Redis 7's
+   * cluster-announce-hostname, as managed offerings name their nodes); TestCluster.nodes use it too.
+   */
+  announceHostname?: string
 }
 
 /** A three-master Redis Cluster on loopback ports, made with the machine's redis-server. */
 export async function startRedisCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
   const replicas = options.replicasPerMaster ?? 0
-  const password = options.password
+  const { password, tls, announceHostname } = options
+  const host = announceHostname ?? '127.0.0.1'
+  const client = { host, password, ...(tls ? { tls: { ca: readFileSync(tls.caFile) } } : {}) }
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-cluster-'))
   const members = 3 * (1 + replicas)
   const ports = await clusterPorts(members + (options.spareNodes ?? 0))
@@ -112,6 +124,11 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
         '--cluster-config-file', path.join(directory, `nodes-${port}.conf`), '--dir', directory,
         '--save', '', '--appendonly', 'no', '--cluster-node-timeout', '2000',
         ...(password === undefined ? [] : ['--requirepass', password, '--masterauth', password]),
+        ...(tls === undefined
+          ? []
+          : ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile,
+              '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no', '--tls-cluster', 'yes', '--tls-replication', 'yes']),
+        ...(announceHostname === undefined ? [] : ['--cluster-announce-hostname', announceHostname, '--cluster-preferred-endpoint-type', 'hostname']),
       ],
       { stdio: ['ignore', 'pipe', 'ignore'] },
     )
@@ -137,25 +154,28 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
     process.off('exit', killOnExit)
     rmSync(directory, { recursive: true, force: true })
   }
-  const all = ports.map((port) => `127.0.0.1:${port}`)
+  const all = ports.map((port) => `${host}:${port}`)
   const nodes = all.slice(0, members)
   const answering = (index: number) =>
     waitFor(async () => {
       const child = processes[index]!
       if (child.exitCode !== null) throw new ExitedError(`redis-server on port ${ports[index]} exited: ${output.get(ports[index]!) ?? ''}`)
-      return (await ping(ports[index]!, password)) === 'PONG'
+      return (await ping(ports[index]!, client)) === 'PONG'
     })
   try {
     for (const index of ports.keys()) await answering(index)
     const auth = password === undefined ? [] : ['-a', password, '--no-auth-warning']
-    const created = spawnSync('redis-cli', [...auth, '--cluster', 'create', ...nodes, '--cluster-replicas', String(replicas), '--cluster-yes'], {
+    const secure = tls === undefined ? [] : ['--tls', '--cacert', tls.caFile]
+    // Addresses, not the announced name: nodes meet each other at them.
+    const addresses = ports.slice(0, members).map((port) => `127.0.0.1:${port}`)
+    const created = spawnSync('redis-cli', [...auth, ...secure, '--cluster', 'create', ...addresses, '--cluster-replicas', String(replicas), '--cluster-yes'], {
       encoding: 'utf8',
       timeout: 30_000,
     })
     if (created.status !== 0) throw new Error(`redis-cli --cluster create failed: ${created.stderr || created.stdout}`)
     for (const port of ports.slice(0, members)) {
       await waitFor(async () => {
-        const redis = new Redis({ port, host: '127.0.0.1', password, lazyConnect: true, retryStrategy: () => null })
+        const redis = new Redis({ ...client, port, lazyConnect: true, retryStrategy: () => null })
         redis.on('error', () => undefined)
         try {
           await redis.connect()
@@ -188,8 +208,8 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
   return { nodes, processes, spares: all.slice(members), restart, close }
 }
 
-async function ping(port: number, password?: string): Promise<string | undefined> {
-  const redis = new Redis({ port, host: '127.0.0.1', password, lazyConnect: true, retryStrategy: () => null })
+async function ping(port: number, client: RedisOptions): Promise<string | undefined> {
+  const redis = new Redis({ ...client, port, lazyConnect: true, retryStrategy: () => null })
   // A server not listening yet is an answer here (undefined), not an error to print.
   redis.on('error', () => undefined)
   try {

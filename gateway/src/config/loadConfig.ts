@@ -528,24 +528,43 @@ function redisCredentialsFrom(env: NodeJS.ProcessEnv): { username?: string; pass
 
 const CLUSTER_SEED = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/
 
-/** A Redis Cluster seed, `host:port` or `[v6]:port`, as host and port; undefined for anything else. */
+/** The prefix of a REDIS_CLUSTER_NODES seed reached over TLS. */
+const TLS_SEED = 'rediss://'
+
+/** A Redis Cluster seed, `host:port`, `[v6]:port` or either after `rediss://`, as host and port; undefined for anything else. */
 export function clusterSeed(node: string): { host: string; port: number } | undefined {
-  const match = CLUSTER_SEED.exec(node)
+  const match = CLUSTER_SEED.exec(node.startsWith(TLS_SEED) ? node.slice(TLS_SEED.length) : node)
   const port = Number(match?.[3] ?? 0)
   return match && port >= 1 && port <= 65_535 ? { host: (match[1] ?? match[2]) as string, port } : undefined
 }
 
+/** Whether a cluster's seeds (clusterNodesFrom has checked they agree) say TLS: every node is then reached over it. */
+export function clusterUsesTls(nodes: readonly string[]): boolean {
+  return nodes.length > 0 && nodes.every((node) => node.startsWith(TLS_SEED))
+}
+
 /**
- * REDIS_CLUSTER_NODES: `host:port` seeds separated by commas (`[::1]:7000` for IPv6). A URL, the
- * form REDIS_URL takes, would otherwise be split into host "redis" and no port, and the gateway
- * would run on its fallback for good with nothing but "not reachable" to show for it.
+ * REDIS_CLUSTER_NODES: `host:port` seeds separated by commas (`[::1]:7000` for IPv6), each after
+ * `rediss://` for a cluster that takes TLS. A URL, the form REDIS_URL takes, would otherwise be
+ * split into host "redis" and no port, and the gateway would run on its fallback for good with
+ * nothing but "not reachable" to show for it. TLS is the whole cluster's or none of it (the
+ * client reaches every node it finds the same way): seeds that disagree are refused, or some
+ * would be tried in a way the cluster cannot answer.
  */
 function clusterNodesFrom(raw: string): string[] {
   const nodes = raw.split(',').map((node) => node.trim()).filter(Boolean)
   for (const node of nodes) {
     if (!clusterSeed(node)) {
-      throw new EnvError(`REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), got "${withoutPassword(node)}"`)
+      throw new EnvError(
+        `REDIS_CLUSTER_NODES must list host:port seeds separated by commas ([::1]:7000 for IPv6), each after rediss:// for TLS, got "${withoutPassword(node)}"`,
+      )
     }
+  }
+  const overTls = nodes.filter((node) => node.startsWith(TLS_SEED))
+  if (overTls.length > 0 && overTls.length < nodes.length) {
+    throw new EnvError(
+      `REDIS_CLUSTER_NODES mixes rediss:// seeds with plain host:port ones: every node of a cluster is reached the same way, so give rediss:// to all of them or to none`,
+    )
   }
   return nodes
 }

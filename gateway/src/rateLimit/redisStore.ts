@@ -1,9 +1,10 @@
+import { createRequire } from 'node:module'
 import calculateSlot from 'cluster-key-slot'
-import { Cluster, Redis, type RedisOptions, type Result } from 'ioredis'
+import { Cluster, Redis, type AbstractConnector, type RedisOptions, type Result } from 'ioredis'
 import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './limitStore.ts'
 import { limitKey } from './limitStore.ts'
 import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
-import { clusterSeed } from '../config/loadConfig.ts'
+import { clusterSeed, clusterUsesTls } from '../config/loadConfig.ts'
 
 export type RedisClient = Redis | Cluster
 
@@ -24,7 +25,7 @@ const UNKNOWN_MASTER = 'cluster'
 const CLUSTER_SLOTS = 16_384
 
 export interface RedisConnection {
-  /** redis://… for one server, or a list of host:port seeds for Redis Cluster. */
+  /** redis://… or rediss://… for one server, or a list of host:port seeds for Redis Cluster (each rediss://host:port for TLS). */
   url?: string
   clusterNodes?: string[]
   /** AUTH for every connection (each Cluster node's); a `url` with its own credentials keeps them. */
@@ -139,11 +140,19 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     if (!seed) throw new Error(`not a Redis Cluster seed (host:port): "${node}"`)
     return seed
   })
+  const tls = connection.clusterNodes !== undefined && clusterUsesTls(connection.clusterNodes)
+  const handshakes = tls ? handshakeErrors() : undefined
   const client = seeds?.length
     ? new Cluster(
         seeds,
         {
-          redisOptions: options,
+          // Node's defaults: the certificate is verified against its CAs (and NODE_EXTRA_CA_CERTS)
+          // and the name the node is reached by, for every node the slot map names.
+          redisOptions: handshakes ? { ...options, tls: {}, Connector: handshakes.Connector } : options,
+          // ioredis resolves a seed's host name to an address before connecting, and the certificate
+          // was then checked against that address: a certificate that names the host (a managed
+          // cluster's configuration endpoint) failed with ERR_TLS_CERT_ALTNAME_INVALID.
+          ...(tls ? { dnsLookup: (address: string, callback: (error: null, address: string) => void) => callback(null, address) } : {}),
           keyPrefix: connection.keyPrefix,
           enableOfflineQueue: false,
           // The ready check asks a master found a moment ago, before its connection is up; without
@@ -164,13 +173,14 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   const credentialsChanged = () => credentialWatchers.get(client)?.forEach((watcher) => watcher())
   client.on('error', (error: Error) => {
     const text = connectionErrorText(error)
-    lastConnectionErrors.set(client, text)
+    lastConnectionErrors.set(client, handshakes ? handshakes.explain(text) : text)
     if (CREDENTIALS_REFUSED.test(text)) credentialRefusals.add(client)
     else credentialRefusals.delete(client)
     credentialsChanged()
   })
   client.on('ready', () => {
     lastConnectionErrors.delete(client)
+    handshakes?.clear()
     credentialRefusals.delete(client)
     credentialsChanged()
   })
@@ -220,6 +230,45 @@ function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port
     const names = new Set(known.map(key))
     cluster.startupNodes = [...known, ...seeds.filter((seed) => !names.has(key(seed)))]
   })
+}
+
+/** ioredis's own connector (not exported from its index; the `Connector` option that takes a replacement is). */
+const StandaloneConnector = (createRequire(import.meta.url)('ioredis/built/connectors/StandaloneConnector.js') as {
+  default: new (options: unknown) => AbstractConnector & { connect(...args: Parameters<AbstractConnector['connect']>): ReturnType<AbstractConnector['connect']> }
+}).default
+
+/**
+ * Two defects of ioredis over TLS, on every connection it makes (each node's, and the one it reads
+ * the slot map on):
+ * - It listens for a single 'error' on each socket. A refused handshake (a CA this process does
+ *   not trust) may bring the server's alert after it as a second one, and that second error,
+ *   unheard, ended the process: 6 of 30 runs of a client left to retry for 3 s with the wrong CA.
+ * - A Cluster that cannot read its slot map said only "Failed to refresh slots cache. Connection is
+ *   closed.": the connection it reads it on drops its error.
+ * Every socket therefore keeps a listener of its own; the latest socket's first error is the
+ * reason `explain` appends to the client's errors, until the client is ready again.
+ */
+function handshakeErrors(): { Connector: NonNullable<RedisOptions['Connector']>; explain(text: string): string; clear(): void } {
+  let last: string | undefined
+  class Connector extends StandaloneConnector {
+    async connect(...args: Parameters<AbstractConnector['connect']>) {
+      const stream = await super.connect(...args)
+      // The first error is the reason; the ones after it (ECONNRESET, the server's alert) follow from it.
+      let first = true
+      stream.on('error', (error: Error) => {
+        if (first) last = error.message
+        first = false
+      })
+      return stream
+    }
+  }
+  return {
+    Connector,
+    explain: (text) => (last === undefined || text.includes(last) ? text : `${text} (TLS: ${last})`),
+    clear: () => {
+      last = undefined
+    },
+  }
 }
 
 /**
