@@ -9,6 +9,8 @@ import { suiteDatabase } from '../helpers/testDatabase.ts'
 // A day's change log after a bulk change of keys: updates, and an unban in thirty entries.
 const ENTRIES = 300_000
 const KEYS = 20_000
+// Keys with a ban recorded: enough that a ban record is looked up by its key rather than read with the rest.
+const BANS = 2_000
 
 interface PlanNode {
   'Node Type': string
@@ -89,5 +91,37 @@ describe('the gateway key tables at a production size', () => {
     expect(scans.filter((scan) => scan.type === 'Seq Scan')).toEqual([])
     expect(scans.reduce((sum, scan) => sum + scan.read, 0)).toBeLessThan(100)
     expect((await repository.activeBans([record.id])).get(record.id)).toMatchObject({ step: 0 })
+  })
+
+  // Found at 100,000 ban records and 3 M entries: the planner took every 'updated' entry for a
+  // pending unban too (their applied_at is NULL as well), and read every ban record to check a few
+  // unbans, every 2 s on every gateway while one is pending (as through an outage of the store).
+  it('checks the pending unbans for a newer ban by looking up their keys alone, not every ban record', async () => {
+    await admin.query(
+      `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan)
+       SELECT 'key_banned' || g, sha256(('banned' || g)::bytea), 'aas_banned', 'banned', 'free' FROM generate_series(1, ${BANS}) g`,
+    )
+    await admin.query(
+      `INSERT INTO gateway.api_key_bans (key_id, step, started_at, ends_at, recorded_at)
+       SELECT 'key_banned' || g, 0, now() - interval '3 hours', now() + interval '1 hour',
+              CASE WHEN g = 1 THEN now() - interval '30 minutes' ELSE now() - interval '3 hours' END
+         FROM generate_series(1, ${BANS}) g`,
+    )
+    // Both asked for an hour ago, while no gateway could apply them: the first key was banned again since.
+    const { rows: unbans } = await admin.query<{ id: number }>(
+      `INSERT INTO gateway.api_key_changes (key_id, key_hash, kind, changed_at)
+       SELECT id, key_hash, 'unban', now() - interval '1 hour' FROM gateway.api_keys WHERE id IN ('key_banned1', 'key_banned2')
+       ORDER BY id RETURNING id::int`,
+    )
+    await admin.query('ANALYZE gateway.api_key_bans')
+    const plan = await planOf(
+      async () => expect((await repository.pendingUnbans()).map((change) => change.keyId)).toEqual(['key_banned2']),
+      (text) => text.includes('UPDATE gateway.api_key_changes c SET applied_at'),
+    )
+    const scans = scansOf(plan, 'api_key_bans')
+    expect(scans).not.toEqual([])
+    expect(scans.filter((scan) => scan.type === 'Seq Scan')).toEqual([])
+    expect(scans.reduce((sum, scan) => sum + scan.read, 0)).toBeLessThan(100)
+    expect(await Promise.all(unbans.map((unban) => repository.isUnbanApplied(unban.id)))).toEqual([true, false])
   })
 })
