@@ -30,11 +30,14 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
     if (change.applied) {
       // Lifted in the shared store already: only what this process holds goes. Lifting it there
       // again would also lift a ban the key earned after the first lift.
-      await limiter.store.unbanHere(change.keyId)
+      await limiter.store.unbanHere(change.keyId, change.id)
       return
     }
+    // Every gateway reading the change unmarked gets here: the store lifts the ban for the first
+    // only, so a later one (its Redis further away) cannot lift a ban the key earned meanwhile.
+    let lifted: boolean
     try {
-      await limiter.store.unban(change.keyId)
+      lifted = await limiter.store.unban(change.keyId, change.id)
     } catch (error) {
       if (!reported.has(change.id)) {
         reported.add(change.id)
@@ -45,7 +48,7 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
     // A request decided while the unban was on its way may have cached the ban again.
     limiter.bans.forget(change.keyId)
     reported.delete(change.id)
-    logger.info({ keyId: change.keyId }, 'API key unbanned')
+    if (lifted) logger.info({ keyId: change.keyId }, 'API key unbanned')
     await repository.markUnbanApplied(change.id, late).catch((error: unknown) => {
       // The ban is lifted; the mark only spares other gateways a repeat.
       logger.warn({ err: error, keyId: change.keyId }, 'could not mark the unban applied')

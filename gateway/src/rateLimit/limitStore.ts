@@ -81,8 +81,13 @@ export interface LimitStore {
    * or a reshard gave to another): its failure is over for every key it held.
    */
   holdsKeys?(domain: string): boolean
-  /** Lifts a ban and clears strikes; the ladder step reached is kept. */
-  unban(keyId: string): Promise<void>
+  /**
+   * Lifts a ban and clears strikes; the ladder step reached is kept. Once per unban: every
+   * gateway applies the same unban (`changeId`, its entry in the key change log), and a lift
+   * arriving after the key earned a new ban would lift that one too. Resolves false when this
+   * unban was applied already (by this store or, for Redis, another gateway) and nothing changed.
+   */
+  unban(keyId: string, changeId: number): Promise<boolean>
   close(): Promise<void>
 }
 
@@ -90,3 +95,11 @@ export interface LimitStore {
 export function limitKey(keyId: string): string {
   return `rl:{${keyId}}`
 }
+
+/** Marks one unban of a key applied: beside the key's state, in its Cluster slot. */
+export function unbanAppliedKey(keyId: string, changeId: number): string {
+  return `${limitKey(keyId)}:unban:${changeId}`
+}
+
+/** How long an applied unban is remembered: as long as gateways retry a pending one (a day). */
+export const UNBAN_APPLIED_MILLIS = 86_400_000

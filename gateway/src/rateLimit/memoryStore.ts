@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache'
+import { UNBAN_APPLIED_MILLIS } from './limitStore.ts'
 import type { LimitDecision, LimitRequest, LimitStore, WindowSpec, WindowState } from './limitStore.ts'
 
 interface Ring {
@@ -142,6 +143,8 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): LimitStore 
       ? { dispose: (_state: KeyState, keyId: string, reason: string) => reason === 'evict' && states.getRemainingTTL(keyId) > 0 && onFull() }
       : {}),
   })
+  /** The unbans applied, by change id: a repeat must not lift a ban the key earned since. */
+  const unbansApplied = new LRUCache<number, true>({ max: 10_000, ttl: UNBAN_APPLIED_MILLIS, ttlAutopurge: false })
 
   return {
     kind: 'memory',
@@ -208,14 +211,18 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): LimitStore 
         newBan,
       }
     },
-    async unban(keyId: string) {
+    async unban(keyId: string, changeId: number) {
+      if (unbansApplied.has(changeId)) return false
+      unbansApplied.set(changeId, true)
       const state = states.get(keyId)
-      if (!state) return
+      if (!state) return true
       state.banUntil = 0
       state.strikes.fill(0)
+      return true
     },
     async close() {
       states.clear()
+      unbansApplied.clear()
     },
   }
 }

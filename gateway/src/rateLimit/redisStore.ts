@@ -2,7 +2,7 @@ import { createRequire } from 'node:module'
 import calculateSlot from 'cluster-key-slot'
 import { Cluster, Redis, type AbstractConnector, type RedisOptions, type Result } from 'ioredis'
 import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './limitStore.ts'
-import { limitKey } from './limitStore.ts'
+import { UNBAN_APPLIED_MILLIS, limitKey, unbanAppliedKey } from './limitStore.ts'
 import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
 import { clusterSeed, clusterUsesTls } from '../config/loadConfig.ts'
 
@@ -13,7 +13,7 @@ type ScriptReply = [number, number, number, number, number, number, number, numb
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     slidingWindow(key: string, ...args: (string | number)[]): Result<ScriptReply, Context>
-    unbanKey(key: string): Result<number, Context>
+    unbanKey(key: string, appliedKey: string, appliedMillis: number): Result<number, Context>
   }
 }
 
@@ -209,7 +209,7 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   }
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (after a restart or failover).
   client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
-  client.defineCommand('unbanKey', { numberOfKeys: 1, lua: UNBAN_LUA })
+  client.defineCommand('unbanKey', { numberOfKeys: 2, lua: UNBAN_LUA })
   return client
 }
 
@@ -472,8 +472,8 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
       if (reply[0] === EXPIRED) throw new RedisDeadlineError()
       return decisionOf(request, reply)
     },
-    async unban(keyId: string) {
-      await client.unbanKey(limitKey(keyId))
+    async unban(keyId: string, changeId: number) {
+      return (await client.unbanKey(limitKey(keyId), unbanAppliedKey(keyId, changeId), UNBAN_APPLIED_MILLIS)) !== -1
     },
     async close() {
       client.disconnect()

@@ -124,14 +124,18 @@ export function createResilientStore(options: ResilientStoreOptions) {
         return fallbackOr(error, request)
       }
     },
-    /** Lifts the ban in both stores; fails when the primary could not take it (the caller retries). */
-    async unban(keyId: string): Promise<void> {
-      const [primary] = await Promise.allSettled([options.primary.unban(keyId), options.fallback?.unban(keyId)])
+    /**
+     * Lifts the ban in both stores, once per unban; fails when the primary could not take it (the
+     * caller retries). False when the primary had applied this unban already.
+     */
+    async unban(keyId: string, changeId: number): Promise<boolean> {
+      const [primary] = await Promise.allSettled([options.primary.unban(keyId, changeId), options.fallback?.unban(keyId, changeId)])
       if (primary.status === 'rejected') throw primary.reason
+      return primary.value
     },
     /** Lifts the ban in this process's fallback only: the shared store has lifted it already. */
-    async unbanHere(keyId: string): Promise<void> {
-      await options.fallback?.unban(keyId)
+    async unbanHere(keyId: string, changeId: number): Promise<void> {
+      await options.fallback?.unban(keyId, changeId)
     },
     async close(): Promise<void> {
       await Promise.allSettled([options.primary.close(), options.fallback?.close()])

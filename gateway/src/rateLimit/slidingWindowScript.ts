@@ -219,11 +219,14 @@ return { outcome, now,
 `
 
 /**
- * Unban: clear the ban and the strikes, keep the ladder level. KEYS[1] state key. Reads the
- * layout from the state's own header (nM, nD), so it needs no window settings; a state still in
- * the layout before bucket lengths were kept has its 32-byte tail edited as that layout had it.
+ * Unban: clear the ban and the strikes, keep the ladder level. KEYS[1] state key, KEYS[2] the
+ * unban's applied mark (same hash tag), ARGV[1] how long the mark is kept (ms). An unban already
+ * marked returns -1 and changes nothing: the ban in force now is one the key earned since. Reads
+ * the layout from the state's own header (nM, nD), so it needs no window settings; a state still
+ * in the layout before bucket lengths were kept has its 32-byte tail edited as that layout had it.
  */
 export const UNBAN_LUA = `
+if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then return -1 end
 local raw = redis.call('GET', KEYS[1])
 if not raw or string.len(raw) < 4 then return 0 end
 local nM, nD = struct.unpack('<I2I2', raw)

@@ -209,6 +209,35 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     expect(await a.keys.pendingUnbans()).toEqual([])
   })
 
+  it('an unban a second gateway applies after the key was banned again leaves that ban in place', async () => {
+    const { key, id } = await a.createKey({ plan: 'enterprise', perMinute: 2, perDay: 1_000 })
+    const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
+    expect(await banThroughA(key)).toBe(4)
+    await eventually(async () => (await a.keys.activeBans([id])).has(id), 2_000)
+    expect(await cli('unban', id)).toMatchObject({ unban: 'applied', ban: null })
+    const [unban] = (
+      await a.pool.query<KeyChange>(
+        `SELECT id, key_id AS "keyId", key_hash AS "keyHash", kind, false AS applied
+           FROM gateway.api_key_changes WHERE key_id = $1 AND kind = 'unban'`,
+        [id],
+      )
+    ).rows
+    // Both gateways have taken the unban from the feed by now.
+    await sleep(500)
+
+    // The key keeps sending and earns its next ban after the unban was lifted.
+    expect(await banThroughA(key)).toBe(30)
+    await eventually(async () => (await a.keys.activeBans([id])).get(id)?.step === 1, 2_000)
+
+    // Gateway B applies the same unban only now, as read from the feed before it was marked (its
+    // Redis further away than A's): a repeat of an unban already applied, it lifts nothing.
+    const applier = createUnbanApplier({ repository: b.keys, limiter: b.limiter, logger: pino({ level: 'silent' }) })
+    keyChangeHandler(b.cache, applier)(unban!)
+    await applier.stop()
+    for (const gateway of [b, a]) await expectTooManyRequests(await send(gateway), 'api_key_banned')
+    expect(await cli('show', id)).toMatchObject({ ban: { step: 1 } })
+  })
+
   it("a late unban's announcement, read after the key was banned again, leaves that ban in place", async () => {
     const { key, id } = await a.createKey({ plan: 'enterprise', perMinute: 2, perDay: 1_000 })
     const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })

@@ -22,6 +22,7 @@ describeLimitStore('Redis Cluster (three masters)', async () => {
       const key = `aas-test:${limitKey(keyId)}`
       return { pttl: await admin.pttl(key), bytes: Number(await admin.call('MEMORY', 'USAGE', key)) }
     },
+    pttl: (key) => admin.pttl(`aas-test:${key}`),
     async close() {
       client.disconnect()
       admin.disconnect()

@@ -34,6 +34,7 @@ describeLimitStore('single Redis', async () => {
       const key = keyPrefix + limitKey(keyId)
       return { pttl: await admin.pttl(key), bytes: Number(await admin.memory('USAGE', key)) }
     },
+    pttl: (key) => admin.pttl(keyPrefix + key),
     async close() {
       client.disconnect()
       admin.disconnect()

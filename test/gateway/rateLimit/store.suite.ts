@@ -2,11 +2,14 @@ import { randomBytes } from 'node:crypto'
 import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { LimitRequest, LimitStore, WindowSpec } from '../../../gateway/src/rateLimit/limitStore.ts'
+import { unbanAppliedKey } from '../../../gateway/src/rateLimit/limitStore.ts'
 
 export interface StoreUnderTest {
   store: LimitStore
   /** Redis only: the TTL (ms) and MEMORY USAGE of a key's state. */
   inspect?: (keyId: string) => Promise<{ pttl: number; bytes: number }>
+  /** Redis only: the TTL (ms) of a key, named without the key prefix. */
+  pttl?: (key: string) => Promise<number>
   close(): Promise<void>
 }
 
@@ -22,6 +25,10 @@ function request(keyId: string, nowMillis: number, overrides: Partial<LimitReque
 }
 
 const newKeyId = () => `key_${randomBytes(6).toString('hex')}`
+
+/** An unban's entry in the key change log: each unban has its own. */
+let changeIds = 0
+const newChangeId = () => ++changeIds
 
 /**
  * The reference model: the conservative bucketed window, written the obvious way over a list of
@@ -223,12 +230,41 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       await subject.store.consume(request(keyId, T0, plan))
       await subject.store.consume(request(keyId, T0 + 1, plan))
       expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('banned')
-      await subject.store.unban(keyId)
+      await subject.store.unban(keyId, newChangeId())
       expect((await subject.store.consume(request(keyId, T0 + 3_000, plan))).outcome).toBe('admitted')
       // One strike after the unban is not enough to ban again (strikes were cleared)...
       expect((await subject.store.consume(request(keyId, T0 + 3_001, plan))).outcome).toBe('limited')
       // ...the second is, and the ban is the ladder's second step.
       expect(await subject.store.consume(request(keyId, T0 + 3_002, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+    })
+
+    it('applies each unban once: a repeat of it leaves a ban the key earned since, another unban lifts it', async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 1, ladderMillis: [10_000, 50_000], memoryMillis: 86_400_000 }
+      const plan = { ...freePlan, minute: { limit: 1, windowMillis: 1_000, bucketMillis: 100 }, bans }
+      await subject.store.consume(request(keyId, T0, plan))
+      expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('banned')
+      const unban = newChangeId()
+      expect(await subject.store.unban(keyId, unban)).toBe(true)
+      expect((await subject.store.consume(request(keyId, T0 + 2_000, plan))).outcome).toBe('admitted')
+      // The key earns its next ban after the unban was applied...
+      expect(await subject.store.consume(request(keyId, T0 + 2_001, plan))).toMatchObject({ outcome: 'banned', newBan: true, banStep: 1 })
+      // ...and the same unban applied again (by a gateway further from the store) leaves it.
+      expect(await subject.store.unban(keyId, unban)).toBe(false)
+      expect(await subject.store.consume(request(keyId, T0 + 2_002, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+      expect(await subject.store.unban(keyId, newChangeId())).toBe(true)
+      expect((await subject.store.consume(request(keyId, T0 + 4_000, plan))).outcome).toBe('admitted')
+    })
+
+    it('applies an unban of a key with no state once: a repeat after the key was banned leaves the ban', async () => {
+      const keyId = newKeyId()
+      const plan = { ...freePlan, minute: { limit: 1, windowMillis: 1_000, bucketMillis: 100 }, bans: { strikes: 1, ladderMillis: [10_000], memoryMillis: 86_400_000 } }
+      const unban = newChangeId()
+      expect(await subject.store.unban(keyId, unban)).toBe(true)
+      await subject.store.consume(request(keyId, T0, plan))
+      expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('banned')
+      expect(await subject.store.unban(keyId, unban)).toBe(false)
+      expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('banned')
     })
 
     it('clears on unban the strikes a key gathered short of a ban', async () => {
@@ -238,7 +274,7 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       // Two strikes of the three that ban.
       expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('limited')
       expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('limited')
-      await subject.store.unban(keyId)
+      await subject.store.unban(keyId, newChangeId())
       // One more request while limited is the first strike since, not the third.
       expect((await subject.store.consume(request(keyId, T0 + 3, plan))).outcome).toBe('limited')
     })
@@ -336,11 +372,16 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
         const banOnFirstStrike = { ...freePlan, minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans: { strikes: 1, ladderMillis: [60_000], memoryMillis: 86_400_000 } }
         await subject.store.consume({ keyId, ...banOnFirstStrike })
         expect((await subject.store.consume({ keyId, ...banOnFirstStrike })).outcome).toBe('banned')
-        await subject.store.unban(keyId)
+        const unban = newChangeId()
+        await subject.store.unban(keyId, unban)
         // The unban rewrites the state; without its TTL a key never used again would stay forever.
         const { pttl } = await subject.inspect!(keyId)
         expect(pttl).toBeGreaterThan(86_400_000)
         expect(pttl).toBeLessThanOrEqual(86_400_000 + 3_600_000)
+        // Nor does the mark that the unban was applied stay: a day, as long as unbans are retried.
+        const marked = await subject.pttl!(unbanAppliedKey(keyId, unban))
+        expect(marked).toBeGreaterThan(86_400_000 - 60_000)
+        expect(marked).toBeLessThanOrEqual(86_400_000)
       })
 
       // On the store clock: the state must outlive its windows and its ban for as long as the
