@@ -48,11 +48,14 @@ export function createUnbanApplier(options: { repository: UnbanRepository; limit
     // A request decided while the unban was on its way may have cached the ban again.
     limiter.bans.forget(change.keyId)
     reported.delete(change.id)
-    if (lifted) logger.info({ keyId: change.keyId }, 'API key unbanned')
-    await repository.markUnbanApplied(change.id, late).catch((error: unknown) => {
+    // Said by the gateway that marks the unban applied, once: the one that lifted the ban may not
+    // know it did (Redis ran its call after the call had failed, and its retry lifts nothing).
+    const marked = await repository.markUnbanApplied(change.id, late).catch((error: unknown) => {
       // The ban is lifted; the mark only spares other gateways a repeat.
       logger.warn({ err: error, keyId: change.keyId }, 'could not mark the unban applied')
+      return lifted
     })
+    if (marked) logger.info({ keyId: change.keyId }, 'API key unbanned')
   }
 
   async function applyPending(): Promise<void> {

@@ -401,13 +401,13 @@ export function createKeyRepository(pool: pg.Pool) {
      * Marks an unban applied and deletes the record of the ban it lifted. `announce` (an unban
      * applied late, from the pending ones): the first gateway to mark it also appends an applied
      * copy to the log, so every gateway forgets a ban its cache may have learnt again from Redis
-     * meanwhile.
+     * meanwhile. Resolves true for the call that marked it (false: it was marked already).
      */
-    async markUnbanApplied(changeId: number, announce = false): Promise<void> {
-      await withConnection(pool, async (client) => {
+    async markUnbanApplied(changeId: number, announce = false): Promise<boolean> {
+      return withConnection(pool, async (client) => {
         await client.query('BEGIN')
         await client.query(LOCK_KEY_OF_CHANGE, [changeId])
-        await client.query(
+        const { rows } = await client.query<{ marked: boolean }>(
           `WITH applied AS (
              UPDATE gateway.api_key_changes SET applied_at = now() WHERE id = $1 AND applied_at IS NULL
              RETURNING key_id, key_hash, changed_at
@@ -417,10 +417,12 @@ export function createKeyRepository(pool: pg.Pool) {
              INSERT INTO gateway.api_key_changes (key_id, key_hash, kind, applied_at)
              SELECT key_id, key_hash, 'unban', now() FROM applied WHERE $2 RETURNING key_id
            )
-           SELECT pg_notify('gateway_api_key_changes', key_id) FROM again`,
+           SELECT EXISTS (SELECT 1 FROM applied) AS marked,
+                  (SELECT count(pg_notify('gateway_api_key_changes', key_id)) FROM again) AS notified`,
           [changeId, announce],
         )
         await client.query('COMMIT')
+        return rows[0]!.marked
       })
     },
 

@@ -43,7 +43,7 @@ describe('the ban cache and an unban racing a decision on its way to Redis', () 
         const store = createResilientStore({ primary: createRedisStore(redis, { budgetMillis: 200 }), fallback: undefined, logger: silent })
         const bans = createBanCache()
         const limiter = { store, bans } as unknown as Limiter
-        const unbans = createUnbanApplier({ repository: { pendingUnbans: async () => [], markUnbanApplied: async () => {} }, limiter, logger: silent })
+        const unbans = createUnbanApplier({ repository: { pendingUnbans: async () => [], markUnbanApplied: async () => true }, limiter, logger: silent })
         const limits = cachedLimitsFor(key('key_race'), { ...shipped, plans: { ...shipped.plans, free: { perMinute: 1, perDay: 1_000 } } } as GatewayConfig)
         const request = { keyId: 'key_race', ...limits, bans: { strikes: 1, ladderMillis: [86_400_000], memoryMillis: 86_400_000 } }
         expect((await store.consume(request)).outcome).toBe('admitted')

@@ -1,6 +1,7 @@
 import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createUnbanApplier, keyChangeHandler } from '../../../gateway/src/keys/applyKeyChange.ts'
+import { backstopTimeoutMillis } from '../../../gateway/src/rateLimit/redisStore.ts'
 import type { KeyChange } from '../../../gateway/src/keys/keyRepository.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
@@ -19,6 +20,7 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
   let a: RunningGateway
   let b: RunningGateway
   const aLog = captureLog()
+  const bLog = captureLog()
 
   /** `npm run keys -- <command> <id> --json` as an operator runs it against this database. */
   async function cli(command: 'show' | 'unban', id: string): Promise<{ ban: { step: number; startedAt: string; endsAt: string } | null; unban?: string }> {
@@ -80,7 +82,7 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
       },
     }
     a = await startGateway({ ...options, logStream: aLog.stream })
-    b = await startGateway(options)
+    b = await startGateway({ ...options, logStream: bLog.stream })
   })
   afterAll(async () => {
     redis?.thaw()
@@ -236,6 +238,30 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     await applier.stop()
     for (const gateway of [b, a]) await expectTooManyRequests(await send(gateway), 'api_key_banned')
     expect(await cli('show', id)).toMatchObject({ ban: { step: 1 } })
+  })
+
+  it("an unban Redis ran after the gateways' calls had failed (it was frozen past their timeout) is logged by one gateway", async () => {
+    const { key, id } = await a.createKey({ plan: 'enterprise', perMinute: 2, perDay: 1_000 })
+    const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
+    expect(await banThroughA(key)).toBe(4)
+    await eventually(async () => (await a.keys.activeBans([id])).has(id), 2_000)
+    const unbannedLines = () =>
+      [...aLog.entries(), ...bLog.entries()].filter((entry) => entry.msg === 'API key unbanned' && entry.keyId === id)
+    // Both gateways send the unban into the frozen server's socket; their calls fail at the
+    // backstop timeout, and Redis runs the commands when it wakes: the ban is lifted, unseen.
+    redis.freeze()
+    try {
+      expect(await cli('unban', id)).toMatchObject({ unban: 'pending' })
+      await sleep(backstopTimeoutMillis(EXACT_OUTCOME_BUDGET_MILLIS) + 1_000)
+    } finally {
+      redis.thaw()
+    }
+    // The pending unban's retry finds it applied in Redis already, and marks it applied.
+    await eventually(async () => (await a.keys.pendingUnbans()).length === 0 && (await cli('show', id)).ban === null, 15_000, 500)
+    await eventually(async () => (await codeOf(await send(b))) !== 'api_key_banned', 5_000, 250)
+    // The operator's log says once that the key was unbanned, as for an unban applied at once.
+    await sleep(1_000)
+    expect(unbannedLines()).toHaveLength(1)
   })
 
   it("a late unban's announcement, read after the key was banned again, leaves that ban in place", async () => {
