@@ -181,6 +181,9 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     // Once the window has room again the key is simply admitted, on both.
     await sleep(3_000)
     for (const gateway of [a, b]) expect((await send(gateway)).status).toBe(200)
+    // Both gateways applied the unban; one of them says so.
+    const said = [...aLog.entries(), ...bLog.entries()].filter((entry) => entry.msg === 'API key unbanned' && entry.keyId === id)
+    expect(said).toHaveLength(1)
   })
 
   it('keys unban of a key with no ban on record says so rather than claiming it lifted one', async () => {
