@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Redis } from 'ioredis'
@@ -32,10 +32,19 @@ export interface PrivateRedis {
   close(): Promise<void>
 }
 
-export async function startPrivateRedis(): Promise<PrivateRedis> {
+export interface PrivateRedisOptions {
+  /**
+   * TLS only, with this certificate (for 127.0.0.1) and its CA: `url` is then rediss://, and
+   * clients need no certificate of their own (as managed offerings ask none). Default plain TCP.
+   */
+  tls?: { certFile: string; keyFile: string; caFile: string }
+}
+
+export async function startPrivateRedis(options: PrivateRedisOptions = {}): Promise<PrivateRedis> {
+  const { tls } = options
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-redis-'))
   const port = await freePort()
-  const url = `redis://127.0.0.1:${port}`
+  const url = `${tls ? 'rediss' : 'redis'}://127.0.0.1:${port}`
   let child: ChildProcess | undefined
   let frozen = false
   // Should the test worker die without its afterAll, the server goes with it.
@@ -43,7 +52,14 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
   process.once('exit', killOnExit)
 
   const admin = () => {
-    const client = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null })
+    const client = new Redis({
+      host: '127.0.0.1',
+      port,
+      lazyConnect: true,
+      maxRetriesPerRequest: 1,
+      retryStrategy: () => null,
+      ...(tls ? { tls: { ca: readFileSync(tls.caFile) } } : {}),
+    })
     // Failures surface on the commands; the connection-level event only needs a listener.
     client.on('error', () => undefined)
     return client
@@ -65,7 +81,12 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     if (child) throw new Error('private redis-server already running')
     const server = spawn(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', directory, '--save', '', '--appendonly', 'no', '--protected-mode', 'yes'],
+      [
+        ...(tls
+          ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile, '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no']
+          : ['--port', String(port)]),
+        '--bind', '127.0.0.1', '--dir', directory, '--save', '', '--appendonly', 'no', '--protected-mode', 'yes',
+      ],
       { stdio: 'ignore' },
     )
     child = server

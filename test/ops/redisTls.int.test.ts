@@ -12,6 +12,7 @@ import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { issueCertificate, makeCa, opensslMissing, type TestCa } from '../helpers/certificates.ts'
 import { recordingUpstream } from '../helpers/fakeUpstreams.ts'
 import { startRedisCluster, testKeyPrefix, type TestCluster } from '../helpers/redis.ts'
+import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { killAll } from '../scripts/processes.ts'
 import { startGatewayProcess } from './gatewayProcess.ts'
@@ -122,6 +123,115 @@ describe.skipIf(opensslMissing)('Redis Cluster over TLS (the real gateway proces
     try {
       await new Promise((resolve) => setTimeout(resolve, 3_000))
       for (const client of clients) expect(redisConnectionProblem(client)).toContain('(TLS: self-signed certificate in certificate chain)')
+    } finally {
+      for (const client of clients) client.disconnect()
+    }
+  }, 30_000)
+})
+
+// README, Managed Postgres and Redis: a rediss:// REDIS_URL is reached over TLS, the certificate
+// verified against Node's CAs and NODE_EXTRA_CA_CERTS; without the CA the gateway reports
+// "self-signed certificate in certificate chain" and runs as with a Redis that is down.
+describe.skipIf(opensslMissing)('one Redis server over TLS (the real gateway process)', () => {
+  const database = suiteDatabase()
+  let directory: string
+  let ca: TestCa
+  let otherCa: TestCa
+  let upstream: Awaited<ReturnType<typeof recordingUpstream>>
+  let redis: PrivateRedis
+
+  beforeAll(async () => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-redis-tls-'))
+    ca = makeCa(directory)
+    otherCa = makeCa(directory, 'other-ca')
+    const certificate = issueCertificate(ca, 'redis', '5ed16')
+    upstream = await recordingUpstream()
+    redis = await startPrivateRedis({ tls: { ...certificate, caFile: ca.certFile } })
+  }, 30_000)
+  afterEach(killAll)
+  afterAll(async () => {
+    await redis?.close()
+    await upstream?.close()
+    if (directory) rmSync(directory, { recursive: true, force: true })
+  })
+
+  async function admitsThenLimits(redisUrl: string): Promise<void> {
+    const prefix = testKeyPrefix()
+    const gateway = await startGatewayProcess({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      env: { REDIS_URL: redisUrl, NODE_EXTRA_CA_CERTS: ca.certFile },
+      configure: limited(prefix),
+    })
+    const pool = createPool({ connectionString: database.url, applicationName: 'redis-tls-test' })
+    const admin = redis.admin()
+    try {
+      expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'up' } } })
+      const { record, key } = await createKeyRepository(pool).create({ name: 'redis-tls-single', plan: 'free' })
+      const responses: Response[] = []
+      for (let i = 0; i < 3; i++) responses.push(await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } }))
+      expect(responses.map((response) => response.status)).toEqual([200, 200, 429])
+      expect(responses[2]!.headers.get('x-ratelimit-remaining')).toBe('0')
+      // Decided in that Redis, not by a per-process store.
+      await admin.connect()
+      expect(await admin.pttl(`${prefix}${limitKey(record.id)}`)).toBeGreaterThan(0)
+    } finally {
+      admin.disconnect()
+      await pool.end()
+      gateway.cleanup()
+    }
+  }
+
+  it('with a rediss:// REDIS_URL and the CA in NODE_EXTRA_CA_CERTS it is ready, admits then answers 429, counted in Redis', async () => {
+    await admitsThenLimits(redis.url)
+  }, 30_000)
+
+  it('with a CA that did not sign the server it warns why at start, follows onStoreFailure closed, and /readyz says why', async () => {
+    const gateway = await startGatewayProcess({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      env: { REDIS_URL: redis.url, NODE_EXTRA_CA_CERTS: otherCa.certFile },
+      configure: limited(testKeyPrefix()),
+      notReady: true,
+    })
+    const pool = createPool({ connectionString: database.url, applicationName: 'redis-tls-test' })
+    try {
+      const why = 'self-signed certificate in certificate chain'
+      const warningLine = () => gateway.proc.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
+      await eventually(async () => warningLine() !== undefined, 5_000)
+      expect(warningLine()).toContain(why)
+      const readyz = await gateway.readyz()
+      expect(readyz).toMatchObject({ status: 503, body: { status: 'not_ready', dependencies: { redis: 'down' } } })
+      expect(readyz.body.reasons?.redis).toContain(why)
+      const { key } = await createKeyRepository(pool).create({ name: 'redis-tls-single-wrong-ca', plan: 'free' })
+      const forwarded = upstream.requests.length
+      const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+      expect(response.status).toBe(503)
+      expect(((await response.json()) as { code: string }).code).toBe('service_unavailable')
+      expect(upstream.requests).toHaveLength(forwarded)
+    } finally {
+      await pool.end()
+      gateway.cleanup()
+    }
+  }, 30_000)
+
+  // Regression: a connection closed while its handshake was under way (the gateway's shutdown
+  // closes its client so) brought a second socket error after the refused certificate, the
+  // server's alert, which ioredis did not listen for: it ended the process, in every run of this
+  // test. This test process trusts no CA of the server's; an unheard error here fails the run.
+  it('clients closed during refused handshakes leave the process running', async () => {
+    const clients: ReturnType<typeof connectRedis>[] = []
+    try {
+      for (let i = 0; i < 200; i++) {
+        const client = connectRedis({ url: redis.url, commandTimeoutMillis: 200 })
+        clients.push(client)
+        // Its first handshake takes a few milliseconds: closed somewhere along it.
+        setTimeout(() => client.disconnect(), i % 8)
+        await new Promise((resolve) => setTimeout(resolve, 3))
+      }
+      // The alerts come a moment after the close.
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      expect(redisConnectionProblem(clients[0]!)).toContain('self-signed certificate in certificate chain')
     } finally {
       for (const client of clients) client.disconnect()
     }

@@ -140,7 +140,8 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     if (!seed) throw new Error(`not a Redis Cluster seed (host:port): "${node}"`)
     return seed
   })
-  const tls = connection.clusterNodes !== undefined && clusterUsesTls(connection.clusterNodes)
+  // ioredis takes TLS for a URL from its scheme alone (the config has made it lower-case).
+  const tls = connection.clusterNodes !== undefined ? clusterUsesTls(connection.clusterNodes) : connection.url?.startsWith('rediss://') === true
   const handshakes = tls ? handshakeErrors() : undefined
   const client = seeds?.length
     ? new Cluster(
@@ -167,13 +168,14 @@ export function connectRedis(connection: RedisConnection): RedisClient {
           slotsRefreshInterval: SLOTS_REFRESH_MILLIS,
         },
       )
-    : new Redis(connection.url ?? 'redis://127.0.0.1:6379', options)
+    : new Redis(connection.url ?? 'redis://127.0.0.1:6379', handshakes ? { ...options, Connector: handshakes.Connector } : options)
   if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
   const credentialsChanged = () => credentialWatchers.get(client)?.forEach((watcher) => watcher())
   client.on('error', (error: Error) => {
     const text = connectionErrorText(error)
-    lastConnectionErrors.set(client, handshakes ? handshakes.explain(text) : text)
+    // A single server's error is its socket's own, the reason included.
+    lastConnectionErrors.set(client, handshakes && client instanceof Cluster ? handshakes.explain(text) : text)
     if (CREDENTIALS_REFUSED.test(text)) credentialRefusals.add(client)
     else credentialRefusals.delete(client)
     credentialsChanged()
@@ -238,11 +240,14 @@ const StandaloneConnector = (createRequire(import.meta.url)('ioredis/built/conne
 }).default
 
 /**
- * Two defects of ioredis over TLS, on every connection it makes (each node's, and the one it reads
- * the slot map on):
+ * Two defects of ioredis over TLS, on every connection it makes (a single server's; a Cluster's to
+ * each node, and the one it reads the slot map on):
  * - It listens for a single 'error' on each socket. A refused handshake (a CA this process does
  *   not trust) may bring the server's alert after it as a second one, and that second error,
- *   unheard, ended the process: 6 of 30 runs of a client left to retry for 3 s with the wrong CA.
+ *   unheard, ended the process: 6 of 30 runs of a Cluster client left to retry for 3 s with the
+ *   wrong CA. A connection closed while its handshake is under way (the gateway's shutdown, a
+ *   Cluster's slot-map connection when done) brings it most often: a `rediss://` REDIS_URL crashed
+ *   too, in every run of 200 clients closed a few milliseconds after they were made.
  * - A Cluster that cannot read its slot map said only "Failed to refresh slots cache. Connection is
  *   closed.": the connection it reads it on drops its error.
  * Every socket therefore keeps a listener of its own; the latest socket's first error is the
