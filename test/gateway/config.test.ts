@@ -102,6 +102,8 @@ describe('gateway config', () => {
     for (const url of ['redis://redis:6379', 'rediss://user:secret@redis.example.com:6380/2', '/run/redis.sock', '127.0.0.1:6379', 'redis-primary:6379', '[::1]:6379', '6379']) {
       expect(resolveGatewayConfig(file, { REDIS_URL: url }).redis.url).toBe(url)
     }
+    // ioredis takes TLS from a lower-case rediss:// only; REDISS:// went over plain TCP.
+    expect(resolveGatewayConfig(file, { REDIS_URL: 'REDISS://:S3cr3t@redis.example.com:6380' }).redis.url).toBe('rediss://:S3cr3t@redis.example.com:6380')
     expect(() => resolveGatewayConfig(file, { PETS_URL: 'http://pets:99999' })).toThrow(
       'PETS_URL must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?) (got "http://pets:99999")',
     )

@@ -186,6 +186,12 @@ describe.skipIf(opensslMissing)('one Redis server over TLS (the real gateway pro
     await admitsThenLimits(redis.url)
   }, 30_000)
 
+  // A URL's scheme is case-insensitive, and the config took REDISS:// as rediss://; ioredis did not,
+  // and sent the password to the server over plain TCP, which a TLS port cannot read.
+  it('takes REDISS:// as rediss://: over TLS, not plain TCP', async () => {
+    await admitsThenLimits(redis.url.replace('rediss://', 'REDISS://'))
+  }, 30_000)
+
   it('with a CA that did not sign the server it warns why at start, follows onStoreFailure closed, and /readyz says why', async () => {
     const gateway = await startGatewayProcess({
       databaseUrl: database.url,

@@ -466,7 +466,9 @@ function redisUrlFrom(raw: string): string {
   if (scheme !== 'redis:' && scheme !== 'rediss:') {
     throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "${withoutPassword(raw)}")`)
   }
-  return raw
+  // ioredis takes TLS from a lower-case `rediss://` only: `REDISS://` reached the server over plain
+  // TCP, the password included.
+  return scheme + raw.slice(scheme.length)
 }
 
 /** `user:password@` at the start of a value (after a scheme, if any), up to its last `@`: a password may hold one unencoded. */
