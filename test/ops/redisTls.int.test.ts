@@ -11,6 +11,7 @@ import { connectRedis, redisConnectionProblem } from '../../gateway/src/rateLimi
 import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { issueCertificate, makeCa, opensslMissing, type TestCa } from '../helpers/certificates.ts'
 import { recordingUpstream } from '../helpers/fakeUpstreams.ts'
+import { freePort } from '../helpers/ports.ts'
 import { startRedisCluster, testKeyPrefix, type TestCluster } from '../helpers/redis.ts'
 import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
@@ -125,6 +126,17 @@ describe.skipIf(opensslMissing)('Redis Cluster over TLS (the real gateway proces
       for (const client of clients) expect(redisConnectionProblem(client)).toContain('(TLS: self-signed certificate in certificate chain)')
     } finally {
       for (const client of clients) client.disconnect()
+    }
+  }, 30_000)
+
+  // A cluster that is down is no certificate problem: the reason is told as it is, not as TLS's.
+  it('with no node listening it says the connection is refused, not that TLS failed', async () => {
+    const client = connectRedis({ clusterNodes: [`rediss://127.0.0.1:${await freePort()}`], commandTimeoutMillis: 200 })
+    try {
+      await eventually(async () => redisConnectionProblem(client)?.includes('ECONNREFUSED') === true, 5_000)
+      expect(redisConnectionProblem(client)).toMatch(/^Redis is not connected \(\w+\): Failed to refresh slots cache\. Connection is closed\. \(connect ECONNREFUSED 127\.0\.0\.1:\d+\)$/)
+    } finally {
+      client.disconnect()
     }
   }, 30_000)
 })

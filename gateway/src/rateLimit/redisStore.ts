@@ -254,14 +254,15 @@ const StandaloneConnector = (createRequire(import.meta.url)('ioredis/built/conne
  * reason `explain` appends to the client's errors, until the client is ready again.
  */
 function handshakeErrors(): { Connector: NonNullable<RedisOptions['Connector']>; explain(text: string): string; clear(): void } {
-  let last: string | undefined
+  let last: { message: string; fromTls: boolean } | undefined
   class Connector extends StandaloneConnector {
     async connect(...args: Parameters<AbstractConnector['connect']>) {
       const stream = await super.connect(...args)
       // The first error is the reason; the ones after it (ECONNRESET, the server's alert) follow from it.
       let first = true
-      stream.on('error', (error: Error) => {
-        if (first) last = error.message
+      stream.on('error', (error: Error & { syscall?: string }) => {
+        // A socket's own failure (connect ECONNREFUSED: a node down) is no TLS problem, and not named one.
+        if (first) last = { message: error.message, fromTls: error.syscall === undefined }
         first = false
       })
       return stream
@@ -269,7 +270,7 @@ function handshakeErrors(): { Connector: NonNullable<RedisOptions['Connector']>;
   }
   return {
     Connector,
-    explain: (text) => (last === undefined || text.includes(last) ? text : `${text} (TLS: ${last})`),
+    explain: (text) => (last === undefined || text.includes(last.message) ? text : `${text} (${last.fromTls ? 'TLS: ' : ''}${last.message})`),
     clear: () => {
       last = undefined
     },
