@@ -234,10 +234,18 @@ function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port
   })
 }
 
-/** ioredis's own connector (not exported from its index; the `Connector` option that takes a replacement is). */
-const StandaloneConnector = (createRequire(import.meta.url)('ioredis/built/connectors/StandaloneConnector.js') as {
-  default: new (options: unknown) => AbstractConnector & { connect(...args: Parameters<AbstractConnector['connect']>): ReturnType<AbstractConnector['connect']> }
-}).default
+type ConnectorClass = new (options: unknown) => AbstractConnector & {
+  connect(...args: Parameters<AbstractConnector['connect']>): ReturnType<AbstractConnector['connect']>
+}
+
+/**
+ * ioredis's own connector (not exported from its index; the `Connector` option that takes a
+ * replacement is). Loaded for TLS connections only, so a gateway without TLS to Redis never
+ * depends on where ioredis keeps the file.
+ */
+function standaloneConnector(): ConnectorClass {
+  return (createRequire(import.meta.url)('ioredis/built/connectors/StandaloneConnector.js') as { default: ConnectorClass }).default
+}
 
 /**
  * Two defects of ioredis over TLS, on every connection it makes (a single server's; a Cluster's to
@@ -255,7 +263,7 @@ const StandaloneConnector = (createRequire(import.meta.url)('ioredis/built/conne
  */
 function handshakeErrors(): { Connector: NonNullable<RedisOptions['Connector']>; explain(text: string): string; clear(): void } {
   let last: { message: string; fromTls: boolean } | undefined
-  class Connector extends StandaloneConnector {
+  class Connector extends standaloneConnector() {
     async connect(...args: Parameters<AbstractConnector['connect']>) {
       const stream = await super.connect(...args)
       // The first error is the reason; the ones after it (ECONNRESET, the server's alert) follow from it.
