@@ -95,7 +95,9 @@ describe('gateway config', () => {
     expect(() => resolveGatewayConfig(file, { REDIS_URL: 'garbage' })).toThrow(
       'REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "garbage")',
     )
-    for (const wrong of ['http://redis:6379', 'redis-primary', 'redis-primary:port']) {
+    // The URL parser takes a space before the scheme and a missing //; ioredis threw at start on
+    // the space and on redis:host:port, and took rediss:/host:port for a socket's path, without TLS.
+    for (const wrong of ['http://redis:6379', 'redis-primary', 'redis-primary:port', ' redis://redis:6379', '\tREDISS://redis:6380', 'rediss:/redis:6380', 'redis:redis:6379']) {
       expect(() => resolveGatewayConfig(file, { REDIS_URL: wrong }), wrong).toThrow(/^REDIS_URL must be a redis:\/\//)
     }
     // What ioredis takes besides a URL: host:port, [v6]:port, a bare port, a socket's path.

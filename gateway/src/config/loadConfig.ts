@@ -463,7 +463,9 @@ function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
 function redisUrlFrom(raw: string): string {
   if ((raw.startsWith('/') && !raw.startsWith('//')) || /^\d{1,5}$/.test(raw) || clusterSeed(raw)) return raw
   const scheme = urlScheme(raw)
-  if (scheme !== 'redis:' && scheme !== 'rediss:') {
+  // The URL parser forgives what ioredis does not: a space before the scheme (ioredis threw at
+  // start, a stack trace), `rediss:/host` (taken for a socket's path, without TLS).
+  if ((scheme !== 'redis:' && scheme !== 'rediss:') || !/^rediss?:\/\//i.test(raw)) {
     throw new EnvError(`REDIS_URL must be a redis:// or rediss:// URL, e.g. redis://127.0.0.1:6379, or host:port (got "${withoutPassword(raw)}")`)
   }
   // ioredis takes TLS from a lower-case `rediss://` only: `REDISS://` reached the server over plain
