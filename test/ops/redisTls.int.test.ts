@@ -32,6 +32,61 @@ function limited(prefix: string) {
   }
 }
 
+interface TlsStack {
+  databaseUrl: string
+  upstream: Awaited<ReturnType<typeof recordingUpstream>>
+}
+
+/**
+ * A gateway process on `env` with the right CA: ready, then 200, 200, 429 for a Free key limited
+ * to 2 a minute, its window found in Redis by `pttl` (decided there, not by a per-process store).
+ */
+async function expectAdmitsThenLimits(stack: TlsStack, env: Record<string, string>, keyName: string, pttl: (key: string) => Promise<number>): Promise<void> {
+  const prefix = testKeyPrefix()
+  const gateway = await startGatewayProcess({ databaseUrl: stack.databaseUrl, petsUrl: stack.upstream.url, env, configure: limited(prefix) })
+  const pool = createPool({ connectionString: stack.databaseUrl, applicationName: 'redis-tls-test' })
+  try {
+    expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'up' } } })
+    const { record, key } = await createKeyRepository(pool).create({ name: keyName, plan: 'free' })
+    const responses: Response[] = []
+    for (let i = 0; i < 3; i++) responses.push(await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } }))
+    expect(responses.map((response) => response.status)).toEqual([200, 200, 429])
+    expect(responses[2]!.headers.get('x-ratelimit-remaining')).toBe('0')
+    expect(await pttl(`${prefix}${limitKey(record.id)}`)).toBeGreaterThan(0)
+  } finally {
+    await pool.end()
+    gateway.cleanup()
+  }
+}
+
+/**
+ * A gateway process on `env` with a CA that did not sign Redis's certificate: the start-up
+ * warning and /readyz say `why`, and a keyed request gets 503 service_unavailable (closed),
+ * never forwarded.
+ */
+async function expectUntrustedRefusal(stack: TlsStack, env: Record<string, string>, keyName: string, why: string): Promise<void> {
+  const gateway = await startGatewayProcess({ databaseUrl: stack.databaseUrl, petsUrl: stack.upstream.url, env, configure: limited(testKeyPrefix()), notReady: true })
+  const pool = createPool({ connectionString: stack.databaseUrl, applicationName: 'redis-tls-test' })
+  try {
+    // Log lines leave in batches: the warning may reach stdout a moment after the process listens.
+    const warningLine = () => gateway.proc.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
+    await eventually(async () => warningLine() !== undefined, 5_000)
+    expect(warningLine()).toContain(why)
+    const readyz = await gateway.readyz()
+    expect(readyz).toMatchObject({ status: 503, body: { status: 'not_ready', dependencies: { redis: 'down' } } })
+    expect(readyz.body.reasons?.redis).toContain(why)
+    const { key } = await createKeyRepository(pool).create({ name: keyName, plan: 'free' })
+    const forwarded = stack.upstream.requests.length
+    const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+    expect(response.status).toBe(503)
+    expect(((await response.json()) as { code: string }).code).toBe('service_unavailable')
+    expect(stack.upstream.requests).toHaveLength(forwarded)
+  } finally {
+    await pool.end()
+    gateway.cleanup()
+  }
+}
+
 describe.skipIf(opensslMissing)('Redis Cluster over TLS (the real gateway process)', () => {
   const database = suiteDatabase()
   let directory: string
@@ -62,57 +117,16 @@ describe.skipIf(opensslMissing)('Redis Cluster over TLS (the real gateway proces
   })
 
   it('with rediss:// seeds and the CA in NODE_EXTRA_CA_CERTS it is ready, admits then answers 429, counted in the cluster', async () => {
-    const prefix = testKeyPrefix()
-    const gateway = await startGatewayProcess({
-      databaseUrl: database.url,
-      petsUrl: upstream.url,
-      env: { REDIS_CLUSTER_NODES: seeds(), NODE_EXTRA_CA_CERTS: ca.certFile },
-      configure: limited(prefix),
-    })
-    const pool = createPool({ connectionString: database.url, applicationName: 'redis-tls-test' })
-    try {
-      expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'up' } } })
-      const { record, key } = await createKeyRepository(pool).create({ name: 'redis-tls', plan: 'free' })
-      const responses: Response[] = []
-      for (let i = 0; i < 3; i++) responses.push(await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } }))
-      expect(responses.map((response) => response.status)).toEqual([200, 200, 429])
-      expect(responses[2]!.headers.get('x-ratelimit-remaining')).toBe('0')
-      // Decided in the cluster, not by a per-process store.
-      expect(await admin.pttl(`${prefix}${limitKey(record.id)}`)).toBeGreaterThan(0)
-    } finally {
-      await pool.end()
-      gateway.cleanup()
-    }
+    await expectAdmitsThenLimits({ databaseUrl: database.url, upstream }, { REDIS_CLUSTER_NODES: seeds(), NODE_EXTRA_CA_CERTS: ca.certFile }, 'redis-tls', (key) => admin.pttl(key))
   }, 30_000)
 
   it('with a CA that did not sign the nodes it warns why at start, follows onStoreFailure closed, and /readyz says why', async () => {
-    const gateway = await startGatewayProcess({
-      databaseUrl: database.url,
-      petsUrl: upstream.url,
-      env: { REDIS_CLUSTER_NODES: seeds(), NODE_EXTRA_CA_CERTS: otherCa.certFile },
-      configure: limited(testKeyPrefix()),
-      notReady: true,
-    })
-    const pool = createPool({ connectionString: database.url, applicationName: 'redis-tls-test' })
-    try {
-      const why = 'Failed to refresh slots cache. Connection is closed. (TLS: self-signed certificate in certificate chain)'
-      // Log lines leave in batches: the warning may reach stdout a moment after the process listens.
-      const warningLine = () => gateway.proc.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
-      await eventually(async () => warningLine() !== undefined, 5_000)
-      expect(warningLine()).toContain(why)
-      const readyz = await gateway.readyz()
-      expect(readyz).toMatchObject({ status: 503, body: { status: 'not_ready', dependencies: { redis: 'down' } } })
-      expect(readyz.body.reasons?.redis).toContain(why)
-      const { key } = await createKeyRepository(pool).create({ name: 'redis-tls-wrong-ca', plan: 'free' })
-      const forwarded = upstream.requests.length
-      const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
-      expect(response.status).toBe(503)
-      expect(((await response.json()) as { code: string }).code).toBe('service_unavailable')
-      expect(upstream.requests).toHaveLength(forwarded)
-    } finally {
-      await pool.end()
-      gateway.cleanup()
-    }
+    await expectUntrustedRefusal(
+      { databaseUrl: database.url, upstream },
+      { REDIS_CLUSTER_NODES: seeds(), NODE_EXTRA_CA_CERTS: otherCa.certFile },
+      'redis-tls-wrong-ca',
+      'Failed to refresh slots cache. Connection is closed. (TLS: self-signed certificate in certificate chain)',
+    )
   }, 30_000)
 
   // Regression: ioredis heard one 'error' per socket, and a refused handshake may bring a second
@@ -168,29 +182,14 @@ describe.skipIf(opensslMissing)('one Redis server over TLS (the real gateway pro
   })
 
   async function admitsThenLimits(redisUrl: string): Promise<void> {
-    const prefix = testKeyPrefix()
-    const gateway = await startGatewayProcess({
-      databaseUrl: database.url,
-      petsUrl: upstream.url,
-      env: { REDIS_URL: redisUrl, NODE_EXTRA_CA_CERTS: ca.certFile },
-      configure: limited(prefix),
-    })
-    const pool = createPool({ connectionString: database.url, applicationName: 'redis-tls-test' })
     const admin = redis.admin()
     try {
-      expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up', redis: 'up' } } })
-      const { record, key } = await createKeyRepository(pool).create({ name: 'redis-tls-single', plan: 'free' })
-      const responses: Response[] = []
-      for (let i = 0; i < 3; i++) responses.push(await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } }))
-      expect(responses.map((response) => response.status)).toEqual([200, 200, 429])
-      expect(responses[2]!.headers.get('x-ratelimit-remaining')).toBe('0')
-      // Decided in that Redis, not by a per-process store.
-      await admin.connect()
-      expect(await admin.pttl(`${prefix}${limitKey(record.id)}`)).toBeGreaterThan(0)
+      await expectAdmitsThenLimits({ databaseUrl: database.url, upstream }, { REDIS_URL: redisUrl, NODE_EXTRA_CA_CERTS: ca.certFile }, 'redis-tls-single', async (key) => {
+        await admin.connect()
+        return admin.pttl(key)
+      })
     } finally {
       admin.disconnect()
-      await pool.end()
-      gateway.cleanup()
     }
   }
 
@@ -205,32 +204,12 @@ describe.skipIf(opensslMissing)('one Redis server over TLS (the real gateway pro
   }, 30_000)
 
   it('with a CA that did not sign the server it warns why at start, follows onStoreFailure closed, and /readyz says why', async () => {
-    const gateway = await startGatewayProcess({
-      databaseUrl: database.url,
-      petsUrl: upstream.url,
-      env: { REDIS_URL: redis.url, NODE_EXTRA_CA_CERTS: otherCa.certFile },
-      configure: limited(testKeyPrefix()),
-      notReady: true,
-    })
-    const pool = createPool({ connectionString: database.url, applicationName: 'redis-tls-test' })
-    try {
-      const why = 'self-signed certificate in certificate chain'
-      const warningLine = () => gateway.proc.output().split('\n').find((line) => line.includes('Redis is not reachable yet'))
-      await eventually(async () => warningLine() !== undefined, 5_000)
-      expect(warningLine()).toContain(why)
-      const readyz = await gateway.readyz()
-      expect(readyz).toMatchObject({ status: 503, body: { status: 'not_ready', dependencies: { redis: 'down' } } })
-      expect(readyz.body.reasons?.redis).toContain(why)
-      const { key } = await createKeyRepository(pool).create({ name: 'redis-tls-single-wrong-ca', plan: 'free' })
-      const forwarded = upstream.requests.length
-      const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
-      expect(response.status).toBe(503)
-      expect(((await response.json()) as { code: string }).code).toBe('service_unavailable')
-      expect(upstream.requests).toHaveLength(forwarded)
-    } finally {
-      await pool.end()
-      gateway.cleanup()
-    }
+    await expectUntrustedRefusal(
+      { databaseUrl: database.url, upstream },
+      { REDIS_URL: redis.url, NODE_EXTRA_CA_CERTS: otherCa.certFile },
+      'redis-tls-single-wrong-ca',
+      'self-signed certificate in certificate chain',
+    )
   }, 30_000)
 
   // Regression: a connection closed while its handshake was under way (the gateway's shutdown
