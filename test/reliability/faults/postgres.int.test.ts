@@ -13,6 +13,12 @@ import { suiteDatabase } from '../../helpers/testDatabase.ts'
  * 5 s statement timeout or more.
  */
 const ANSWER_WITHIN_MILLIS = 4_000
+/**
+ * A statement on a connection whose server stopped answering: the shipped 5 s statement timeout
+ * plus the pool's 0.5 s grace and two 250 ms sweeps (common/src/database/pool.ts) is 6 s, plus
+ * slack for a loaded machine.
+ */
+const SILENT_POSTGRES_BOUND_MILLIS = 7_500
 /** The gateway's key-cache TTL in this test (config keyCache.ttlSeconds; 60 s shipped). */
 const KEY_CACHE_TTL_SECONDS = 5
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
@@ -250,5 +256,62 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
       lost: `nothing: no idempotency claim without its pet; ${retried.length} retries with the same Idempotency-Key answered 201, and the table grew by exactly ${total} pets for ${total} creates`,
       test: 'test/reliability/faults/postgres.int.test.ts',
     })
+  })
+})
+
+/**
+ * The other way Postgres fails: the connections stay open and nothing comes back (a frozen server
+ * or host, a network that drops packets silently). A key lookup must not wait for TCP to give up.
+ */
+describe('the gateway\'s Postgres stops answering on open connections', () => {
+  const database = suiteDatabase()
+
+  it('a key not in the cache gets 503 service_unavailable within the statement bound, a cached key keeps working, and the key is served again once Postgres answers', async () => {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    target.host = `127.0.0.1:${relay.port}`
+    const pets = await startPetsService(database.url)
+    const gateway = await startGateway({ databaseUrl: target.toString(), petsUrl: pets.url })
+    try {
+      const cached = await gateway.createKey({ name: 'cached' })
+      const uncached = await gateway.createKey({ name: 'uncached' })
+      await gateway.announced(cached.key, uncached.key)
+      const warm = await gateway.request('/v1/pets', { key: cached.key })
+      expect(warm.status).toBe(200)
+      await warm.arrayBuffer()
+
+      await relay.silence()
+      const started = performance.now()
+      const [unknown, known] = await Promise.all([
+        gateway.request('/v1/pets', { key: uncached.key }).then((response) => ({ response, millis: performance.now() - started })),
+        gateway.request('/v1/pets', { key: cached.key }),
+      ])
+      expect(known.status).toBe(200)
+      await known.arrayBuffer()
+      // Postgres's own statement timeout cannot fire on a server that does not answer; the
+      // pool's client-side bound ends the wait.
+      expect(unknown.millis).toBeGreaterThan(4_000)
+      expect(unknown.millis).toBeLessThan(SILENT_POSTGRES_BOUND_MILLIS)
+      expect(Number(unknown.response.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+      await expectErrorResponse(unknown.response, 503, 'service_unavailable')
+
+      await relay.restore()
+      const again = await gateway.request('/v1/pets', { key: uncached.key })
+      expect(again.status).toBe(200)
+      await again.arrayBuffer()
+      recordScenario({
+        area: 'Postgres',
+        scenario: "the gateway's Postgres stops answering on open connections (shipped 5 s statement timeout)",
+        answered: `a key not in the cache: 503 service_unavailable with Retry-After in ${Math.round(unknown.millis)} ms (bound asserted ${SILENT_POSTGRES_BOUND_MILLIS} ms); a cached key: 200 meanwhile; the uncached key 200 again once Postgres answered`,
+        lost: 'nothing: no key refused as invalid while Postgres was silent',
+        test: 'test/reliability/faults/postgres.int.test.ts',
+      })
+    } finally {
+      // First: closing the pool waits for each connection's goodbye, which a connection that
+      // went mute while idle never gives; closing the relay destroys them.
+      await relay.close()
+      await gateway.close()
+      await pets.close()
+    }
   })
 })
