@@ -243,13 +243,13 @@ async function main(): Promise<void> {
       why: 'it names the socket file .s.PGSQL.<port>, so there is no free port to pick',
     })
     const poolSize = poolSizeFromEnv(env)
+    const made = await makeDataDirectory(dataDir)
+    if (made) newDataDir = { dataDir, made }
     warn(
       'DATABASE_URL is not set: Postgres is PGlite embedded in this process ' +
         `(data in ${path.join(dataDir, PGLITE_FOLDER)}). This is the single-process default for one machine; ` +
         'set DATABASE_URL to use a real Postgres.',
     )
-    const made = await makeDataDirectory(dataDir)
-    if (made) newDataDir = { dataDir, made }
     // A Unix socket in a private folder, not a TCP port: the server takes any user and password,
     // so the folder's permissions are what keep other users of the machine out.
     const socketDirectory = await socketDirectoryFor(dataDir, port)

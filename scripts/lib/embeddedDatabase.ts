@@ -36,9 +36,48 @@ export function discoveryFilePath(dataDir: string): string {
 /**
  * Makes the data directory and any missing parent, private to this user. Returns the topmost
  * folder it made (removeUnusedDataDirectory's bound), undefined when the data directory existed.
+ * An existing folder that is not npm start's (refusalOf) is refused before anything is written to
+ * it or its mode is changed: DATA_DIR set to a home folder, a project or `/` would otherwise be
+ * made 0700 and get the database's files among its own.
  */
 export async function makeDataDirectory(dataDir: string): Promise<string | undefined> {
+  const refusal = await refusalOf(dataDir)
+  if (refusal) throw new Error(`DATA_DIR ${dataDir} ${refusal}; npm start left it untouched: set DATA_DIR to an empty or new folder`)
   return mkdir(dataDir, { recursive: true, mode: 0o700 })
+}
+
+/**
+ * What npm start itself writes in a data directory: the database, its staging folder and a partial
+ * one set aside (ensureDatabaseCreated), the discovery file and its copies being written
+ * (createWhole, updateDiscoveryFile), the socket and canHoldSocket's probe.
+ */
+const OWN_ENTRIES = [
+  /^pglite$/,
+  /^pglite\.creating$/,
+  /^pglite\.incomplete-/,
+  /^embedded-postgres\.json(\.\d+\.(claim|tmp))?$/,
+  /^\.s\.PGSQL\.\d+$/,
+  /^\.s\.p\d+$/,
+]
+
+/**
+ * Why npm start must not use `dataDir`, or undefined when it may: a folder that does not exist yet,
+ * is empty, holds its database (pglite/PG_VERSION, the layout of every version so far, whatever the
+ * user put beside it), or holds only what npm start writes (a first start interrupted before its
+ * database existed, or another start on it right now, which the claim then reports).
+ */
+async function refusalOf(dataDir: string): Promise<string | undefined> {
+  let entries: string[]
+  try {
+    entries = await readdir(dataDir)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOTDIR') return 'is not a folder'
+    // ENOENT: a new folder. Anything else (EACCES) is reported by the steps that use the folder.
+    return undefined
+  }
+  if (entries.every((entry) => OWN_ENTRIES.some((own) => own.test(entry)))) return undefined
+  if (await exists(path.join(dataDir, PGLITE_FOLDER, 'PG_VERSION'))) return undefined
+  return `holds other files and no embedded database of npm start (no ${PGLITE_FOLDER}/PG_VERSION)`
 }
 
 /**

@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { SOCKET_PATH_MAX_BYTES, socketUrl } from '../../common/src/database/embeddedPostgres.ts'
 import {
   claimDataDirectory,
+  makeDataDirectory,
   ownerRecord,
   releaseDataDirectory,
   removeTemporarySocketDirectory,
@@ -26,6 +27,57 @@ describe("npm start's data folder", () => {
     mkdirSync(dataDir, { recursive: true })
     return dataDir
   }
+
+  /** An existing folder, open to others (0755), holding `files` (name: content; a name ending in / is a folder). */
+  function existingFolder(files: Record<string, string> = {}): string {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(dataDir)
+    chmodSync(dataDir, 0o755)
+    for (const [name, content] of Object.entries(files)) {
+      if (name.endsWith('/')) mkdirSync(path.join(dataDir, name), { recursive: true })
+      else writeFileSync(path.join(dataDir, name), content)
+    }
+    return dataDir
+  }
+
+  it("is refused when it already holds other files (DATA_DIR=$HOME, a project): an error naming it, its mode and files untouched", async () => {
+    const dataDir = existingFolder({ 'notes.txt': 'mine', 'src/': '', 'src/main.c': 'int main;' })
+    await expect(makeDataDirectory(dataDir)).rejects.toThrow(
+      `DATA_DIR ${dataDir} holds other files and no embedded database of npm start (no pglite/PG_VERSION); ` +
+        'npm start left it untouched: set DATA_DIR to an empty or new folder',
+    )
+    expect(statSync(dataDir).mode & 0o777).toBe(0o755)
+    expect(readdirSync(dataDir, { recursive: true }).sort()).toEqual(['notes.txt', 'src', path.join('src', 'main.c')])
+  })
+
+  it('is refused when it is a file', async () => {
+    const file = path.join(existingFolder({ 'notes.txt': 'mine' }), 'notes.txt')
+    await expect(makeDataDirectory(file)).rejects.toThrow(`DATA_DIR ${file} is not a folder; npm start left it untouched`)
+  })
+
+  it.each([
+    ['an empty folder', {}],
+    ['the data folder of a previous run (any version so far), with a file of the user beside the database', { 'pglite/': '', 'pglite/PG_VERSION': '17\n', 'backup.sql': '--' }],
+    ['one where a first start was killed while it created the database', { 'embedded-postgres.json': '{}', 'pglite.creating/': '', '.s.PGSQL.54329': '' }],
+    ['one with a partial database set aside and a claim being written', { 'pglite/': '', 'pglite.incomplete-2026-11-22T02-20-18.000Z/': '', 'embedded-postgres.json.4242.claim': '{}', 'embedded-postgres.json.4242.tmp': '{}' }],
+  ])('is taken when it is %s', async (_, files: Record<string, string>) => {
+    const dataDir = existingFolder(files)
+    expect(await makeDataDirectory(dataDir)).toBeUndefined()
+    await claimDataDirectory(dataDir, ownerRecord('postgres://postgres@127.0.0.1:1/postgres'), { startingGraceMillis: 0 })
+    try {
+      expect(statSync(dataDir).mode & 0o777).toBe(0o700)
+    } finally {
+      releaseDataDirectory(dataDir)
+    }
+  })
+
+  it('is made, with its missing parents, when it does not exist', async () => {
+    const parent = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(parent)
+    const dataDir = path.join(parent, 'new', 'data')
+    expect(await makeDataDirectory(dataDir)).toBe(path.join(parent, 'new'))
+    expect(statSync(dataDir).mode & 0o777).toBe(0o700)
+  })
 
   it('is made private to its user (0700) when it already exists open to others, as PGlite writes most files 0666', async () => {
     const dataDir = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))

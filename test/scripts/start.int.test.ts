@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process'
-import { chmodSync, existsSync, statSync } from 'node:fs'
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { chmodSync, existsSync, readdirSync, statSync } from 'node:fs'
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -220,6 +220,36 @@ describe('npm start on the embedded default', () => {
       expect(await sigterm(first)).toEqual({ code: 0, signal: null })
     },
     3 * READY_MILLIS,
+  )
+
+  it('refuses a DATA_DIR that holds other files (a home or project folder) in one line naming it, leaving its mode and files as they were', async () => {
+    const stack = await newStack()
+    await mkdir(path.join(stack.dataDir, 'src'), { recursive: true })
+    await writeFile(path.join(stack.dataDir, 'notes.txt'), 'mine')
+    await writeFile(path.join(stack.dataDir, 'src', 'main.c'), 'int main;')
+    chmodSync(stack.dataDir, 0o755)
+    const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+    expect(await exitWithin(proc, 30_000)).toEqual({ code: 1, signal: null })
+    expect(proc.output()).toContain(
+      `[start] error: DATA_DIR ${stack.dataDir} holds other files and no embedded database of npm start (no pglite/PG_VERSION); ` +
+        'npm start left it untouched: set DATA_DIR to an empty or new folder\n',
+    )
+    expect(proc.output()).not.toContain('creating the embedded database')
+    expect(statSync(stack.dataDir).mode & 0o777).toBe(0o755)
+    expect(readdirSync(stack.dataDir, { recursive: true }).sort()).toEqual(['notes.txt', 'src', path.join('src', 'main.c')])
+  })
+
+  it(
+    'takes an existing empty folder as DATA_DIR, made private to its user',
+    async () => {
+      const stack = await newStack()
+      await mkdir(stack.dataDir, { mode: 0o755 })
+      const proc = await npmStart(stack)
+      expect(statSync(stack.dataDir).mode & 0o777).toBe(0o700)
+      expect(existsSync(path.join(stack.dataDir, 'pglite', 'PG_VERSION'))).toBe(true)
+      expect(await sigterm(proc)).toEqual({ code: 0, signal: null })
+    },
+    READY_MILLIS + STOP_MILLIS,
   )
 
   it(
