@@ -58,6 +58,8 @@ const OWN_ENTRIES = [
   /^embedded-postgres\.json(\.\d+\.(claim|tmp))?$/,
   /^\.s\.PGSQL\.\d+$/,
   /^\.s\.p\d+$/,
+  // Not npm start's, but all a new ext4 file system holds: a disk mounted for the data is empty.
+  /^lost\+found$/,
 ]
 
 /**

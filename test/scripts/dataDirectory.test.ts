@@ -57,6 +57,7 @@ describe("npm start's data folder", () => {
 
   it.each([
     ['an empty folder', {}],
+    ['the root of a new ext4 file system (a disk mounted for the data)', { 'lost+found/': '' }],
     ['the data folder of a previous run (any version so far), with a file of the user beside the database', { 'pglite/': '', 'pglite/PG_VERSION': '17\n', 'backup.sql': '--' }],
     ['one where a first start was killed while it created the database', { 'embedded-postgres.json': '{}', 'pglite.creating/': '', '.s.PGSQL.54329': '' }],
     ['one with a partial database set aside and a claim being written', { 'pglite/': '', 'pglite.incomplete-2026-11-22T02-20-18.000Z/': '', 'embedded-postgres.json.4242.claim': '{}', 'embedded-postgres.json.4242.tmp': '{}' }],
