@@ -138,6 +138,26 @@ describe('gateway metrics', () => {
       await ops.close()
     }
   })
+
+  // A 505 says nothing about the key: counted as a failure, each such request without a key read
+  // as a client failing to authenticate on the auth-failure panel.
+  it('does not count a request line naming HTTP/2.0 or HTTP/0.9, answered 505, as an authentication failure, with or without a key', async () => {
+    const failures = async () =>
+      Object.fromEntries([...(await gateway.registry.metrics()).matchAll(/^gateway_auth_failures_total\{reason="(\w+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]))
+    const before = await failures()
+    for (const version of ['HTTP/2.0', 'HTTP/0.9']) {
+      for (const authorization of ['', 'Authorization: Bearer aas_malformed\r\n', `Authorization: Bearer ${generateApiKey()}\r\n`]) {
+        const connection = await openRaw(gateway.url)
+        connection.socket.write(`GET /v1/pets ${version}\r\nHost: x\r\n${authorization}\r\n`)
+        await connection.closed
+        expect(connection.answer()).toMatch(/^HTTP\/1\.1 505 [^]*"code":"http_version_not_supported"/)
+      }
+    }
+    expect(await failures()).toEqual(before)
+    // The same request as HTTP/1.1 is still counted.
+    await gateway.request('/v1/pets')
+    expect(await failures()).toEqual({ ...before, missing: before.missing! + 1 })
+  })
 })
 
 describe('gateway metrics with an orders upstream configured', () => {

@@ -127,7 +127,9 @@ export const authenticate = fp(
       request.routeOptions.config?.public === true || (request.is404 && publicPaths.has(routedPath(request.url)))
 
     function refuse(request: FastifyRequest, reason: AuthFailureReason, answer = reason === 'missing' ? MISSING : INVALID): void {
-      options.onFailure?.(reason)
+      // A request line naming HTTP/2.0 or HTTP/0.9 is answered 505 whatever its key (protocolVersion):
+      // counted here, every such probe without a key would read as a client failing to authenticate.
+      if (request.raw.httpVersionMajor === 1) options.onFailure?.(reason)
       request.authFailure = answer
       request.authFailureReason = reason
     }
