@@ -1,6 +1,7 @@
 import { defineErrorCodes } from '../../common/src/http/apiError.ts'
 import type { ClientErrorCodes } from '../../common/src/http/clientErrors.ts'
 import { MAX_HEADER_LINES } from '../../common/src/http/headerLines.ts'
+import type { RetryAfterSpread } from '../../common/src/http/retryAfter.ts'
 import type { FrameworkErrorCodes } from '../../common/src/http/errorHandler.ts'
 
 /**
@@ -31,7 +32,8 @@ export const gatewayErrors = defineErrorCodes({
   http_version_not_supported: { status: 505, message: 'This server speaks HTTP/1.1 (and HTTP/1.0) only; send the request as HTTP/1.1.' },
 })
 
-export const RETRY_AFTER_UNAVAILABLE = '5'
+/** The Retry-After of the 503 for a key Postgres could not be asked about: around 5 s, drawn on each answer. */
+export const RETRY_AFTER_UNAVAILABLE: RetryAfterSpread = { min: 3, max: 7 }
 
 const methodNotSupported = () => gatewayErrors.create('not_implemented', 'This method is not supported.')
 

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
 import { refuseFromHook } from '../../../common/src/http/errorHandler.ts'
+import { spreadRetryAfterSeconds } from '../../../common/src/http/retryAfter.ts'
 import { RETRY_AFTER_UNAVAILABLE, gatewayErrors } from '../errors.ts'
 import { hasApiKeyShape, hasValidChecksum, hashApiKeyHex } from '../keys/apiKeyFormat.ts'
 import type { KeyCache } from '../keys/keyCache.ts'
@@ -184,7 +185,7 @@ export const authenticate = fp(
           settled(false)
           if (!isDatabaseUnavailable(error)) return done(error as Error)
           request.authFailure = gatewayErrors.create('service_unavailable', undefined, {
-            headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },
+            headers: { 'retry-after': String(spreadRetryAfterSeconds(RETRY_AFTER_UNAVAILABLE)) },
             cause: error,
           })
           request.authFailureReason = 'unchecked'

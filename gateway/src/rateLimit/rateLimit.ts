@@ -2,9 +2,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError } from '../../../common/src/http/apiError.ts'
 import { refuseFromHook } from '../../../common/src/http/errorHandler.ts'
+import { spreadRetryAfterSeconds, type RetryAfterSpread } from '../../../common/src/http/retryAfter.ts'
 import type { GatewayConfig } from '../config/loadConfig.ts'
 import type { ApiKeyRecord } from '../keys/keyRepository.ts'
-import { RETRY_AFTER_UNAVAILABLE, gatewayErrors } from '../errors.ts'
+import { gatewayErrors } from '../errors.ts'
 import type { AnonymousDecision, AnonymousLimiter } from './anonymousLimiter.ts'
 import type { BanCache } from './banCache.ts'
 import { anonymousBucket } from './clientAddress.ts'
@@ -48,19 +49,8 @@ export interface RateLimitOptions {
   onNewBan?: (ban: NewBan) => void
 }
 
-/**
- * The Retry-After of the 503 while the store cannot decide (onStoreFailure closed): whole seconds
- * drawn uniformly from 1 to 5 on each answer. With one fixed value every client refused during an
- * outage that honours it comes back in step, the herd arriving together once Redis recovers.
- */
-const RETRY_AFTER_STORE_DOWN_SECONDS = { min: 1, max: 5 }
-
-function storeDownRetryAfterSeconds(): number {
-  const { min, max } = RETRY_AFTER_STORE_DOWN_SECONDS
-  return min + Math.floor(Math.random() * (max - min + 1))
-}
-/** The Retry-After of the 503 for a key Postgres could not be asked about (authenticate.ts). */
-const UNCHECKED_RETRY_AFTER_MILLIS = Number(RETRY_AFTER_UNAVAILABLE) * 1_000
+/** The Retry-After of the 503 while the store cannot decide (onStoreFailure closed), drawn on each answer. */
+const RETRY_AFTER_STORE_DOWN: RetryAfterSpread = { min: 1, max: 5 }
 
 type WindowNow = { remaining: number; resetMillis: number }
 
@@ -186,7 +176,7 @@ export const rateLimit = fp(
         if (!(error instanceof StoreUnavailableError)) throw error
         // Nothing can be admitted until the store answers again: the 503 says so in the headers too.
         const now = storeNow()
-        const retryAfter = storeDownRetryAfterSeconds()
+        const retryAfter = spreadRetryAfterSeconds(RETRY_AFTER_STORE_DOWN)
         const closed = { remaining: 0, resetMillis: now + retryAfter * 1_000 }
         request.rateLimitHeaders = rateLimitHeaders(keyWindows(limits, closed, closed), now)
         options.observer?.decision({ plan: key.plan, outcome: 'store_unavailable', source: 'store' })
@@ -235,7 +225,8 @@ export const rateLimit = fp(
         // Its headers are the per-IP policy's, saying what the 503 says: nothing before Retry-After.
         const reason = request.authFailureReason
         if (reason === 'unchecked') {
-          anonymousHeaders(request, { ...options.anonymous().policy, remaining: 0, resetInMillis: UNCHECKED_RETRY_AFTER_MILLIS })
+          const retryAfterMillis = Number(request.authFailure?.headers['retry-after']) * 1_000
+          anonymousHeaders(request, { ...options.anonymous().policy, remaining: 0, resetInMillis: retryAfterMillis })
           return done()
         }
         const client = anonymousBucket(request.ip)

@@ -139,7 +139,7 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
       // A key the gateway has not seen cannot be checked: 503, never 401 and never a hang.
       const unknown = await timed('/v1/pets', { key: uncached.key })
       expect(unknown.millis).toBeLessThan(ANSWER_WITHIN_MILLIS)
-      expect(unknown.response.headers.get('retry-after')).toBe('5')
+      expect(unknown.response.headers.get('retry-after')).toMatch(/^[3-7]$/)
       await expectErrorResponse(unknown.response, 503, 'service_unavailable')
 
       // Past its TTL the cached key is one the gateway cannot check either.
@@ -167,7 +167,7 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
         scenario: `the gateway's Postgres unreachable (relay cut), key cache TTL ${KEY_CACHE_TTL_SECONDS} s`,
         answered:
           `a cached key: 200 list and 201 create while within its TTL, then 503 service_unavailable in ${Math.round(expired.millis)} ms; ` +
-          `a key not in the cache: 503 service_unavailable, Retry-After: 5, in ${Math.round(unknown.millis)} ms; both 200 again ` +
+          `a key not in the cache: 503 service_unavailable, Retry-After 3–7, in ${Math.round(unknown.millis)} ms; both 200 again ` +
           `${Math.round(recoveredIn)} ms after Postgres returned, and a revocation refused ${Math.round(revokedIn)} ms after it was made`,
         lost: 'nothing: the create made while down is stored (201), no key refused as invalid while Postgres was away',
         test: 'test/reliability/faults/postgres.int.test.ts',
