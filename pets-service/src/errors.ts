@@ -2,6 +2,7 @@ import { defineErrorCodes } from '../../common/src/http/apiError.ts'
 import type { ClientErrorCodes } from '../../common/src/http/clientErrors.ts'
 import type { FrameworkErrorCodes } from '../../common/src/http/errorHandler.ts'
 import { isDatabaseUnavailable } from '../../common/src/database/pool.ts'
+import { spreadRetryAfterSeconds, type RetryAfterSpread } from '../../common/src/http/retryAfter.ts'
 
 /** Every code the pets-service answers with. The README's table is tested against this list. */
 export const petsErrors = defineErrorCodes({
@@ -25,8 +26,8 @@ export const petsErrors = defineErrorCodes({
   service_unavailable: { status: 503, message: 'The catalogue is temporarily unavailable; retry shortly.' },
 })
 
-/** Seconds a client should wait after a 503 before retrying. */
-export const RETRY_AFTER_UNAVAILABLE = '5'
+/** Seconds a client should wait after a 503 before retrying: around 5, drawn on each answer. */
+export const RETRY_AFTER_UNAVAILABLE: RetryAfterSpread = { min: 3, max: 7 }
 
 export const petsFrameworkErrors: FrameworkErrorCodes = {
   validation: (message) => petsErrors.create('validation_failed', message),
@@ -39,7 +40,7 @@ export const petsFrameworkErrors: FrameworkErrorCodes = {
   serverError: (error) =>
     isDatabaseUnavailable(error)
       ? petsErrors.create('service_unavailable', undefined, {
-          headers: { 'retry-after': RETRY_AFTER_UNAVAILABLE },
+          headers: { 'retry-after': String(spreadRetryAfterSeconds(RETRY_AFTER_UNAVAILABLE)) },
           cause: error,
         })
       : petsErrors.create('internal_error', undefined, { cause: error }),
