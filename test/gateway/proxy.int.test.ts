@@ -608,7 +608,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     const refused = await gateway.request('/v1/pets', { key })
     const refusedMillis = Date.now() - started
     await expectErrorResponse(refused, 503, 'service_unavailable')
-    expect(refused.headers.get('retry-after')).toBe('1')
+    expect(refused.headers.get('retry-after')).toMatch(/^[1-3]$/)
     expect(refused.headers.get('x-ratelimit-limit'), 'rate-limit headers on the 503').not.toBeNull()
     expect(refusedMillis, 'answered without waiting for the upstream').toBeLessThan(500)
     for (let i = 0; i < 2; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
@@ -632,10 +632,32 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     recordScenario({
       area: 'pets-service',
       scenario: 'upstream accepting connections and never answering, with upstreams.pets.maxInFlight (3) requests already waiting on it',
-      answered: `503 service_unavailable with Retry-After: 1 in ${refusedMillis} ms, 3 of 3 never sent, one warning for them; the three waiting got 504 at the timeout, and the next request was sent again`,
+      answered: `503 service_unavailable with Retry-After 1–3 in ${refusedMillis} ms, 3 of 3 never sent, one warning for them; the three waiting got 504 at the timeout, and the next request was sent again`,
       lost: 'nothing: a hung upstream holds at most maxInFlight requests in the gateway, not one per client request',
       test: 'test/gateway/proxy.int.test.ts',
     })
+  })
+
+  // README, upstreams.<name>.maxInFlight: Retry-After drawn from 1 to 3 s on each 503, so the
+  // clients refused while the upstream is hung do not all come back in the same second.
+  it('spreads the Retry-After of the 503s past maxInFlight over whole seconds from 1 to 3', async () => {
+    const silent = await scriptedUpstream(() => undefined)
+    // The one outstanding request holds the bound for the 3 s it waits: the 30 below take a fraction of that.
+    const { gateway, key } = await gatewayTo(silent, 3, 1)
+    const outstanding = gateway.request('/v1/pets', { key })
+    await arrived(silent.requests, 1)
+    const retryAfters: number[] = []
+    for (let i = 0; i < 30; i++) {
+      const refused = await gateway.request('/v1/pets', { key })
+      await expectErrorResponse(refused, 503, 'service_unavailable')
+      const retryAfter = refused.headers.get('retry-after') ?? ''
+      expect(retryAfter).toMatch(/^[1-3]$/)
+      retryAfters.push(Number(retryAfter))
+    }
+    // 30 draws from three values: all equal with a chance of 3 in 3^30.
+    expect(new Set(retryAfters).size).toBeGreaterThan(1)
+    expect(silent.requests).toHaveLength(1)
+    await expectErrorResponse(await outstanding, 504, 'upstream_timeout')
   })
 
   it('lets go of the upstream request of a client that left before the answer: its place is free at once, and no upstream timeout is counted', async () => {

@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
 import { sendApiError } from '../../../common/src/http/errorHandler.ts'
+import { spreadAnswers, type RetryAfterSpread } from '../../../common/src/http/retryAfter.ts'
 import { gatewayErrors } from '../errors.ts'
 import { ANSWER_DROPPED, CLIENT_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, sanitizeHeaderValue, spellsDropped } from './headerHygiene.ts'
 import {
@@ -53,6 +54,9 @@ export const UPSTREAM_CONNECTIONS = UNDICI_DEFAULTS.connections
 
 /** Answers up to this size are read whole and sent as one Buffer; larger or unsized ones stream. */
 export const BUFFERED_ANSWER_MAX_BYTES = 1_048_576
+
+/** The Retry-After of the 503 past maxInFlight, drawn on each answer: a retry within seconds, not all in the same one. */
+const RETRY_AFTER_SATURATED: RetryAfterSpread = { min: 1, max: 3 }
 
 /**
  * Stage 4: a public prefix (`/v1/pets` and below) to its upstream. Bodies are read (at most
@@ -112,9 +116,11 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
    */
   const link: UpstreamLink = { name, timeoutMillis: options.timeoutMillis, observer, waited, inFlight: 0, fail, answerHead }
   observer?.inFlight?.(name, () => link.inFlight, options.maxInFlight)
-  const SATURATED = gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
-    headers: { 'retry-after': '1' },
-  })
+  const saturated = spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) =>
+    gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
+      headers: { 'retry-after': retryAfter },
+    }),
+  )
   /** Requests refused since the upstream became saturated: one warning when it starts, one when it ends, not one per request. */
   let refusedWhileSaturated = 0
 
@@ -125,7 +131,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       if (refusedWhileSaturated++ === 0) {
         reply.log.warn({ upstream: name, maxInFlight: options.maxInFlight }, 'upstream saturated: requests refused with 503, unsent, until fewer are outstanding')
       }
-      sendApiError(reply, SATURATED)
+      sendApiError(reply, saturated())
       return false
     }
     if (refusedWhileSaturated > 0) {
