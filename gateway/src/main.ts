@@ -23,7 +23,7 @@ import { rememberClientAddress, reportHandshakeFailures } from './handshakeFailu
 import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS } from './migrations.ts'
 import { UPSTREAM_CONNECTIONS } from './proxy/upstreamProxy.ts'
-import { createLimiter, redisCredentialVariables } from './rateLimit/limiter.ts'
+import { createLimiter, redisAclFix, redisCredentialVariables } from './rateLimit/limiter.ts'
 import { upstreamAcceptsGateway } from './upstreamCheck.ts'
 import { wireGateway } from './wiring.ts'
 
@@ -93,9 +93,17 @@ async function main(): Promise<void> {
   // credentials will not by itself: started anyway, the gateway would silently keep per-process
   // limits (open) or answer 503 (closed) until someone read its warning. On a Cluster that is
   // ready, one master alone may refuse them (ACLs are per node), with the same effect on its keys.
+  const redisVariable = limiter.storeKind === 'cluster' ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL'
   const refused = limiter.credentialsRefused()
   if (refused !== undefined) {
-    throw new EnvError(`cannot use Redis at ${limiter.storeKind === 'cluster' ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL'}: it refuses the gateway's credentials (${refused}); fix ${redisCredentialVariables(limiter.storeKind)}`)
+    throw new EnvError(`cannot use Redis at ${redisVariable}: it refuses the gateway's credentials (${refused}); fix ${redisCredentialVariables(limiter.storeKind)}`)
+  }
+  // So does an ACL user that logs in but may not run the scripts or touch the keys: every
+  // decision would fail the same way, for good. Only Redis's refusal stops the start; a check
+  // that fails otherwise (Redis down, slow, out of memory) may mend, and requests will tell.
+  const forbidden = await limiter.permissionsRefused()
+  if (forbidden !== undefined) {
+    throw new EnvError(`cannot use Redis at ${redisVariable}: it refuses the gateway a command or key it needs (${forbidden}); ${redisAclFix(limiter.storeKind, config.redis.keyPrefix)}`)
   }
   if (!redisReady) logger.warn({ problem: limiter.connectionProblem() }, 'Redis is not reachable yet; limits follow onStoreFailure until it is')
   const { app, repository, changes, unbans } = await wireGateway({

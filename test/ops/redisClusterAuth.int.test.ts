@@ -133,6 +133,57 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     }, 60_000)
   })
 
+  // The same user, but one node's ACL left narrower than the others' (ACLs are per node): the
+  // start-up check reaches every master, not only the one that holds its first probe key.
+  describe('one node whose ACL user lacks a command the others grant', () => {
+    let narrow: Redis
+    let address: string
+    beforeAll(async () => {
+      address = cluster.nodes[2]!
+      narrow = new Redis({ host: '127.0.0.1', port: Number(address.split(':')[1]), password: PASSWORD })
+      await narrow.call('ACL', 'SETUSER', 'gateway', '-evalsha')
+    })
+    afterAll(async () => {
+      await narrow?.call('ACL', 'SETUSER', 'gateway', '+@all')
+      narrow?.disconnect()
+    })
+
+    it('exits 1 at start, naming the node, Redis\'s refusal and the README\'s ACL', async () => {
+      const { env } = await gatewayProcessEnv({
+        databaseUrl: database.url,
+        petsUrl: upstream.url,
+        extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_USERNAME: 'gateway', REDIS_PASSWORD: ACL_PASSWORD },
+      })
+      const gateway = startNode('gateway/src/main.ts', env)
+      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
+      const output = gateway.output()
+      expect(output).toContain(`gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway a command or key it needs (${address}: NOPERM this user has no permissions to run the 'evalsha' command)`)
+      expect(output).toContain('+cluster|slots')
+      expect(output).not.toContain(ACL_PASSWORD)
+    }, 60_000)
+  })
+
+  it('a user without +cluster|slots (on every node) exits 1 at start, naming Redis\'s refusal', async () => {
+    const nodes = cluster.nodes.map((node) => new Redis({ host: '127.0.0.1', port: Number(node.split(':')[1]), password: PASSWORD }))
+    try {
+      for (const node of nodes) await node.call('ACL', 'SETUSER', 'gateway', '-cluster|slots')
+      const { env } = await gatewayProcessEnv({
+        databaseUrl: database.url,
+        petsUrl: upstream.url,
+        extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_USERNAME: 'gateway', REDIS_PASSWORD: ACL_PASSWORD },
+      })
+      const gateway = startNode('gateway/src/main.ts', env)
+      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
+      expect(gateway.output()).toContain("gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway a command or key it needs (Redis is not connected")
+      expect(gateway.output()).toContain("NOPERM this user has no permissions to run the 'cluster|slots' command")
+    } finally {
+      for (const node of nodes) {
+        await node.call('ACL', 'SETUSER', 'gateway', '+@all')
+        node.disconnect()
+      }
+    }
+  }, 60_000)
+
   it('one node starting to refuse while the gateway runs: one error line naming it, no exit, and a line once it accepts again', async () => {
     const gateway = await startGatewayProcess({
       databaseUrl: database.url,

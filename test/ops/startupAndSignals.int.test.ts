@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
@@ -206,6 +207,82 @@ describe('starting before Postgres, and signals at the edges of a process life',
         expect(gateway.output()).not.toContain('Rotated-S3cr3t')
       } finally {
         await admin.config('SET', 'requirepass', PASSWORD)
+        rmSync(directory, { recursive: true, force: true })
+      }
+    }, 60_000)
+  })
+
+  // An ACL user that logs in but lacks a command or key pattern the gateway needs: started anyway,
+  // every decision failed in Redis, for good (per-process limits with open, 503 with closed).
+  describe('a Redis whose ACL user logs in but lacks a permission the gateway needs', () => {
+    const PASSWORD = 'Acl-S3cr3t-7k3m'
+    // README, Redis ACL: the least a gateway user needs.
+    const README_ACL = ['resetkeys', '~rl:*', '~anon:*', 'resetchannels', '-@all', '+evalsha', '+eval', '+time', '+get', '+set', '+pttl', '+incrby', '+expire', '+info', '+select']
+    let redis: PrivateRedis
+    let admin: Redis
+
+    beforeAll(async () => {
+      redis = await startPrivateRedis()
+      admin = redis.admin()
+      await admin.connect()
+    })
+    afterAll(async () => {
+      admin?.disconnect()
+      await redis?.close()
+    })
+
+    async function userWith(name: string, rules: string[], database = ''): Promise<NodeJS.ProcessEnv> {
+      await admin.call('ACL', 'SETUSER', name, 'reset', 'on', `>${PASSWORD}`, ...rules)
+      return { REDIS_URL: `${redis.url}${database}`, REDIS_USERNAME: name, REDIS_PASSWORD: PASSWORD }
+    }
+
+    it.each([
+      ['no +evalsha', README_ACL.filter((rule) => rule !== '+evalsha'), "NOPERM this user has no permissions to run the 'evalsha' command"],
+      ['no +time (run inside the script)', README_ACL.filter((rule) => rule !== '+time'), "ERR The user executing the script can't run this command"],
+      ['no +incrby (the per-IP count of guesses)', README_ACL.filter((rule) => rule !== '+incrby'), "ERR The user executing the script can't run this command"],
+      ['keys ~other:* instead of ~rl:* ~anon:*', README_ACL.filter((rule) => !rule.startsWith('~')).concat('~other:*'), 'NOPERM this user has no permissions to access one of the keys'],
+      // Without it ioredis went on, ready, in database 0.
+      ['no +select, with a database number in REDIS_URL', README_ACL.filter((rule) => rule !== '+select'), "NOPERM this user has no permissions to run the 'select' command", '/2'],
+    ])('at start (%s): the gateway exits 1, naming REDIS_URL, Redis\'s refusal and the README\'s ACL, instead of running on per-process limits', async (_case, rules, refusal, databaseNumber?: string) => {
+      const { env, apiPort } = await gatewayEnv(database.url, await userWith('lacking', rules, databaseNumber))
+      const gateway = startNode('gateway/src/main.ts', env)
+      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
+      const output = gateway.output()
+      expect(output).toContain(`gateway cannot start: cannot use Redis at REDIS_URL: it refuses the gateway a command or key it needs (${refusal}`)
+      expect(output).toContain('give the gateway\'s Redis user what the README\'s "Redis ACL" lists: keys ~rl:* ~anon:*, commands +evalsha +eval +time')
+      expect(output).not.toContain('limits follow onStoreFailure')
+      expect(output).not.toContain(PASSWORD)
+      await expect(fetch(`http://127.0.0.1:${apiPort}/v1/pets`)).rejects.toThrow()
+    }, 40_000)
+
+    it('with the README\'s ACL it starts, ready with closed, and admits keyed requests decided in Redis; an ACL narrowed while it runs is one error line naming the fix, not one per request', async () => {
+      const { env, opsPort, apiPort } = await gatewayEnv(database.url, await userWith('gateway', README_ACL))
+      const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-redis-acl-'))
+      const pool = createPool({ connectionString: database.url, applicationName: 'redis-acl-test' })
+      try {
+        const configPath = path.join(directory, 'gateway.yaml')
+        writeFileSync(configPath, readFileSync('config/gateway.yaml', 'utf8').replace(/^onStoreFailure: open/m, 'onStoreFailure: closed'))
+        const gateway = startNode('gateway/src/main.ts', { ...env, GATEWAY_CONFIG: configPath, LOG_LEVEL: 'info' })
+        await waitForReady(`http://127.0.0.1:${opsPort}/readyz`, gateway, 30_000)
+        expect(await probe(opsPort, '/readyz')).toMatchObject({ status: 200, body: { dependencies: { redis: 'up' } } })
+        const { record, key } = await createKeyRepository(pool).create({ name: 'redis-acl', plan: 'free' })
+        const request = () => fetch(`http://127.0.0.1:${apiPort}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+        const admitted = await request()
+        expect(admitted.status).toBe(200)
+        expect(admitted.headers.get('ratelimit')).toMatch(/"minute";r=\d+/)
+        expect(await admin.pttl(limitKey(record.id))).toBeGreaterThan(0)
+
+        await admin.call('ACL', 'SETUSER', 'gateway', '-evalsha')
+        for (let i = 0; i < 5; i++) expect((await request()).status).toBe(503)
+        const refusals = () => gateway.output().split('\n').filter((line) => line.includes('Redis refuses the gateway a command or key it needs'))
+        await eventually(async () => refusals().length > 0, 5_000)
+        expect(refusals()).toHaveLength(1)
+        expect(refusals()[0]).toContain('"level":50')
+        expect(refusals()[0]).toContain("NOPERM this user has no permissions to run the 'evalsha' command")
+        expect(JSON.parse(refusals()[0]!).msg).toContain('give the gateway\'s Redis user what the README\'s "Redis ACL" lists')
+        expect(gateway.hasExited()).toBe(false)
+      } finally {
+        await pool.end()
         rmSync(directory, { recursive: true, force: true })
       }
     }, 60_000)

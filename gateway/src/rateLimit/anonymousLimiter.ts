@@ -192,6 +192,16 @@ export function createAnonymousLimiter(options: {
     consumeHere,
     beginLookUp,
     refusalFor,
+    /**
+     * One count in Redis for `address` (no client's: the start-up check), nothing here; rejects as
+     * Redis does. A window with no room left is Redis's answer too, not a failure.
+     */
+    async countShared(address: string): Promise<void> {
+      if (!shared) return
+      await shared.send(() => shared.limiter.consume(address)).catch((rejection: unknown) => {
+        if (!(rejection instanceof RateLimiterRes)) throw rejection
+      })
+    },
     /** A guess: counted here and, unless this process or a spent shared window already refuses the address, in Redis. */
     async consumeGuess(clientIp: string): Promise<AnonymousDecision> {
       const local = consumeHere(clientIp)

@@ -3,16 +3,19 @@ import type { GatewayConfig } from '../config/loadConfig.ts'
 import { createAnonymousLimiter, type AnonymousLimiter } from './anonymousLimiter.ts'
 import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
-import type { LimitStore } from './limitStore.ts'
+import { limitKey, type LimitStore } from './limitStore.ts'
 import { banPolicy, limitsFor } from './planLimits.ts'
 import {
   RedisBudgetExceededError,
   clusterMastersLoggedIn,
   connectRedis,
   createRedisStore,
+  oneNamePerMaster,
   redisConnectionProblem,
   redisReady,
+  redisRefusedOnConnect,
   redisRefusesCredentials,
+  redisRefusesPermission,
   watchCredentialRefusals,
   type RedisClient,
 } from './redisStore.ts'
@@ -40,11 +43,21 @@ export interface Limiter {
    * frozen or slow past the budget, out of memory, or refusing the script.
    */
   probe(): Promise<void>
+  /**
+   * The start-up check of the ACL user's permissions, once Redis has taken the credentials:
+   * Redis's words (NOPERM …) when it refuses the gateway a command or key that connecting, a
+   * decision or a guess needs, on any master; undefined otherwise, including when the check fails
+   * for another reason (Redis down or slow: that may mend).
+   */
+  permissionsRefused(): Promise<string | undefined>
   close(): Promise<void>
 }
 
 /** Not an id the keys table can hold (those are `key_…`); its one Redis key expires like any other. */
 export const READINESS_PROBE_KEY_ID = 'readiness-probe'
+
+/** Counted like a client's address by the start-up check; no client has it. */
+const PERMISSION_PROBE_ADDRESS = 'permission-probe'
 
 /** Every call to the primary store, for latency and error metrics. */
 export interface StoreObserver {
@@ -77,19 +90,24 @@ export function createLimiter(options: LimiterOptions): Limiter {
   // From the start-up check on (ready()): a refusal before it stops the gateway (main.ts) instead.
   let started = false
   if (redis) reportCredentialRefusals(redis, storeKind, options.logger, () => started)
+  const refusals = redis ? permissionRefusalReporter(storeKind, keyPrefix ?? '', options.logger) : undefined
   const unobserved = redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore()
-  const primary = observed(unobserved, storeKind, options.observer)
+  const primary = observed(unobserved, storeKind, options.observer, refusals)
   const store = createResilientStore({
     primary,
     // Bounded like the key cache: a long Redis outage with many keys cannot grow the heap past it.
     fallback: redis && boot.onStoreFailure === 'open' ? fallbackStore(boot.keyCache.maxEntries, options.logger) : undefined,
     logger: options.logger,
   })
-  const onGuessCall = redis ? guessCallReporter(storeKind, options.observer, options.logger) : undefined
+  const guessCalls = redis ? guessCallReporter(storeKind, options.observer, options.logger) : undefined
+  const onGuessCall: typeof guessCalls = guessCalls && ((seconds, result, error) => {
+    refusals?.(result === 'ok' ? undefined : (error ?? result))
+    guessCalls(seconds, result, error)
+  })
 
   let anonymousShape = ''
   let anonymous: AnonymousLimiter | undefined
-  return {
+  const limiter: Limiter = {
     store,
     bans: createBanCache({ clock: options.clock }),
     anonymous() {
@@ -133,8 +151,41 @@ export function createLimiter(options: LimiterOptions): Limiter {
         throw dropped ? new Error(dropped) : error
       }
     },
+    async permissionsRefused() {
+      if (!redis) return undefined
+      // Refused while connecting: a database number (no +select), the slot map (no +cluster|slots).
+      const problem = redisConnectionProblem(redis)
+      const onConnect = redisRefusedOnConnect(redis) ?? (problem === undefined ? undefined : redisRefusesPermission(new Error(problem)))
+      if (onConnect !== undefined || problem !== undefined) return onConnect
+      const config = options.config()
+      const decide = (keyId: string) => unobserved.consume({ keyId, ...limitsFor(PROBE_KEY, config), bans: banPolicy(config) }).then(() => undefined)
+      const guess = (address: string) => limiter.anonymous().countShared(address)
+      const checks = [
+        ...[...oneNamePerMaster(redis, (n) => `${READINESS_PROBE_KEY_ID}${n ? `-${n}` : ''}`, limitKey)].map(([master, keyId]) => ({ master, call: () => decide(keyId) })),
+        ...[...oneNamePerMaster(redis, (n) => `${PERMISSION_PROBE_ADDRESS}${n ? `-${n}` : ''}`, (address) => `anon:${address}`)].map(([master, address]) => ({ master, call: () => guess(address) })),
+      ]
+      const refused = await Promise.all(checks.map(async ({ master, call }) => {
+        try {
+          // Twice: ioredis sends a script's first call on each connection as EVAL, the next as EVALSHA.
+          await call()
+          await call()
+          return undefined
+        } catch (error) {
+          const words = redisRefusesPermission(error)
+          return words === undefined || storeKind !== 'cluster' ? words : `${master}: ${words}`
+        }
+      }))
+      return refused.find((words) => words !== undefined)
+    },
     close: () => store.close(),
   }
+  return limiter
+}
+
+/** What an operator grants when Redis refuses the gateway's user a command or key (README, Redis ACL). */
+export function redisAclFix(kind: Limiter['storeKind'], keyPrefix: string): string {
+  const commands = `+evalsha +eval +time +get +set +pttl +incrby +expire +info${kind === 'cluster' ? ' +cluster|slots' : ''} (+select for a database number)`
+  return `give the gateway's Redis user what the README's "Redis ACL" lists: keys ~${keyPrefix}rl:* ~${keyPrefix}anon:*, commands ${commands}${kind === 'cluster' ? ', on every node' : ''}`
 }
 
 /** The variables an operator fixes when Redis refuses the gateway's credentials. */
@@ -163,6 +214,35 @@ function reportCredentialRefusals(client: RedisClient, kind: Limiter['storeKind'
       logger.info('Redis accepts the gateway\'s credentials again')
     }
   })
+}
+
+/** How long calls must go without a refusal, one served meanwhile, before the log says Redis permits them again. */
+const PERMITTED_AFTER_QUIET_MILLIS = 10_000
+
+/**
+ * An ACL changed under a running gateway (a command or key pattern taken from its user) is, like
+ * refused credentials, a misconfiguration no reconnect mends: every decision or guess fails the
+ * same way. Said at error level once, naming the fix, not at every request; again only once calls
+ * have gone 10 s without a refusal and one was served since (on a Cluster one master alone may
+ * refuse, the others serving in between). Requests follow onStoreFailure meanwhile. A refusal at
+ * start stops the gateway instead (main.ts). Call with the error of a failed call, or none.
+ */
+function permissionRefusalReporter(kind: Limiter['storeKind'], keyPrefix: string, logger: Logger, clock = () => performance.now()) {
+  let said = false
+  let lastRefusal = -Infinity
+  return (error?: unknown): void => {
+    const now = clock()
+    const refused = error === undefined ? undefined : redisRefusesPermission(error)
+    if (refused !== undefined) {
+      lastRefusal = now
+      if (said) return
+      said = true
+      logger.error({ problem: refused }, `Redis refuses the gateway a command or key it needs: ${redisAclFix(kind, keyPrefix)}; limits follow onStoreFailure until it has them`)
+    } else if (error === undefined && said && now - lastRefusal >= PERMITTED_AFTER_QUIET_MILLIS) {
+      said = false
+      logger.info('Redis permits the gateway\'s commands and keys again')
+    }
+  }
 }
 
 /** How long key guesses must go without a failed call before the log says their count recovered. */
@@ -240,19 +320,22 @@ function fallbackStore(maxKeys: number, logger: Logger): LimitStore {
 /** Custom limits no probe reaches on the configured windows: a probe is always a full decision, never a strike. */
 const PROBE_KEY = { plan: 'readiness-probe', perMinute: 1_000_000_000, perDay: 1_000_000_000 }
 
-function observed(store: LimitStore, kind: Limiter['storeKind'], observer: StoreObserver | undefined): LimitStore {
-  if (!observer) return store
+/** The store with every call counted by `observer` and, failed or served, told to `refusals`. */
+function observed(store: LimitStore, kind: Limiter['storeKind'], observer: StoreObserver | undefined, refusals?: (error?: unknown) => void): LimitStore {
+  if (!observer && !refusals) return store
   return {
     ...store,
     async consume(request) {
       const started = performance.now()
       try {
         const decision = await store.consume(request)
-        observer.call(kind, (performance.now() - started) / 1_000, 'ok')
+        observer?.call(kind, (performance.now() - started) / 1_000, 'ok')
+        refusals?.()
         return decision
       } catch (error) {
         const result = error instanceof RedisBudgetExceededError ? 'timeout' : 'error'
-        observer.call(kind, (performance.now() - started) / 1_000, result)
+        observer?.call(kind, (performance.now() - started) / 1_000, result)
+        refusals?.(error)
         throw error
       }
     },

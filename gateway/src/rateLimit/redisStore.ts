@@ -112,6 +112,11 @@ const credentialRefusals = new WeakSet<RedisClient>()
  * as a whole is ready, and says so only on its own connection ('node error').
  */
 const nodeCredentialRefusals = new WeakMap<Cluster, Map<string, string>>()
+/**
+ * A command connecting needs that the ACL user may not run: SELECT for a database number, which
+ * ioredis sends without waiting for it, and then goes on, ready, in database 0.
+ */
+const connectRefusals = new WeakMap<RedisClient, string>()
 /** Who is told when a client's credential refusals change (watchCredentialRefusals). */
 const credentialWatchers = new WeakMap<RedisClient, (() => void)[]>()
 
@@ -178,6 +183,8 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     lastConnectionErrors.set(client, handshakes && client instanceof Cluster ? handshakes.explain(text) : text)
     if (CREDENTIALS_REFUSED.test(text)) credentialRefusals.add(client)
     else credentialRefusals.delete(client)
+    const refused = redisRefusesPermission(error)
+    if (refused !== undefined) connectRefusals.set(client, refused)
     credentialsChanged()
   })
   client.on('ready', () => {
@@ -511,6 +518,42 @@ export function redisRefusesCredentials(client: RedisClient): string | undefined
   if (client.status !== 'ready' && credentialRefusals.has(client)) return lastConnectionErrors.get(client)
   const nodes = client instanceof Cluster ? nodeCredentialRefusals.get(client) : undefined
   return nodes?.size ? [...nodes].map(([node, words]) => `${node}: ${words}`).join('; ') : undefined
+}
+
+/**
+ * Redis's replies when the gateway's ACL user may log in but not run a command or touch a key it
+ * needs: at the top (`NOPERM …`, EVALSHA itself or the script's keys) or inside a script (Redis
+ * 7.0: `ERR The user executing the script can't …`; 7.2: `… ACL failure in script: …`).
+ */
+const PERMISSION_REFUSED = /\bNOPERM\b|\bThe user executing the script can't\b|\bACL failure in script\b/
+
+/** Redis's words (the first line) when `error` is its ACL refusing a command or key; undefined for any other failure. */
+export function redisRefusesPermission(error: unknown): string | undefined {
+  const message = error instanceof Error ? error.message : undefined
+  return message !== undefined && PERMISSION_REFUSED.test(message) ? message.split('\n')[0]!.slice(0, 200) : undefined
+}
+
+/** Redis's words when it refused a command of the client's connecting (SELECT); undefined otherwise. */
+export function redisRefusedOnConnect(client: RedisClient): string | undefined {
+  return connectRefusals.get(client)
+}
+
+/**
+ * A name for each failure domain (a Cluster master, or `redis`): `names(0)`, `names(1)`, … until
+ * every master holds the key `keyOf` makes of one, as the client's slot map says. On a Cluster,
+ * ACLs are per node: a check through one key reaches one master only.
+ */
+export function oneNamePerMaster(client: RedisClient, names: (n: number) => string, keyOf: (name: string) => string): Map<string, string> {
+  if (!(client instanceof Cluster)) return new Map([['redis', names(0)]])
+  const keyPrefix = client.options.keyPrefix ?? ''
+  const masters = new Set(client.slots.flatMap((owners) => (owners?.[0] === undefined ? [] : [owners[0]])))
+  const found = new Map<string, string>()
+  for (let n = 0; found.size < masters.size && n < 100 * CLUSTER_SLOTS; n++) {
+    const name = names(n)
+    const master = client.slots[calculateSlot(keyPrefix + keyOf(name))]?.[0]
+    if (master !== undefined && !found.has(master)) found.set(master, name)
+  }
+  return found
 }
 
 /** Calls `changed` whenever what redisRefusesCredentials says may have changed. */
