@@ -230,18 +230,21 @@ const PERMITTED_AFTER_QUIET_MILLIS = 10_000
 function permissionRefusalReporter(kind: Limiter['storeKind'], keyPrefix: string, logger: Logger, clock = () => performance.now()) {
   let said = false
   let lastRefusal = -Infinity
+  // Called with every decision and guess: a served call costs one comparison while nothing was said.
   return (error?: unknown): void => {
-    const now = clock()
-    const refused = error === undefined ? undefined : redisRefusesPermission(error)
-    if (refused !== undefined) {
-      lastRefusal = now
-      if (said) return
-      said = true
-      logger.error({ problem: refused }, `Redis refuses the gateway a command or key it needs: ${redisAclFix(kind, keyPrefix)}; limits follow onStoreFailure until it has them`)
-    } else if (error === undefined && said && now - lastRefusal >= PERMITTED_AFTER_QUIET_MILLIS) {
-      said = false
-      logger.info('Redis permits the gateway\'s commands and keys again')
+    if (error === undefined) {
+      if (said && clock() - lastRefusal >= PERMITTED_AFTER_QUIET_MILLIS) {
+        said = false
+        logger.info('Redis permits the gateway\'s commands and keys again')
+      }
+      return
     }
+    const refused = redisRefusesPermission(error)
+    if (refused === undefined) return
+    lastRefusal = clock()
+    if (said) return
+    said = true
+    logger.error({ problem: refused }, `Redis refuses the gateway a command or key it needs: ${redisAclFix(kind, keyPrefix)}; limits follow onStoreFailure until it has them`)
   }
 }
 
