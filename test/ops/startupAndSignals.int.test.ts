@@ -5,6 +5,7 @@ import path from 'node:path'
 import type { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
+import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
@@ -284,6 +285,48 @@ describe('starting before Postgres, and signals at the edges of a process life',
       } finally {
         await pool.end()
         rmSync(directory, { recursive: true, force: true })
+      }
+    }, 60_000)
+
+    // Keyed decisions (~rl:*) and key guesses (~anon:*) are refused or served apart: the decisions
+    // served meanwhile do not mean Redis permits the guesses, however far apart the guesses come.
+    it('an ACL that loses ~anon:* while the gateway runs: one error line for key guesses minutes apart, no "permits again" while keyed requests alone are served, and one once guesses are', async () => {
+      const { env, apiPort } = await gatewayEnv(database.url, await userWith('guesses', README_ACL))
+      const pool = createPool({ connectionString: database.url, applicationName: 'redis-acl-test' })
+      try {
+        const gateway = startNode('gateway/src/main.ts', { ...env, LOG_LEVEL: 'info' })
+        await waitForReady(`http://127.0.0.1:${env.GATEWAY_OPS_PORT}/readyz`, gateway, 30_000)
+        const { key } = await createKeyRepository(pool).create({ name: 'redis-acl-guesses', plan: 'free' })
+        const keyed = async () => expect((await fetch(`http://127.0.0.1:${apiPort}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200)
+        const guess = async () => expect((await fetch(`http://127.0.0.1:${apiPort}/v1/pets`, { headers: { authorization: `Bearer ${generateApiKey()}` } })).status).toBe(401)
+        const lines = (text: string) => gateway.output().split('\n').filter((line) => line.includes(text))
+        const refusals = () => lines('Redis refuses the gateway a command or key it needs')
+        const permitted = () => lines("Redis permits the gateway's commands and keys again")
+        /** Keyed requests, served, for longer than the reporter's quiet period. */
+        const keyedFor = async (millis: number) => {
+          for (const until = Date.now() + millis; Date.now() < until; await sleep(500)) await keyed()
+        }
+        await keyed()
+
+        await admin.call('ACL', 'SETUSER', 'guesses', 'resetkeys', '~rl:*')
+        await guess()
+        await eventually(async () => refusals().length > 0, 5_000)
+        expect(refusals()[0]).toContain('NOPERM this user has no permissions to access one of the keys')
+        await keyedFor(11_000)
+        await guess()
+        await keyed()
+        await sleep(500)
+        expect(permitted()).toEqual([])
+        expect(refusals()).toHaveLength(1)
+
+        await admin.call('ACL', 'SETUSER', 'guesses', '~anon:*')
+        await keyedFor(11_000)
+        await guess()
+        await eventually(async () => permitted().length > 0, 5_000)
+        expect(permitted()).toHaveLength(1)
+        expect(refusals()).toHaveLength(1)
+      } finally {
+        await pool.end()
       }
     }, 60_000)
   })

@@ -72,8 +72,8 @@ export function createAnonymousLimiter(options: {
    * address keeps what it has spent, so a reload gives a key guesser no fresh allowance.
    */
   replacing?: AnonymousCounts
-  /** Every Redis call for a guess, for the store's metrics and the operator's log. */
-  onStoreCall?: (seconds: number, result: 'ok' | 'timeout' | 'error', error?: unknown) => void
+  /** Every Redis call for a guess (from `address`), for the store's metrics and the operator's log. */
+  onStoreCall?: (seconds: number, result: 'ok' | 'timeout' | 'error', error: unknown, address: string) => void
 }) {
   const { perMinute: limit, windowSeconds, budgetMillis } = options
   const windowMillis = windowSeconds * 1_000
@@ -214,11 +214,11 @@ export function createAnonymousLimiter(options: {
       const started = performance.now()
       try {
         const decided = tighter(local, await consumeShared(shared, clientIp))
-        options.onStoreCall?.((performance.now() - started) / 1_000, 'ok')
+        options.onStoreCall?.((performance.now() - started) / 1_000, 'ok', undefined, clientIp)
         return decided
       } catch (error) {
         // Redis failed, or is slower than the budget: this process's count decides.
-        options.onStoreCall?.((performance.now() - started) / 1_000, error instanceof RedisBudgetExceededError ? 'timeout' : 'error', error)
+        options.onStoreCall?.((performance.now() - started) / 1_000, error instanceof RedisBudgetExceededError ? 'timeout' : 'error', error, clientIp)
         return local
       }
     },

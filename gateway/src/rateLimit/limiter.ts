@@ -12,6 +12,7 @@ import {
   createRedisStore,
   oneNamePerMaster,
   redisConnectionProblem,
+  redisFailureDomain,
   redisReady,
   redisRefusedOnConnect,
   redisRefusesCredentials,
@@ -56,6 +57,9 @@ export interface Limiter {
 /** Not an id the keys table can hold (those are `key_…`); its one Redis key expires like any other. */
 export const READINESS_PROBE_KEY_ID = 'readiness-probe'
 
+/** An address's per-IP count in Redis (rate-limiter-flexible's key, keyPrefix 'anon'). */
+const anonymousKey = (address: string) => `anon:${address}`
+
 /** Counted like a client's address by the start-up check; no client has it. */
 const PERMISSION_PROBE_ADDRESS = 'permission-probe'
 
@@ -90,8 +94,13 @@ export function createLimiter(options: LimiterOptions): Limiter {
   // From the start-up check on (ready()): a refusal before it stops the gateway (main.ts) instead.
   let started = false
   if (redis) reportCredentialRefusals(redis, storeKind, options.logger, () => started)
-  const refusals = redis ? permissionRefusalReporter(storeKind, keyPrefix ?? '', options.logger) : undefined
   const unobserved = redis ? createRedisStore(redis, { budgetMillis: commandTimeoutMillis }) : createMemoryStore()
+  const refusals = redis
+    ? permissionRefusalReporter(storeKind, keyPrefix ?? '', options.logger, {
+        domainOf: (call, id) => redisFailureDomain(redis, call === 'decision' ? limitKey(id) : anonymousKey(id)),
+        holdsKeys: unobserved.holdsKeys,
+      })
+    : undefined
   const primary = observed(unobserved, storeKind, options.observer, refusals)
   const store = createResilientStore({
     primary,
@@ -100,8 +109,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
     logger: options.logger,
   })
   const guessCalls = redis ? guessCallReporter(storeKind, options.observer, options.logger) : undefined
-  const onGuessCall: typeof guessCalls = guessCalls && ((seconds, result, error) => {
-    refusals?.(result === 'ok' ? undefined : (error ?? result))
+  const onGuessCall = guessCalls && ((seconds: number, result: 'ok' | 'timeout' | 'error', error: unknown, address: string) => {
+    refusals?.(result === 'ok' ? undefined : (error ?? result), 'guess', address)
     guessCalls(seconds, result, error)
   })
 
@@ -162,7 +171,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const guess = (address: string) => limiter.anonymous().countShared(address)
       const checks = [
         ...[...oneNamePerMaster(redis, (n) => `${READINESS_PROBE_KEY_ID}${n ? `-${n}` : ''}`, limitKey)].map(([master, keyId]) => ({ master, call: () => decide(keyId) })),
-        ...[...oneNamePerMaster(redis, (n) => `${PERMISSION_PROBE_ADDRESS}${n ? `-${n}` : ''}`, (address) => `anon:${address}`)].map(([master, address]) => ({ master, call: () => guess(address) })),
+        ...[...oneNamePerMaster(redis, (n) => `${PERMISSION_PROBE_ADDRESS}${n ? `-${n}` : ''}`, anonymousKey)].map(([master, address]) => ({ master, call: () => guess(address) })),
       ]
       const refused = await Promise.all(checks.map(async ({ master, call }) => {
         try {
@@ -216,35 +225,52 @@ function reportCredentialRefusals(client: RedisClient, kind: Limiter['storeKind'
   })
 }
 
-/** How long calls must go without a refusal, one served meanwhile, before the log says Redis permits them again. */
+/** How long the calls Redis refused must go without a refusal, one served meanwhile, before the log says Redis permits them again. */
 const PERMITTED_AFTER_QUIET_MILLIS = 10_000
+
+/** What a call needs Redis to permit: a decision (`rl:*` keys) or a guess's per-IP count (`anon:*`). */
+type RefusableCall = 'decision' | 'guess'
 
 /**
  * An ACL changed under a running gateway (a command or key pattern taken from its user) is, like
  * refused credentials, a misconfiguration no reconnect mends: every decision or guess fails the
- * same way. Said at error level once, naming the fix, not at every request; again only once calls
- * have gone 10 s without a refusal and one was served since (on a Cluster one master alone may
- * refuse, the others serving in between). Requests follow onStoreFailure meanwhile. A refusal at
- * start stops the gateway instead (main.ts). Call with the error of a failed call, or none.
+ * same way. Said at error level once, naming the fix, not at every request; again only once the
+ * calls that were refused have gone 10 s without a refusal and one of them was served since.
+ * Kept per kind of call and failure domain: decisions and guesses touch different key patterns,
+ * and on a Cluster each master has its own ACL, so decisions served, or another master serving,
+ * say nothing of the calls still refused (key guesses are sparse: each would otherwise be a
+ * "permits again" line and a new error). A domain that no longer holds keys (failover, reshard) is
+ * not waited for. Requests follow onStoreFailure meanwhile. A refusal at start stops the gateway
+ * instead (main.ts). Call with the error of a failed call, or none, and what the call was for.
  */
-function permissionRefusalReporter(kind: Limiter['storeKind'], keyPrefix: string, logger: Logger, clock = () => performance.now()) {
-  let said = false
-  let lastRefusal = -Infinity
+function permissionRefusalReporter(
+  kind: Limiter['storeKind'],
+  keyPrefix: string,
+  logger: Logger,
+  where: { domainOf(call: RefusableCall, id: string): string; holdsKeys?(domain: string): boolean },
+  clock = () => performance.now(),
+) {
+  // `${call} ${domain}` of the calls refused since the error line → its domain and last refusal.
+  const refused = new Map<string, { domain: string; at: number }>()
   // Called with every decision and guess: a served call costs one comparison while nothing was said.
-  return (error?: unknown): void => {
+  return (error: unknown, call: RefusableCall, id: string): void => {
     if (error === undefined) {
-      if (said && clock() - lastRefusal >= PERMITTED_AFTER_QUIET_MILLIS) {
-        said = false
-        logger.info('Redis permits the gateway\'s commands and keys again')
-      }
+      if (refused.size === 0) return
+      const now = clock()
+      const source = `${call} ${where.domainOf(call, id)}`
+      const last = refused.get(source)
+      if (last !== undefined && now - last.at >= PERMITTED_AFTER_QUIET_MILLIS) refused.delete(source)
+      for (const [other, { domain }] of refused) if (where.holdsKeys?.(domain) === false) refused.delete(other)
+      if (refused.size === 0) logger.info('Redis permits the gateway\'s commands and keys again')
       return
     }
-    const refused = redisRefusesPermission(error)
-    if (refused === undefined) return
-    lastRefusal = clock()
-    if (said) return
-    said = true
-    logger.error({ problem: refused }, `Redis refuses the gateway a command or key it needs: ${redisAclFix(kind, keyPrefix)}; limits follow onStoreFailure until it has them`)
+    const words = redisRefusesPermission(error)
+    if (words === undefined) return
+    const domain = where.domainOf(call, id)
+    const first = refused.size === 0
+    refused.set(`${call} ${domain}`, { domain, at: clock() })
+    if (!first) return
+    logger.error({ problem: words }, `Redis refuses the gateway a command or key it needs: ${redisAclFix(kind, keyPrefix)}; limits follow onStoreFailure until it has them`)
   }
 }
 
@@ -320,11 +346,13 @@ function fallbackStore(maxKeys: number, logger: Logger): LimitStore {
   })
 }
 
+type PermissionRefusals = ReturnType<typeof permissionRefusalReporter>
+
 /** Custom limits no probe reaches on the configured windows: a probe is always a full decision, never a strike. */
 const PROBE_KEY = { plan: 'readiness-probe', perMinute: 1_000_000_000, perDay: 1_000_000_000 }
 
 /** The store with every call counted by `observer` and, failed or served, told to `refusals`. */
-function observed(store: LimitStore, kind: Limiter['storeKind'], observer: StoreObserver | undefined, refusals?: (error?: unknown) => void): LimitStore {
+function observed(store: LimitStore, kind: Limiter['storeKind'], observer: StoreObserver | undefined, refusals?: PermissionRefusals): LimitStore {
   if (!observer && !refusals) return store
   return {
     ...store,
@@ -333,12 +361,12 @@ function observed(store: LimitStore, kind: Limiter['storeKind'], observer: Store
       try {
         const decision = await store.consume(request)
         observer?.call(kind, (performance.now() - started) / 1_000, 'ok')
-        refusals?.()
+        refusals?.(undefined, 'decision', request.keyId)
         return decision
       } catch (error) {
         const result = error instanceof RedisBudgetExceededError ? 'timeout' : 'error'
         observer?.call(kind, (performance.now() - started) / 1_000, result)
-        refusals?.(error)
+        refusals?.(error, 'decision', request.keyId)
         throw error
       }
     },

@@ -426,12 +426,15 @@ function reportLate(request: LimitRequest, sent: Promise<ScriptReply> | undefine
   )
 }
 
+/** The failure domain holding `key` (its Cluster master as of the client's slot map, or `redis`). */
+export function redisFailureDomain(client: RedisClient, key: string): string {
+  return client instanceof Cluster ? (client.slots[calculateSlot((client.options.keyPrefix ?? '') + key)]?.[0] ?? UNKNOWN_MASTER) : 'redis'
+}
+
 export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
   const send = budgetedSender(client, options.budgetMillis)
   const clock = redisClockFor(options.budgetMillis)
-  const keyPrefix = client.options.keyPrefix ?? ''
-  const failureDomain = (key: string): string =>
-    client instanceof Cluster ? (client.slots[calculateSlot(keyPrefix + key)]?.[0] ?? UNKNOWN_MASTER) : 'redis'
+  const failureDomain = (key: string): string => redisFailureDomain(client, key)
   // The failure domains holding keys as of the client's last refresh of the slot map (at each
   // MOVED and every few seconds): the masters serving slots (a dead master stays among them until
   // its replica is promoted), and UNKNOWN_MASTER while a slot has none (unassigned, with
