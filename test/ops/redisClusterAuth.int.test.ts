@@ -1,3 +1,4 @@
+import calculateSlot from 'cluster-key-slot'
 import { Cluster, Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
@@ -181,6 +182,52 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
         await node.call('ACL', 'SETUSER', 'gateway', '+@all')
         node.disconnect()
       }
+    }
+  }, 60_000)
+
+  // A reshard under way: the slot of the start-up check's probe key is MIGRATING, its keys gone
+  // from the old master, which answers ASK; ioredis follows it with ASKING on the new one.
+  it.each([
+    ['the README\'s Cluster ACL', 'up', ['+asking']],
+    // Its calls for the moving slot's keys (the probe's among them) fail until the move is done.
+    ['a user without +asking (the README\'s ACL before it listed it)', 'down', []],
+  ])('started while a reshard moves the probe key\'s slot, with %s: the gateway starts, not ended by a refused ASKING, and /readyz (closed) says Redis is %s', async (_case, redis, extra) => {
+    const nodes = cluster.nodes.map((node) => new Redis({ host: '127.0.0.1', port: Number(node.split(':')[1]), password: PASSWORD }))
+    const slot = calculateSlot(limitKey('readiness-probe'))
+    const ids = await Promise.all(nodes.map(async (node) => String(await node.call('CLUSTER', 'MYID'))))
+    const owners = (await nodes[0]!.call('CLUSTER', 'SLOTS')) as [number, number, [string, number, string]][]
+    const owner = ids.indexOf(owners.find(([first, last]) => first <= slot && slot <= last)![2][2])
+    const importer = (owner + 1) % nodes.length
+    try {
+      for (const node of nodes) {
+        await node.call('ACL', 'SETUSER', 'resharded', 'reset', 'on', `>${ACL_PASSWORD}`, 'resetkeys', '~rl:*', '~anon:*', 'resetchannels', '-@all',
+          '+evalsha', '+eval', '+time', '+get', '+set', '+pttl', '+incrby', '+expire', '+info', '+cluster|slots', ...extra)
+      }
+      // Moved already (or never written): the old master answers ASK for it.
+      await nodes[owner]!.del(limitKey('readiness-probe'))
+      await nodes[importer]!.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', ids[owner]!)
+      await nodes[owner]!.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', ids[importer]!)
+      const gateway = await startGatewayProcess({
+        databaseUrl: database.url,
+        petsUrl: upstream.url,
+        env: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_USERNAME: 'resharded', REDIS_PASSWORD: ACL_PASSWORD },
+        configure: (file) => void (file.onStoreFailure = 'closed'),
+        notReady: true,
+      })
+      try {
+        expect((await gateway.readyz()).body.dependencies?.redis).toBe(redis)
+        await sleep(500)
+        expect(gateway.proc.hasExited()).toBe(false)
+        expect(gateway.proc.output()).not.toContain('cannot start')
+      } finally {
+        gateway.cleanup()
+      }
+    } finally {
+      // What the gateway wrote on the new master (through ASKING) is dropped with the move.
+      await nodes[importer]!.call('ASKING')
+      await nodes[importer]!.del(limitKey('readiness-probe'))
+      for (const node of [nodes[owner]!, nodes[importer]!]) await node.call('CLUSTER', 'SETSLOT', slot, 'STABLE')
+      for (const node of nodes) node.disconnect()
     }
   }, 60_000)
 

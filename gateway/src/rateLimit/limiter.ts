@@ -193,7 +193,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
 
 /** What an operator grants when Redis refuses the gateway's user a command or key (README, Redis ACL). */
 export function redisAclFix(kind: Limiter['storeKind'], keyPrefix: string): string {
-  const commands = `+evalsha +eval +time +get +set +pttl +incrby +expire +info${kind === 'cluster' ? ' +cluster|slots' : ''} (+select for a database number)`
+  const commands = `+evalsha +eval +time +get +set +pttl +incrby +expire +info${kind === 'cluster' ? ' +cluster|slots +asking' : ''} (+select for a database number)`
   return `give the gateway's Redis user what the README's "Redis ACL" lists: keys ~${keyPrefix}rl:* ~${keyPrefix}anon:*, commands ${commands}${kind === 'cluster' ? ', on every node' : ''}`
 }
 

@@ -205,6 +205,15 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     // refuse again: it still refuses until it accepts, or until the slot map no longer names it.
     client.on('+node', (node: Redis) => {
       const name = `${node.options.host}:${node.options.port}`
+      // ioredis follows an ASK redirect (a reshard under way) with ASKING and drops its reply: an
+      // ACL user without +asking had it refused, unhandled, which ended the process. The command
+      // after it then fails like any other (redirected back and forth), per onStoreFailure.
+      const asking = node.asking.bind(node)
+      node.asking = ((...args: Parameters<typeof asking>) => {
+        const sent = asking(...args)
+        sent.catch(() => undefined)
+        return sent
+      }) as typeof node.asking
       node.on('ready', () => {
         if (refusing.delete(name)) credentialsChanged()
       })
