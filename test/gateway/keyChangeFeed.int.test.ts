@@ -108,6 +108,21 @@ describe('API key change notifications', () => {
     }
   }, 30_000)
 
+  // A network or NAT that drops an idle connection silently: no error, no close, nothing answered.
+  it('come back by themselves after their connection stopped answering without being closed', async () => {
+    const subject = await feedThroughRelay()
+    try {
+      await subject.revocationArrives('before', 2_000)
+      await subject.relay.silence()
+      // New connections are carried again; the listening one stays mute.
+      await subject.relay.restore()
+      // A ping within 5 s, its 2 s for an answer, 5 s before listening again, and slack.
+      await subject.revocationArrives('after', 15_000)
+    } finally {
+      await subject.stop()
+    }
+  }, 30_000)
+
   it('come back by themselves when Postgres was not reachable yet as the gateway started', async () => {
     const subject = await feedThroughRelay({ cutBeforeStart: true })
     try {

@@ -35,6 +35,14 @@ interface ReadInProgress {
   olderAfter?: { xid: string; id: number | string }
 }
 
+/** How long the LISTEN connection may take to answer LISTEN or a ping before it is taken for lost. */
+const LISTEN_ANSWER_MILLIS = 2_000
+
+/** The pg internal closed on a LISTEN connection that stops answering (pool.ts's sweep closes pooled ones the same way). */
+interface MuteClient {
+  connection: { stream: { destroy(): void } }
+}
+
 /** Entries read per statement: one operator transaction may hold millions, and each statement has the pool's timeout. */
 const PAGE_ENTRIES = 5_000
 
@@ -144,6 +152,18 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   // for as long as it is lost (Postgres down, restarted): the periodic read bounds propagation
   // meanwhile, NOTIFY makes it instant again.
   const RELISTEN_MILLIS = 5_000
+  // A connection that stops answering (a network or NAT that dropped it silently, a hung host)
+  // reports nothing: it would stay the listener, deaf, for good. So LISTEN and a ping every
+  // RELISTEN_MILLIS must be answered within LISTEN_ANSWER_MILLIS, or the connection is closed,
+  // which reports it lost like any other.
+  const answered = async <T>(client: pg.Client, work: Promise<T>): Promise<T> => {
+    const timer = setTimeout(() => (client as unknown as MuteClient).connection.stream.destroy(), LISTEN_ANSWER_MILLIS)
+    try {
+      return await work
+    } finally {
+      clearTimeout(timer)
+    }
+  }
   let reported = false
   let everListened = false
   const listenLater = () => {
@@ -165,9 +185,12 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     })
     try {
       await client.connect()
-      await client.query(`LISTEN ${KEY_CHANGES_CHANNEL}`)
+      await answered(client, client.query(`LISTEN ${KEY_CHANGES_CHANNEL}`))
       if (lost || stopped) return void client.end().catch(() => undefined)
       listener = client
+      const ping = setInterval(() => void answered(client, client.query('SELECT 1')).catch(() => undefined), RELISTEN_MILLIS)
+      ping.unref()
+      client.once('end', () => clearInterval(ping))
       // Changes made while nobody listened are read now rather than at the next periodic read.
       if (everListened || reported) void catchUp()
       everListened = true
