@@ -1,4 +1,5 @@
 import net from 'node:net'
+import pg from 'pg'
 import type { InjectOptions } from 'fastify'
 import { pino } from 'pino'
 import { Registry } from 'prom-client'
@@ -178,6 +179,55 @@ describe('pets-service when Postgres stops answering in the middle of a connecti
       await app.close()
       await pool.end()
       await relay.close()
+    }
+  })
+})
+
+describe('pets-service when its Postgres takes no writes for a while (failover, default_transaction_read_only)', () => {
+  const database = suiteDatabase()
+
+  beforeAll(async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
+    await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
+  })
+
+  async function defaultReadOnly(on: boolean) {
+    const admin = new pg.Client({ connectionString: database.url })
+    await admin.connect()
+    try {
+      await admin.query('SET default_transaction_read_only = off')
+      const { rows } = await admin.query<{ name: string }>('SELECT current_database() AS name')
+      await admin.query(`ALTER DATABASE "${rows[0]!.name}" ${on ? 'SET default_transaction_read_only = on' : 'RESET default_transaction_read_only'}`)
+    } finally {
+      await admin.end()
+    }
+  }
+
+  it('answers a create 503 with Retry-After, not 500, and stores it once Postgres takes writes again', async () => {
+    await defaultReadOnly(true)
+    // Started after the change: every connection it opens is read-only.
+    const { app, pool } = await serviceOn(database.url)
+    try {
+      const list = await app.inject({ method: 'GET', url: '/pets', headers: auth })
+      expect(list.statusCode).toBe(200)
+      const creates: Record<string, Record<string, string>> = { create: {}, 'create with Idempotency-Key': { 'idempotency-key': 'read-only-1' } }
+      for (const headers of Object.values(creates)) {
+        const response = await app.inject({ method: 'POST', url: '/pets', payload: { name: 'Rex', categoryId: 1 }, headers: { ...auth, ...headers } })
+        expect(response.statusCode, response.body).toBe(503)
+        expect(response.headers['retry-after']).toMatch(/^[3-7]$/)
+        expect(response.json()).toMatchObject({ code: 'service_unavailable', status: 503 })
+      }
+      await defaultReadOnly(false)
+      // A connection opened while the database was read-only stays so for its whole session: the
+      // one each failed create ran on must be gone, not back in the pool for the retry.
+      const retried = await app.inject({ method: 'POST', url: '/pets', payload: { name: 'Rex', categoryId: 1 }, headers: { ...auth, 'idempotency-key': 'read-only-1' } })
+      expect(retried.statusCode, retried.body).toBe(201)
+      const { rows } = await pool.query<{ count: number }>('SELECT count(*)::int AS count FROM pets.pets')
+      expect(rows[0]!.count).toBe(1)
+    } finally {
+      await defaultReadOnly(false)
+      await app.close()
+      await pool.end()
     }
   })
 })

@@ -123,8 +123,11 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number): void {
 }
 
 // SQLSTATE classes 08 (connection exception) and 57 (operator intervention: shutdown,
-// statement timeout) and 53 (insufficient resources) mean "try again later", not a bug.
-const UNAVAILABLE_SQLSTATE = /^(08|53|57)/
+// statement timeout) and 53 (insufficient resources) mean "try again later", not a bug. So does
+// 25006 (read_only_sql_transaction): a write reaching a Postgres that takes none for now (a
+// primary demoted in a failover, a standby behind the address, default_transaction_read_only set
+// by an operator or by a managed service whose disk is nearly full).
+const UNAVAILABLE_SQLSTATE = /^(08|53|57)|^25006$/
 // EMFILE and ENFILE: this process (or the host) has no file descriptor left for a new connection
 // until others close; the database is as unreachable as if it refused, and as temporarily.
 const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EMFILE', 'ENFILE'])

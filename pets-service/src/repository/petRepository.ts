@@ -90,6 +90,10 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
       // connection is destroyed rather than returned to the pool.
       let lost: Error | undefined
       const onLost = (error: Error) => (lost = error)
+      // Nor is a connection whose transaction failed given back, as withConnection does: a session
+      // opened while the database took no writes (default_transaction_read_only) stays read-only
+      // after it takes them again, and returned, it failed every later create with a key.
+      let failed: Error | true | undefined
       client.on('error', onLost)
       try {
         await client.query('BEGIN')
@@ -120,10 +124,11 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
         return result
       } catch (error) {
         await client.query('ROLLBACK').catch(() => undefined)
+        failed = error instanceof Error ? error : true
         throw error
       } finally {
         client.off('error', onLost)
-        client.release(lost)
+        client.release(lost ?? failed)
       }
     },
 
