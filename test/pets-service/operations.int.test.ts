@@ -232,6 +232,34 @@ describe('pets-service when its Postgres takes no writes for a while (failover, 
   })
 })
 
+describe('pets-service when a column it reads changes type while it runs (a migration of another version)', () => {
+  const database = suiteDatabase()
+
+  beforeAll(async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
+    await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
+  })
+
+  it('goes on answering list and read 200, not 500 once per connection', async () => {
+    const { app, pool } = await serviceOn(database.url)
+    try {
+      const created = await app.inject({ method: 'POST', url: '/pets', payload: { name: 'Rex', categoryId: 1 }, headers: auth })
+      const id = (created.json() as { id: number }).id
+      // Prepared on the pool's connections, with the column's type of then.
+      for (const url of ['/pets', `/pets/${id}`]) expect((await app.inject({ method: 'GET', url, headers: auth })).statusCode).toBe(200)
+      await pool.query('ALTER TABLE pets.pets ALTER COLUMN name TYPE varchar(300)')
+      for (const url of ['/pets', `/pets/${id}`]) {
+        const response = await app.inject({ method: 'GET', url, headers: auth })
+        expect(response.statusCode, response.body).toBe(200)
+        expect(response.body).toContain('"name":"Rex"')
+      }
+    } finally {
+      await app.close()
+      await pool.end()
+    }
+  })
+})
+
 describe('pets-service operations', () => {
   const database = suiteDatabase()
 

@@ -47,6 +47,8 @@ const IDEMPOTENCY_PURGE_BATCH_ROWS = 5_000
 const IDEMPOTENCY_PURGE_MIN_BATCH_ROWS = 100
 /** Postgres's query_canceled: the statement timeout, or an operator's pg_cancel_backend. */
 const QUERY_CANCELED = '57014'
+/** Postgres's feature_not_supported, with which it refuses a prepared statement whose result type has changed. */
+const FEATURE_NOT_SUPPORTED = '0A000'
 
 export interface PetRepositoryOptions {
   /** Name the read queries so each connection prepares them once. Default true. */
@@ -55,8 +57,21 @@ export interface PetRepositoryOptions {
 
 export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions = {}) {
   const named = options.preparedStatements ?? true
-  const statement = (name: string, text: string, values: unknown[]): pg.QueryConfig =>
-    named ? { name, text, values } : { text, values }
+  /**
+   * A named statement's result type is fixed when a connection prepares it: once a column it
+   * returns changes type (a migration, from another version's rolling deploy), Postgres refuses it
+   * on every connection that prepared it ("cached plan must not change result type"), a 500 each.
+   * The pool closes that connection, and the statement runs again unnamed, planned afresh.
+   */
+  const read = async <R extends pg.QueryResultRow>(name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> => {
+    if (!named) return pool.query<R>({ text, values })
+    try {
+      return await pool.query<R>({ name, text, values })
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== FEATURE_NOT_SUPPORTED) throw error
+      return pool.query<R>({ text, values })
+    }
+  }
 
   async function insertPet(client: pg.Pool | pg.PoolClient, pet: NewPetRow): Promise<Pet> {
     const { rows } = await client.query<Pet>(
@@ -71,13 +86,13 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
     async listPage({ limit, status, afterId }: PageQuery): Promise<Pet[]> {
       const { rows } =
         status === undefined
-          ? await pool.query<Pet>(statement('pets.list-page', LIST_PAGE, [afterId, limit]))
-          : await pool.query<Pet>(statement('pets.list-page-by-status', LIST_PAGE_BY_STATUS, [status, afterId, limit]))
+          ? await read<Pet>('pets.list-page', LIST_PAGE, [afterId, limit])
+          : await read<Pet>('pets.list-page-by-status', LIST_PAGE_BY_STATUS, [status, afterId, limit])
       return rows
     },
 
     async findById(id: number): Promise<Pet | undefined> {
-      const { rows } = await pool.query<Pet>(statement('pets.find-by-id', FIND_BY_ID, [id]))
+      const { rows } = await read<Pet>('pets.find-by-id', FIND_BY_ID, [id])
       return rows[0]
     },
 
