@@ -287,6 +287,41 @@ describe('Redis faults: every request is answered within the budget, open or clo
     recordFault('Redis slow: every client paused 5 s (CLIENT PAUSE ALL)', slowest)
   })
 
+  // ioredis 5 keeps its 2 s socket timer on the client, not on the connection: armed by a command
+  // the dropped connection never answered, it fired on the new one, healthy, and dropped that too,
+  // a second outage (503s from a closed gateway) 2 s after the first had ended.
+  it('dropped: Redis closes the gateway connections with a command unanswered, and the new connections stay up', async () => {
+    const admin = redis.admin()
+    await admin.connect()
+    try {
+      const connectionsBefore = Number(/total_connections_received:(\d+)/.exec(await admin.info('stats'))![1])
+      // The scripts wait in Redis (a write pause) when their connections are closed.
+      await admin.call('CLIENT', 'PAUSE', '300', 'WRITE')
+      const unanswered = [timed(closed), timed(open)]
+      await sleep(50)
+      await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+      for (const { response } of await Promise.all(unanswered)) await response.arrayBuffer()
+      await eventually(async () => (await timed(closed)).response.status === 200, 5_000, 50)
+      const statuses = new Map<number, number>()
+      const until = performance.now() + 3_000
+      while (performance.now() < until) {
+        for (const gateway of [closed, open]) {
+          const { response } = await timed(gateway)
+          statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1)
+          await response.arrayBuffer()
+        }
+        await sleep(5)
+      }
+      expect([...statuses.keys()]).toEqual([200])
+      // One new connection per gateway, and no more.
+      const connectionsAfter = Number(/total_connections_received:(\d+)/.exec(await admin.info('stats'))![1])
+      expect(connectionsAfter - connectionsBefore).toBe(2)
+    } finally {
+      admin.disconnect()
+    }
+    await expectRecovered('dropped')
+  })
+
   it('restarted: a new server on the same port with an empty script cache', async () => {
     await redis.restart()
     // The gateways reconnect by themselves; give them the time, then no request may fail.
