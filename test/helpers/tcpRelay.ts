@@ -11,6 +11,7 @@ import net from 'node:net'
  * is idempotent.
  */
 export async function cuttableRelay(target: { host: string; port: number }) {
+  let to = target
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>()
   let state: 'open' | 'cut' | 'silent' = 'open'
   let delayMillis = 0
@@ -20,7 +21,7 @@ export async function cuttableRelay(target: { host: string; port: number }) {
       client.destroy()
       return
     }
-    const upstream = net.connect(target)
+    const upstream = net.connect(to)
     const pair = { client, upstream }
     pairs.add(pair)
     for (const socket of [client, upstream]) {
@@ -69,6 +70,10 @@ export async function cuttableRelay(target: { host: string; port: number }) {
     async restore() {
       state = 'open'
       delayMillis = 0
+    },
+    /** Connections opened from now on go to `next`; open ones stay where they are (a DNS name moved to another server). */
+    async redirect(next: { host: string; port: number }) {
+      to = next
     },
     /** Cuts for good and releases the port. */
     async close() {

@@ -102,6 +102,9 @@ export function backstopTimeoutMillis(budgetMillis: number): number {
 /** How often a Cluster client reads the slot map when no redirect has made it do so. */
 export const SLOTS_REFRESH_MILLIS = 5_000
 
+/** Redis's reply to a write (the rate-limit scripts write) on a replica. */
+const READ_ONLY_REPLICA = /^READONLY\b/
+
 /** Each client's last connection error, until it is ready again: why it has no connection (redisConnectionProblem). */
 const lastConnectionErrors = new WeakMap<RedisClient, string>()
 /** Clients whose last connection error is Redis refusing their credentials (redisRefusesCredentials). */
@@ -173,7 +176,15 @@ export function connectRedis(connection: RedisConnection): RedisClient {
           slotsRefreshInterval: SLOTS_REFRESH_MILLIS,
         },
       )
-    : new Redis(connection.url ?? 'redis://127.0.0.1:6379', handshakes ? { ...options, Connector: handshakes.Connector } : options)
+    : new Redis(connection.url ?? 'redis://127.0.0.1:6379', {
+        ...options,
+        // A managed Redis's primary endpoint is a name that moves to the promoted replica at a
+        // failover, and the open connection stays with the old primary, now a replica refusing
+        // every script: the gateway answered per onStoreFailure until it was restarted. A new
+        // connection goes where the name points now. (A Cluster follows its slot map instead.)
+        reconnectOnError: (error) => READ_ONLY_REPLICA.test(error.message),
+        ...(handshakes ? { Connector: handshakes.Connector } : {}),
+      })
   if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
   if (client instanceof Redis) forgetSocketTimerOnClose(client)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.

@@ -11,6 +11,7 @@ import { startPetsService, type RunningPetsService } from '../../helpers/petsSer
 import { testKeyPrefix } from '../../helpers/redis.ts'
 import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
 import { suiteService } from '../../helpers/suiteService.ts'
+import { cuttableRelay } from '../../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { anonymous, eventually, expectRateLimitHeaders, keyed, sleep } from './httpLimits.ts'
 
@@ -392,6 +393,60 @@ describe('Redis faults: every request is answered within the budget, open or clo
     }
     await expectRecovered('out of memory')
     recordFault('Redis out of memory (maxmemory 1mb, noeviction) while requests arrive', slowest!)
+  })
+})
+
+// A managed Redis's primary endpoint is a DNS name that moves to the promoted replica at a
+// failover; the connection a gateway already has stays with the old primary, now a replica.
+describe('a failover behind a primary endpoint: the old primary, now a replica, answers READONLY', () => {
+  const prefix = testKeyPrefix()
+  const database = suiteDatabase()
+  const pets = suiteService(() => startPetsService(database.url))
+  const primary = suiteService(() => startPrivateRedis())
+  const replica = suiteService(() => startPrivateRedis())
+  let endpoint: Awaited<ReturnType<typeof cuttableRelay>>
+  let gateway: RunningGateway
+
+  beforeAll(async () => {
+    endpoint = await cuttableRelay({ host: '127.0.0.1', port: primary.port })
+    gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: `redis://127.0.0.1:${endpoint.port}` },
+      configure: (file) => {
+        file.redis.keyPrefix = prefix
+        file.onStoreFailure = 'closed'
+      },
+    })
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    await endpoint?.close()
+  })
+
+  it('the gateway follows the endpoint to the new primary by itself, instead of answering 503 until it is restarted', async () => {
+    const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 100_000, perDay: 1_000_000 })
+    const request = async () => {
+      const response = await gateway.request('/v1/pets?limit=1', { key })
+      await response.arrayBuffer()
+      return response.status
+    }
+    expect(await request()).toBe(200)
+    const [newPrimary, oldPrimary] = [replica.admin(), primary.admin()]
+    try {
+      await Promise.all([newPrimary.connect(), oldPrimary.connect()])
+      await newPrimary.replicaof('NO', 'ONE')
+      await endpoint.redirect({ host: '127.0.0.1', port: replica.port })
+      await oldPrimary.replicaof('127.0.0.1', String(replica.port))
+      await eventually(async () => (await request()) === 503, 5_000, 50)
+      await eventually(async () => (await request()) === 200, 5_000, 100)
+      // Decided by the new primary: the key's window is there now.
+      const keys = await newPrimary.keys(`${prefix}rl:*`)
+      expect(keys.length).toBeGreaterThan(0)
+    } finally {
+      newPrimary.disconnect()
+      oldPrimary.disconnect()
+    }
   })
 })
 
