@@ -433,6 +433,23 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(text).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 1$/m)
   })
 
+  it('answers 502 bad_gateway, never the upstream\'s 408, when the upstream timed out the gateway\'s own connection', async () => {
+    // What the pets-service's HTTP parser answers on a connection it held longer than its headers
+    // timeout (seen when it resumes after a freeze): the client's request was complete at the gateway.
+    const scripted = await scriptedUpstream((request, response) => {
+      request.resume()
+      response.writeHead(408, { 'content-type': 'application/json', connection: 'close' })
+      response.end(JSON.stringify({ code: 'request_timeout', message: 'Request timeout.', status: 408 }))
+    })
+    const { gateway, key } = await gatewayTo(scripted)
+    const listed = await gateway.request('/v1/pets', { key, contract: false })
+    await expectErrorResponse(listed, 502, 'bad_gateway')
+    expect(listed.headers.get('x-ratelimit-limit')).not.toBeNull()
+    const created = await gateway.request('/v1/pets', { key, contract: false, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' })
+    await expectErrorResponse(created, 502, 'bad_gateway')
+    expect(await gateway.registry.metrics()).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 2$/m)
+  })
+
   it('tells the upstream the client address a trusted load balancer gave, without the source port it may write', async () => {
     const recorder = await recordingUpstream()
     upstream = recorder

@@ -163,6 +163,13 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       fail(reply, new Error('upstream refused the internal credential'))
       return false
     }
+    // Every request body is read whole before it is forwarded, so an upstream 408 is about the
+    // gateway's own connection (the pets-service's parser timing it out, as when it resumes after a
+    // freeze), never the client's pace: not the client's `request_timeout`. The request did not run.
+    if (statusCode === 408) {
+      fail(reply, new Error('upstream answered 408: it timed out the connection before reading the request'))
+      return false
+    }
     // An error answer reaches the client only as the Error body: an upstream's own page (a stack
     // trace, SQL, a framework's HTML) is a broken answer, refused with 502 and kept in the log.
     if (statusCode >= 400 && !isJson(parsed['content-type'])) {
