@@ -160,6 +160,27 @@ describe('npm start on the embedded default', () => {
   )
 
   it(
+    'a service killed with SIGKILL is not restarted: npm start names it, stops the rest, closes the database and exits 1',
+    async () => {
+      const stack = await newStack()
+      const first = await npmStart(stack)
+      const gatewayPid = Number(/\[start\] {3}gateway .* pid (\d+)$/m.exec(first.output())?.[1])
+      expect(gatewayPid).toBeGreaterThan(0)
+      process.kill(gatewayPid, 'SIGKILL')
+
+      expect(await exitWithin(first, STOP_MILLIS)).toEqual({ code: 1, signal: null })
+      expect(first.output()).toContain('[start] error: gateway exited unexpectedly (signal SIGKILL); stopping everything')
+      await waitForPortClosed(stack.petsPort, 5_000)
+      // The database was closed and the folder given back: the next start is no recovery.
+      expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
+      const second = await npmStart(stack)
+      expect(second.output()).not.toContain('did not stop cleanly')
+      expect(await sigterm(second)).toEqual({ code: 0, signal: null })
+    },
+    4 * READY_MILLIS,
+  )
+
+  it(
     'npm start killed during its very first start comes up next time',
     async () => {
       const stack = await newStack()
