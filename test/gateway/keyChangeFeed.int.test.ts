@@ -123,6 +123,31 @@ describe('API key change notifications', () => {
     }
   }, 30_000)
 
+  // A gateway whose event loop is held up (a long GC pause, a CPU-starved container) reads the
+  // ping's answer late: that is its own lag, not a mute connection.
+  it('stay on their connection when the gateway itself is too busy to read the ping answer for over 2 s', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test' })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const warnings: string[] = []
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(JSON.parse(line).msg) })
+    const feed = await startKeyChangeFeed({ repository: createKeyRepository(pool), connectionString: database.url, onChange: () => undefined, logger, pollMillis: 60_000 })
+    try {
+      // Busy 2.5 s at a time, with a turn of the event loop between, for longer than the 5 s between
+      // pings: a ping goes out in one of those turns and its answer waits in the socket.
+      const until = performance.now() + 6_000
+      while (performance.now() < until) {
+        const busyUntil = performance.now() + 2_500
+        while (performance.now() < busyUntil);
+        await new Promise((resolve) => setImmediate(resolve))
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      expect(warnings).toEqual([])
+    } finally {
+      await feed.stop()
+      await pool.end()
+    }
+  }, 30_000)
+
   it('come back by themselves when Postgres was not reachable yet as the gateway started', async () => {
     const subject = await feedThroughRelay({ cutBeforeStart: true })
     try {

@@ -156,11 +156,19 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   // reports nothing: it would stay the listener, deaf, for good. So LISTEN and a ping every
   // RELISTEN_MILLIS must be answered within LISTEN_ANSWER_MILLIS, or the connection is closed,
   // which reports it lost like any other.
+  // The timer runs on this process's clock: after the event loop was held up (a long GC pause, a
+  // CPU-starved host) it fires before the socket is read, the answer waiting there. So the
+  // connection is closed only if one more turn of the loop, which reads it, brings no answer.
   const answered = async <T>(client: pg.Client, work: Promise<T>): Promise<T> => {
-    const timer = setTimeout(() => (client as unknown as MuteClient).connection.stream.destroy(), LISTEN_ANSWER_MILLIS)
+    let settled = false
+    const timer = setTimeout(
+      () => setImmediate(() => settled || (client as unknown as MuteClient).connection.stream.destroy()),
+      LISTEN_ANSWER_MILLIS,
+    )
     try {
       return await work
     } finally {
+      settled = true
       clearTimeout(timer)
     }
   }
