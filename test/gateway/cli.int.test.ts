@@ -62,6 +62,24 @@ describe('keys CLI (npm run keys)', () => {
     await pool?.end()
   })
 
+  // A primary demoted in a failover, default_transaction_read_only: Postgres answers, and the
+  // operator is told that, not sent to check the network.
+  it('says Postgres takes no writes, not that it cannot be reached, when the database is read-only', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'read-only', plan: 'free' })
+    const name = new URL(database.url).pathname.slice(1)
+    // One connection, opened before: the pool's later ones would be read-only too.
+    const admin = await pool.connect()
+    await admin.query(`ALTER DATABASE "${name}" SET default_transaction_read_only = on`)
+    try {
+      const [revoke, list] = await Promise.all([run('revoke', record.id), run('list', '--json')])
+      for (const refused of [revoke, list]) expectFailure(refused, /^error: Postgres takes no writes for now \(read-only\) at DATABASE_URL .*read-only transaction\n$/)
+    } finally {
+      await admin.query(`ALTER DATABASE "${name}" RESET default_transaction_read_only`)
+      admin.release()
+    }
+  })
+
   it('creates a key on a fresh database and prints it once; the printed key is the stored one', async () => {
     const [text, json] = await Promise.all([
       run('create', '--plan', 'pro', '--name', 'acme'),

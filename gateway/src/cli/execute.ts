@@ -29,8 +29,16 @@ function loadPlans(command: Command, output: Output): Plans | undefined {
 function databaseError(error: unknown, location: DatabaseLocation): unknown {
   if (error instanceof CliError) return error
   const where = location.source === 'DATABASE_URL' ? `DATABASE_URL (${printableUrl(location.url)})` : location.source
-  const timedOut = typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '57014'
-  const what = timedOut ? 'Postgres did not finish a statement within its timeout' : isDatabaseUnavailable(error) ? 'cannot reach Postgres' : 'cannot prepare the gateway schema'
+  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined
+  // 25006 counts as unavailable (a 503 for the services), but this Postgres was reached.
+  const what =
+    code === '57014'
+      ? 'Postgres did not finish a statement within its timeout'
+      : code === '25006'
+        ? 'Postgres takes no writes for now (read-only)'
+        : isDatabaseUnavailable(error)
+          ? 'cannot reach Postgres'
+          : 'cannot prepare the gateway schema'
   return new CliError(`${what} at ${where}: ${explain(error)}`)
 }
 
