@@ -102,8 +102,11 @@ export function backstopTimeoutMillis(budgetMillis: number): number {
 /** How often a Cluster client reads the slot map when no redirect has made it do so. */
 export const SLOTS_REFRESH_MILLIS = 5_000
 
-/** Redis's reply to a write (the rate-limit scripts write) on a replica. */
-const READ_ONLY_REPLICA = /^READONLY\b/
+/**
+ * Redis's reply to a write (the rate-limit scripts write) on a replica: at the top on Redis 7, and
+ * inside a script's error (`ERR Error running script … -READONLY …`) on Redis 6.
+ */
+const READ_ONLY_REPLICA = /\bREADONLY You can't write against a read only replica/
 
 /** Each client's last connection error, until it is ready again: why it has no connection (redisConnectionProblem). */
 const lastConnectionErrors = new WeakMap<RedisClient, string>()
