@@ -92,15 +92,20 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     }
   }, 60_000)
 
+  /** What a gateway process started against the cluster with `credentials` printed; it must exit 1 at start. */
+  async function refusedStart(credentials: NodeJS.ProcessEnv): Promise<string> {
+    const { env } = await gatewayProcessEnv({ databaseUrl: database.url, petsUrl: upstream.url, extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), ...credentials } })
+    const gateway = startNode('gateway/src/main.ts', env)
+    expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
+    return gateway.output()
+  }
+
   it.each([
     ['a wrong REDIS_PASSWORD', { REDIS_PASSWORD: 'wrong-S3cr3t' }, 'WRONGPASS'],
     ['a wrong ACL user', { REDIS_USERNAME: 'nobody', REDIS_PASSWORD: ACL_PASSWORD }, 'WRONGPASS'],
     ['no REDIS_PASSWORD', {}, 'NOAUTH'],
   ])('with %s it exits 1 at start, naming REDIS_CLUSTER_NODES and why, and shows no password', async (_case, credentials, why) => {
-    const { env } = await gatewayProcessEnv({ databaseUrl: database.url, petsUrl: upstream.url, extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), ...credentials } })
-    const gateway = startNode('gateway/src/main.ts', env)
-    expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
-    const output = gateway.output()
+    const output = await refusedStart(credentials)
     expect(output).toContain("gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway's credentials (Failed to refresh slots cache.")
     expect(output).toContain(why)
     for (const secret of [PASSWORD, ACL_PASSWORD, 'wrong-S3cr3t']) expect(output).not.toContain(secret)
@@ -125,10 +130,7 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     })
 
     it('exits 1 at start, naming the node and its refusal, and shows no password', async () => {
-      const { env } = await gatewayProcessEnv({ databaseUrl: database.url, petsUrl: upstream.url, extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_PASSWORD: PASSWORD } })
-      const gateway = startNode('gateway/src/main.ts', env)
-      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
-      const output = gateway.output()
+      const output = await refusedStart({ REDIS_PASSWORD: PASSWORD })
       expect(output).toContain(`gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway's credentials (${address}: WRONGPASS`)
       for (const secret of [PASSWORD, 'Node-Apart-S3cr3t']) expect(output).not.toContain(secret)
     }, 60_000)
@@ -150,14 +152,7 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     })
 
     it('exits 1 at start, naming the node, Redis\'s refusal and the README\'s ACL', async () => {
-      const { env } = await gatewayProcessEnv({
-        databaseUrl: database.url,
-        petsUrl: upstream.url,
-        extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_USERNAME: 'gateway', REDIS_PASSWORD: ACL_PASSWORD },
-      })
-      const gateway = startNode('gateway/src/main.ts', env)
-      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
-      const output = gateway.output()
+      const output = await refusedStart({ REDIS_USERNAME: 'gateway', REDIS_PASSWORD: ACL_PASSWORD })
       expect(output).toContain(`gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway a command or key it needs (${address}: NOPERM this user has no permissions to run the 'evalsha' command)`)
       expect(output).toContain('+cluster|slots')
       expect(output).not.toContain(ACL_PASSWORD)
@@ -168,15 +163,9 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     const nodes = cluster.nodes.map((node) => new Redis({ host: '127.0.0.1', port: Number(node.split(':')[1]), password: PASSWORD }))
     try {
       for (const node of nodes) await node.call('ACL', 'SETUSER', 'gateway', '-cluster|slots')
-      const { env } = await gatewayProcessEnv({
-        databaseUrl: database.url,
-        petsUrl: upstream.url,
-        extra: { REDIS_CLUSTER_NODES: cluster.nodes.join(','), REDIS_USERNAME: 'gateway', REDIS_PASSWORD: ACL_PASSWORD },
-      })
-      const gateway = startNode('gateway/src/main.ts', env)
-      expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
-      expect(gateway.output()).toContain("gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway a command or key it needs (Redis is not connected")
-      expect(gateway.output()).toContain("NOPERM this user has no permissions to run the 'cluster|slots' command")
+      const output = await refusedStart({ REDIS_USERNAME: 'gateway', REDIS_PASSWORD: ACL_PASSWORD })
+      expect(output).toContain("gateway cannot start: cannot use Redis at REDIS_CLUSTER_NODES: it refuses the gateway a command or key it needs (Redis is not connected")
+      expect(output).toContain("NOPERM this user has no permissions to run the 'cluster|slots' command")
     } finally {
       for (const node of nodes) {
         await node.call('ACL', 'SETUSER', 'gateway', '+@all')
