@@ -60,6 +60,16 @@ async function serviceOn(databaseUrl: string, statementTimeoutMillis?: number) {
   return { app, pool, registry }
 }
 
+/** A throwaway database for the suite, with the pets schema in place before its tests. */
+function migratedSuiteDatabase() {
+  const database = suiteDatabase()
+  beforeAll(async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
+    await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
+  })
+  return database
+}
+
 describe('pets-service when Postgres is unavailable', () => {
   it.each([
     ['refuses connections', async () => ({ url: await refusedPostgresUrl(), close: () => undefined })],
@@ -123,12 +133,7 @@ describe('pets-service when Postgres is unavailable', () => {
 })
 
 describe('pets-service when Postgres stops answering in the middle of a connection', () => {
-  const database = suiteDatabase()
-
-  beforeAll(async () => {
-    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
-    await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
-  })
+  const database = migratedSuiteDatabase()
 
   it('answers 503 within the statement timeout plus one second, then serves again once Postgres answers', async () => {
     const target = new URL(database.url)
@@ -184,12 +189,7 @@ describe('pets-service when Postgres stops answering in the middle of a connecti
 })
 
 describe('pets-service when its Postgres takes no writes for a while (failover, default_transaction_read_only)', () => {
-  const database = suiteDatabase()
-
-  beforeAll(async () => {
-    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
-    await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
-  })
+  const database = migratedSuiteDatabase()
 
   async function defaultReadOnly(on: boolean) {
     const admin = new pg.Client({ connectionString: database.url })
@@ -233,12 +233,7 @@ describe('pets-service when its Postgres takes no writes for a while (failover, 
 })
 
 describe('pets-service when a column it reads changes type while it runs (a migration of another version)', () => {
-  const database = suiteDatabase()
-
-  beforeAll(async () => {
-    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-test' })
-    await migrate(pool, PETS_MIGRATIONS).finally(() => pool.end())
-  })
+  const database = migratedSuiteDatabase()
 
   it('goes on answering list and read 200, not 500 once per connection', async () => {
     const { app, pool } = await serviceOn(database.url)

@@ -74,10 +74,19 @@ export async function withConnection<T>(pool: pg.Pool, work: (client: pg.PoolCli
 const STATEMENT_GRACE_MILLIS = 500
 const SWEEP_INTERVAL_MILLIS = 250
 
-/** The one pg internal the sweep reads: the statement a client is waiting on, if any. */
+/** The pg internals the sweep reads: the statement a client is waiting on, if any, and its socket. */
 interface ObservableClient {
   _getActiveQuery: () => object | null | undefined
   connection: { stream: { destroy(): void } }
+}
+
+/**
+ * Closes a connection that stops answering: `end()` waits for the server's goodbye, which a mute
+ * server never sends. Destroying the socket fails every statement on it at once and reports the
+ * connection lost ('error', then 'end'), as a dropped network would.
+ */
+export function dropConnection(client: pg.Client | pg.PoolClient): void {
+  ;(client as unknown as ObservableClient).connection.stream.destroy()
 }
 
 /**
@@ -102,7 +111,7 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number): void {
         seen.since = now
       } else if (statement && now - seen.since >= boundMillis) {
         waiting.delete(client)
-        client.connection.stream.destroy()
+        dropConnection(client as unknown as pg.Client)
       }
     }
   }

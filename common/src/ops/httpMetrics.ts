@@ -45,9 +45,9 @@ export const httpMetrics = fp(
     })
     // status_class cannot tell a 501 (a client asking for what is not implemented: /v1/store/orders,
     // a transfer coding other than chunked) or a 505 (an HTTP/2.0 request line) from a server
-    // fault, and the error-ratio alert must not page for what a client alone causes. Only 5xx answers are counted here, so the label is
-    // bounded (500–599) and costs nothing on other answers; 500–504 exist from the start, so a
-    // rate over them sees the first one.
+    // fault, and the error-ratio alert must not page for what a client alone causes. Only 5xx
+    // answers are counted here, so the label is bounded (500–599) and costs nothing on other
+    // answers; 500–504 exist from the start, so a rate over them sees the first one.
     const serverErrors = new HotPathCounter({
       name: 'http_server_error_responses_total',
       help: 'HTTP requests answered with a 5xx status (RFC 9110 "server error"), by status.',

@@ -1,5 +1,6 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
+import { dropConnection } from '../../../common/src/database/pool.ts'
 import { postgresNotThereYet } from '../../../common/src/database/waitForPostgres.ts'
 import type { FeedEntry, FeedPosition, KeyChange, KeyRepository } from './keyRepository.ts'
 
@@ -37,11 +38,6 @@ interface ReadInProgress {
 
 /** How long the LISTEN connection may take to answer LISTEN or a ping before it is taken for lost. */
 const LISTEN_ANSWER_MILLIS = 2_000
-
-/** The pg internal closed on a LISTEN connection that stops answering (pool.ts's sweep closes pooled ones the same way). */
-interface MuteClient {
-  connection: { stream: { destroy(): void } }
-}
 
 /** Entries read per statement: one operator transaction may hold millions, and each statement has the pool's timeout. */
 const PAGE_ENTRIES = 5_000
@@ -162,7 +158,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   const answered = async <T>(client: pg.Client, work: Promise<T>): Promise<T> => {
     let settled = false
     const timer = setTimeout(
-      () => setImmediate(() => settled || (client as unknown as MuteClient).connection.stream.destroy()),
+      () => setImmediate(() => settled || dropConnection(client)),
       LISTEN_ANSWER_MILLIS,
     )
     try {

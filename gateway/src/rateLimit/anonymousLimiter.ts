@@ -42,6 +42,14 @@ export interface AnonymousCounts {
   spent: LRUCache<string, number>
 }
 
+/** rate-limiter-flexible's prefix for the per-IP counts in Redis. */
+const ANONYMOUS_KEY_PREFIX = 'anon'
+
+/** The Redis key (before redis.keyPrefix) of an address's per-IP count. */
+export function anonymousKey(address: string): string {
+  return `${ANONYMOUS_KEY_PREFIX}:${address}`
+}
+
 /**
  * Requests without a valid key are limited per client IP and never charged to any key, at two
  * levels with the same limit:
@@ -83,7 +91,7 @@ export function createAnonymousLimiter(options: {
   // The counts every gateway shares, and how commands reach them (coalesced, within the budget).
   const shared = options.redis
     ? {
-        limiter: new RateLimiterRedis({ points: limit, duration: windowSeconds, keyPrefix: 'anon', storeClient: options.redis }),
+        limiter: new RateLimiterRedis({ points: limit, duration: windowSeconds, keyPrefix: ANONYMOUS_KEY_PREFIX, storeClient: options.redis }),
         send: budgetedSender(options.redis, budgetMillis),
       }
     : undefined

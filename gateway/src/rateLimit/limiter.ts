@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import type { GatewayConfig } from '../config/loadConfig.ts'
-import { createAnonymousLimiter, type AnonymousLimiter } from './anonymousLimiter.ts'
+import { anonymousKey, createAnonymousLimiter, type AnonymousLimiter } from './anonymousLimiter.ts'
 import { createBanCache, type BanCache } from './banCache.ts'
 import { createMemoryStore } from './memoryStore.ts'
 import { limitKey, type LimitStore } from './limitStore.ts'
@@ -56,9 +56,6 @@ export interface Limiter {
 
 /** Not an id the keys table can hold (those are `key_…`); its one Redis key expires like any other. */
 export const READINESS_PROBE_KEY_ID = 'readiness-probe'
-
-/** An address's per-IP count in Redis (rate-limiter-flexible's key, keyPrefix 'anon'). */
-const anonymousKey = (address: string) => `anon:${address}`
 
 /** Counted like a client's address by the start-up check; no client has it. */
 const PERMISSION_PROBE_ADDRESS = 'permission-probe'
@@ -116,6 +113,11 @@ export function createLimiter(options: LimiterOptions): Limiter {
 
   let anonymousShape = ''
   let anonymous: AnonymousLimiter | undefined
+  /** A full decision for a probe key, never a strike; unobserved: probes are not requests, and would blur the store's metrics. */
+  const probeDecision = (keyId: string) => {
+    const config = options.config()
+    return unobserved.consume({ keyId, ...limitsFor(PROBE_KEY, config), bans: banPolicy(config) })
+  }
   const limiter: Limiter = {
     store,
     bans: createBanCache({ clock: options.clock }),
@@ -152,8 +154,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const problem = redis && redisConnectionProblem(redis)
       if (problem) throw new Error(problem)
       try {
-        // Unobserved: probes are not requests, and would blur the store's latency and error metrics.
-        await unobserved.consume({ keyId: READINESS_PROBE_KEY_ID, ...limitsFor(PROBE_KEY, options.config()), bans: banPolicy(options.config()) })
+        await probeDecision(READINESS_PROBE_KEY_ID)
       } catch (error) {
         // The connection may have dropped while the probe was under way: then that is the reason.
         const dropped = redis && redisConnectionProblem(redis)
@@ -166,12 +167,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
       const problem = redisConnectionProblem(redis)
       const onConnect = redisRefusedOnConnect(redis) ?? (problem === undefined ? undefined : redisRefusesPermission(new Error(problem)))
       if (onConnect !== undefined || problem !== undefined) return onConnect
-      const config = options.config()
-      const decide = (keyId: string) => unobserved.consume({ keyId, ...limitsFor(PROBE_KEY, config), bans: banPolicy(config) }).then(() => undefined)
-      const guess = (address: string) => limiter.anonymous().countShared(address)
       const checks = [
-        ...[...oneNamePerMaster(redis, (n) => `${READINESS_PROBE_KEY_ID}${n ? `-${n}` : ''}`, limitKey)].map(([master, keyId]) => ({ master, call: () => decide(keyId) })),
-        ...[...oneNamePerMaster(redis, (n) => `${PERMISSION_PROBE_ADDRESS}${n ? `-${n}` : ''}`, anonymousKey)].map(([master, address]) => ({ master, call: () => guess(address) })),
+        ...[...oneNamePerMaster(redis, (n) => `${READINESS_PROBE_KEY_ID}${n ? `-${n}` : ''}`, limitKey)].map(([master, keyId]) => ({ master, call: () => probeDecision(keyId) })),
+        ...[...oneNamePerMaster(redis, (n) => `${PERMISSION_PROBE_ADDRESS}${n ? `-${n}` : ''}`, anonymousKey)].map(([master, address]) => ({ master, call: () => limiter.anonymous().countShared(address) })),
       ]
       const refused = await Promise.all(checks.map(async ({ master, call }) => {
         try {

@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { withConnection } from '../../../common/src/database/pool.ts'
 import type { Pet, PetStatus } from '../schemas/pet.ts'
 
 export interface NewPetRow {
@@ -98,19 +99,12 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
 
     async create(pet: NewPetRow, claim?: IdempotencyClaim): Promise<CreateResult> {
       if (!claim) return { outcome: 'created', pet: await insertPet(pool, pet) }
-      const client = await pool.connect()
-      // A connection lost mid-transaction is also reported as an 'error' event on the checked-out
-      // client, which the pool only listens to while the client is idle. Unheard, that event is an
-      // uncaught exception and stops the service; heard, the request answers 503 and the broken
-      // connection is destroyed rather than returned to the pool.
-      let lost: Error | undefined
-      const onLost = (error: Error) => (lost = error)
-      // Nor is a connection whose transaction failed given back, as withConnection does: a session
-      // opened while the database took no writes (default_transaction_read_only) stays read-only
-      // after it takes them again, and returned, it failed every later create with a key.
-      let failed: Error | true | undefined
-      client.on('error', onLost)
-      try {
+      // withConnection hears a connection lost mid-transaction (unheard, its 'error' event stopped
+      // the service), and closes the connection of a transaction that failed instead of returning
+      // it: a session opened while the database took no writes (default_transaction_read_only)
+      // stays read-only after it takes them again, and would fail every later create with a key.
+      // Closed, its transaction is rolled back by Postgres.
+      return withConnection(pool, async (client) => {
         await client.query('BEGIN')
         // A concurrent request with the same key blocks here until the first commits, then
         // finds its row: exactly one pet per key whatever the interleaving. A row past the
@@ -137,14 +131,7 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
         }
         await client.query('COMMIT')
         return result
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => undefined)
-        failed = error instanceof Error ? error : true
-        throw error
-      } finally {
-        client.off('error', onLost)
-        client.release(lost ?? failed)
-      }
+      })
     },
 
     /**
