@@ -450,6 +450,97 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(await gateway.registry.metrics()).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 2$/m)
   })
 
+  describe('an upstream closing a kept-alive connection as the gateway sends on it', () => {
+    /**
+     * What an upstream closing an idle connection does when the gateway's next request crosses
+     * the close on the wire (its keep-alive timeout, a restart or a load balancer draining it): the
+     * request arrives and the connection ends without an answer. Here every second request on a
+     * connection meets that; the first is answered, with keep-alive.
+     */
+    async function closingUpstream() {
+      const served = new WeakMap<object, number>()
+      const outcomes: string[] = []
+      const upstream = await scriptedUpstream((request, response) => {
+        const count = (served.get(request.socket) ?? 0) + 1
+        served.set(request.socket, count)
+        request.resume()
+        if (count === 2) {
+          outcomes.push(`${request.method} closed`)
+          request.socket.destroy()
+          return
+        }
+        outcomes.push(`${request.method} answered`)
+        response.writeHead(200, { 'content-type': 'application/json', 'content-length': '2' })
+        response.end('[]')
+      })
+      return Object.assign(upstream, { outcomes })
+    }
+
+    it('answers a GET from a fresh connection instead of 502, sending it again once', async () => {
+      const { gateway, key } = await gatewayTo(await closingUpstream())
+      const closing = upstream as Awaited<ReturnType<typeof closingUpstream>>
+      expect((await gateway.request('/v1/pets', { key, contract: false })).status).toBe(200)
+      const again = await gateway.request('/v1/pets', { key, contract: false })
+      expect(again.status).toBe(200)
+      expect(await again.json()).toEqual([])
+      expect(closing.outcomes).toEqual(['GET answered', 'GET closed', 'GET answered'])
+      const metrics = await gateway.registry.metrics()
+      expect(metrics).not.toMatch(/^gateway_upstream_errors_total\{[^}]*\} [1-9]/m)
+      expect(metrics).toMatch(/^gateway_upstream_resent_total\{upstream="pets"\} 1$/m)
+      recordScenario({
+        area: 'pets-service',
+        scenario: 'upstream closing a kept-alive connection as a GET, a HEAD or a POST is sent on it (no answer)',
+        answered: 'GET and HEAD: 200, sent once more on a new connection; POST: 502 bad_gateway, sent once; a second close in a row: 502',
+        lost: 'nothing: no request with side effects sent twice',
+        test: 'test/gateway/proxy.int.test.ts',
+      })
+    })
+
+    it('answers a HEAD from a fresh connection too', async () => {
+      const { gateway, key } = await gatewayTo(await closingUpstream())
+      const closing = upstream as Awaited<ReturnType<typeof closingUpstream>>
+      // undici closes a connection after a HEAD, so the HEAD is the second request on the connection of a GET.
+      expect((await gateway.request('/v1/pets', { key, contract: false })).status).toBe(200)
+      expect((await gateway.request('/v1/pets', { key, contract: false, method: 'HEAD' })).status).toBe(200)
+      expect(closing.outcomes).toEqual(['GET answered', 'HEAD closed', 'HEAD answered'])
+    })
+
+    it('answers a POST 502 bad_gateway and never sends it twice: the upstream may have stored it', async () => {
+      const { gateway, key } = await gatewayTo(await closingUpstream())
+      const closing = upstream as Awaited<ReturnType<typeof closingUpstream>>
+      const create = { key, contract: false, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' }
+      expect((await gateway.request('/v1/pets', create)).status).toBe(200)
+      await expectErrorResponse(await gateway.request('/v1/pets', create), 502, 'bad_gateway')
+      expect(closing.outcomes).toEqual(['POST answered', 'POST closed'])
+    })
+
+    it('answers 502 when the fresh connection fails as well: one more try, not a loop', async () => {
+      const outcomes: string[] = []
+      let connections = 0
+      const served = new WeakMap<object, number>()
+      const { gateway, key } = await gatewayTo(
+        await scriptedUpstream((request, response) => {
+          const count = (served.get(request.socket) ?? 0) + 1
+          served.set(request.socket, count)
+          if (count === 1) connections++
+          request.resume()
+          // The first connection's first request is answered; everything after it meets a close.
+          if (connections === 1 && count === 1) {
+            outcomes.push('answered')
+            response.writeHead(200, { 'content-type': 'application/json' })
+            response.end('[]')
+            return
+          }
+          outcomes.push('closed')
+          request.socket.destroy()
+        }),
+      )
+      expect((await gateway.request('/v1/pets', { key, contract: false })).status).toBe(200)
+      await expectErrorResponse(await gateway.request('/v1/pets', { key, contract: false }), 502, 'bad_gateway')
+      expect(outcomes).toEqual(['answered', 'closed', 'closed'])
+    })
+  })
+
   it('tells the upstream the client address a trusted load balancer gave, without the source port it may write', async () => {
     const recorder = await recordingUpstream()
     upstream = recorder

@@ -41,6 +41,12 @@ export function createGatewayMetrics(registry: Registry) {
     labelNames: ['upstream', 'kind'],
     registers,
   })
+  const upstreamResent = new Counter({
+    name: 'gateway_upstream_resent_total',
+    help: 'GET, HEAD and OPTIONS requests sent to the upstream a second time because the connection they went out on closed without an answer, by upstream.',
+    labelNames: ['upstream'],
+    registers,
+  })
 
   const configReloads = new Counter({
     name: 'gateway_config_reloads_total',
@@ -150,9 +156,11 @@ export function createGatewayMetrics(registry: Registry) {
   const upstream: UpstreamObserver = {
     response: (name, status, seconds) => upstreamDuration.labels(name, statusClass(status)).observe(seconds),
     failure: (name, kind: UpstreamFailureKind) => upstreamErrors.inc({ upstream: name, kind }),
+    resent: (name) => upstreamResent.inc({ upstream: name }),
     inFlight(name, count, limit) {
       outstanding.set(name, { count, limit })
       for (const kind of UPSTREAM_FAILURE_KINDS) upstreamErrors.inc({ upstream: name, kind }, 0)
+      upstreamResent.inc({ upstream: name }, 0)
     },
   }
 

@@ -38,6 +38,8 @@ export interface UpstreamOptions {
 export interface UpstreamObserver {
   response(upstream: string, status: number, seconds: number): void
   failure(upstream: string, kind: UpstreamFailureKind): void
+  /** A request sent again after its connection closed without an answer (resendable). */
+  resent?(upstream: string): void
   /** Once per upstream, at start: its requests outstanding (read at scrape time) and their bound, maxInFlight. */
   inFlight?(upstream: string, outstanding: () => number, limit: number): void
 }
@@ -114,7 +116,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
    * every client request would add its request, reply and handler (about 7 KB) to undici's queue
    * for as long as the upstream stays hung. Past the bound the gateway answers 503 at once.
    */
-  const link: UpstreamLink = { name, timeoutMillis: options.timeoutMillis, observer, waited, inFlight: 0, fail, answerHead }
+  const link: UpstreamLink = { name, timeoutMillis: options.timeoutMillis, observer, waited, inFlight: 0, fail, answerHead, pool }
   observer?.inFlight?.(name, () => link.inFlight, options.maxInFlight)
   const saturated = spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) =>
     gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
@@ -226,12 +228,16 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       headers['content-type'] = incoming['content-type'] ?? 'application/octet-stream'
     }
 
-    const exchange = new UpstreamExchange(link, request, reply)
+    const sent: Dispatcher.DispatchOptions = {
+      path,
+      method: raw.method as Dispatcher.HttpMethod,
+      headers,
+      body: body ?? '',
+      headersTimeout: options.timeoutMillis,
+      bodyTimeout: options.timeoutMillis,
+    }
     link.inFlight++
-    pool.dispatch(
-      { path, method: raw.method as Dispatcher.HttpMethod, headers, body: body ?? '', headersTimeout: options.timeoutMillis, bodyTimeout: options.timeoutMillis },
-      exchange,
-    )
+    pool.dispatch(sent, new UpstreamExchange(link, request, reply, sent))
   }
 
   await app.register(httpProxy, {
@@ -268,6 +274,7 @@ interface UpstreamLink {
   readonly waited: WeakMap<object, number>
   /** Requests dispatched to the pool whose exchange undici has not ended yet (bounded by maxInFlight). */
   inFlight: number
+  readonly pool: Dispatcher
   fail(reply: FastifyReply, error: unknown): void
   answerHead(request: FastifyRequest, reply: FastifyReply, statusCode: number, parsed: Record<string, string | string[] | undefined>): boolean
 }
@@ -301,14 +308,18 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private stream: Readable | undefined
   private abort: ((reason?: Error) => void) | undefined
   private dropped = false
+  /** Sent a second time already (resendAfterClose): never a third. */
+  private resent = false
+  private readonly sent: Dispatcher.DispatchOptions
   private readonly link: UpstreamLink
   private readonly request: FastifyRequest
   private readonly reply: FastifyReply
   private readonly forgetClientGone: () => void
   private readonly onClientGone: () => void
 
-  constructor(link: UpstreamLink, request: FastifyRequest, reply: FastifyReply) {
+  constructor(link: UpstreamLink, request: FastifyRequest, reply: FastifyReply, sent: Dispatcher.DispatchOptions) {
     this.link = link
+    this.sent = sent
     this.request = request
     this.reply = reply
     this.sentAt = link.observer ? performance.now() : 0
@@ -396,11 +407,32 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 
   onError(error: Error): void {
+    if (this.resendAfterClose(error)) return
     this.link.inFlight--
     clearTimeout(this.deadline)
     if (this.dropped) return
     if (this.stream) this.breakOff(error)
     else this.link.fail(this.reply, error)
+  }
+
+  /**
+   * A kept-alive connection the upstream closes (its keep-alive timeout, a restart, a load
+   * balancer draining it) can cross a request the gateway sends on it: the request arrives, the
+   * connection ends, no answer. A request without side effects is then sent once more, on whichever
+   * connection the pool gives next (a new one, if the upstream closed its idle ones), within the
+   * same deadline, as RFC 9110 §9.2.2 allows for idempotent methods; a client of the gateway
+   * cannot tell, and would otherwise get 502 for the upstream's housekeeping. Not a POST: the
+   * upstream may have stored it before the close. Not a refused or timed-out connection: sending
+   * again at once would meet the same.
+   */
+  private resendAfterClose(error: Error): boolean {
+    if (this.resent || this.dropped || this.headersIn || !RESENDABLE_METHODS.has(this.sent.method)) return false
+    if (!CLOSED_WITHOUT_ANSWER.has((error as { code?: unknown }).code as string)) return false
+    this.resent = true
+    this.abort = undefined
+    this.link.observer?.resent?.(this.link.name)
+    this.link.pool.dispatch(this.sent, this)
+    return true
   }
 
   /**
@@ -447,6 +479,11 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.stream?.destroy(error)
   }
 }
+
+/** Methods without side effects (RFC 9110 §9.2.1): sent again when their connection closed without an answer. */
+const RESENDABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+/** undici's and the socket's codes for a connection that ended without an answer to the request sent on it. */
+const CLOSED_WITHOUT_ANSWER = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
 
 function onDeadline(exchange: UpstreamExchange): void {
   exchange.onDeadline()
