@@ -8,6 +8,7 @@ import {
   type ClientTimeouts,
 } from '../../common/src/http/clientErrors.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
+import type { PostgresRefusalWatch } from '../../common/src/database/privileges.ts'
 import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
 import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
@@ -49,6 +50,8 @@ export interface GatewayDependencies {
   clientTimeouts?: ClientTimeouts
   /** The certificate the public port serves HTTPS with (server.tls); plain HTTP without. */
   tls?: TlsPair
+  /** Says a Postgres refusal once per episode (main.ts); without it, each refused lookup has its error line. */
+  postgresRefusals?: PostgresRefusalWatch
 }
 
 /**
@@ -123,7 +126,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(httpMetrics, { registry: deps.registry, plan: (request) => request.apiKey?.plan ?? 'anonymous' })
   await app.register(pipelinedBehindClose)
   // 5 (registered early so every stage's failure takes the same shape)
-  await app.register(errorBodies, { codes: gatewayFrameworkErrors })
+  await app.register(errorBodies, { codes: gatewayFrameworkErrors, reported: deps.postgresRefusals?.report })
   // Before any stage reads a header: a request with more lines than are read is refused whole.
   await app.register(headerLineLimit, { limit: MAX_HEADER_LINES, refusal: tooManyHeaderLines })
   // 2a

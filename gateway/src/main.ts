@@ -2,6 +2,7 @@ import type { Server as TlsServer } from 'node:tls'
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
 import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
@@ -21,7 +22,7 @@ import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
 import { createTlsRotation } from './config/tlsRotation.ts'
 import { rememberClientAddress, reportHandshakeFailures } from './handshakeFailures.ts'
 import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
-import { GATEWAY_MIGRATIONS } from './migrations.ts'
+import { GATEWAY_MIGRATIONS, GATEWAY_POSTGRES_NEEDS } from './migrations.ts'
 import { UPSTREAM_CONNECTIONS } from './proxy/upstreamProxy.ts'
 import { createLimiter, redisAclFix, redisCredentialVariables } from './rateLimit/limiter.ts'
 import { upstreamAcceptsGateway } from './upstreamCheck.ts'
@@ -61,6 +62,7 @@ async function main(): Promise<void> {
   const poolSize = poolSizeFromEnv()
   const pool = createPool({ connectionString: databaseUrl, applicationName: 'gateway', max: poolSize, logger })
   registerPoolMetrics(registry, pool)
+  const postgresRefusals = watchPostgresRefusals(pool, GATEWAY_POSTGRES_NEEDS, logger)
   const limiter = createLimiter({ config: configSource.get, logger, observer: metrics.store })
   // The ops port first: while Postgres is awaited the process is alive (/healthz) and not ready.
   let started = false
@@ -71,7 +73,9 @@ async function main(): Promise<void> {
     isStarted: () => started,
     isAccepting: () => accepting,
     dependencies: {
-      postgres: async () => void (await pool.query('SELECT 1')),
+      // Once started, a check of what requests need, not SELECT 1: a privilege taken from the role
+      // leaves Postgres answering while every key lookup is refused. Before, the schema may not exist yet.
+      postgres: async () => void (started ? await postgresRefusals.probe() : await pool.query('SELECT 1')),
       // Authenticated: a pets-service refusing this gateway's INTERNAL_TOKEN is not a ready upstream.
       upstream: upstreamAcceptsGateway(config.upstreams.pets.url, internalToken),
       // With onStoreFailure "closed" a gateway whose Redis cannot decide (disconnected, frozen,
@@ -87,7 +91,7 @@ async function main(): Promise<void> {
   await ops.listen({ host: config.server.opsHost, port: config.server.opsPort })
 
   await waitForPostgres(pool, logger)
-  await migrate(pool, GATEWAY_MIGRATIONS, logger)
+  await requirePostgresGrants(pool, GATEWAY_POSTGRES_NEEDS, () => migrate(pool, GATEWAY_MIGRATIONS, logger))
   const redisReady = await limiter.ready()
   // A Redis that is down may come back, and the gateway starts meanwhile; one that refuses the
   // credentials will not by itself: started anyway, the gateway would silently keep per-process
@@ -110,6 +114,7 @@ async function main(): Promise<void> {
     config: configSource.get,
     pool,
     databaseUrl,
+    postgresRefusals,
     limiter,
     metrics,
     registry,

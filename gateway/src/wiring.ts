@@ -3,6 +3,7 @@ import type pg from 'pg'
 import type { Logger } from 'pino'
 import type { Registry } from 'prom-client'
 import type { ClientTimeouts } from '../../common/src/http/clientErrors.ts'
+import type { PostgresRefusalWatch } from '../../common/src/database/privileges.ts'
 import { buildGateway } from './app.ts'
 import type { GatewayConfig } from './config/loadConfig.ts'
 import type { TlsPair } from './config/tlsFiles.ts'
@@ -33,6 +34,8 @@ export async function wireGateway(options: {
   config: () => GatewayConfig
   pool: pg.Pool
   databaseUrl: string
+  /** Says a Postgres refusal once per episode (main.ts); without it, each refused lookup has its error line. */
+  postgresRefusals?: PostgresRefusalWatch
   limiter: Limiter
   metrics: GatewayMetrics
   registry: Registry
@@ -67,6 +70,7 @@ export async function wireGateway(options: {
     registry: options.registry,
     clientTimeouts: options.clientTimeouts,
     tls: options.tls,
+    postgresRefusals: options.postgresRefusals,
   })
   return { app, repository, cache, changes, unbans }
 }

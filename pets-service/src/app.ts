@@ -15,6 +15,7 @@ import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
 import { firstNumberRoundedToInteger, instancePathAt, type NumberLiteral } from './http/exactNumbers.ts'
 import type { PetRepository } from './repository/petRepository.ts'
+import type { PostgresRefusalWatch } from '../../common/src/database/privileges.ts'
 import { authCheckRoute } from './routes/authCheck.ts'
 import { createPetRoute } from './routes/createPet.ts'
 import { getPetRoute } from './routes/getPet.ts'
@@ -27,6 +28,8 @@ export interface PetsServiceDependencies {
   previousInternalToken?: string
   logger: FastifyBaseLogger
   registry: Registry
+  /** Says a Postgres refusal once per episode (main.ts); without it, each refused request has its error line. */
+  postgresRefusals?: PostgresRefusalWatch
 }
 
 export const BODY_LIMIT_BYTES = 1_048_576
@@ -89,7 +92,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
       petsErrors.create('service_unavailable', 'This instance is shutting down; retry.', { headers: { 'retry-after': '1' } }),
   })
   await app.register(httpMetrics, { registry: deps.registry })
-  await app.register(errorBodies, { codes: petsFrameworkErrors })
+  await app.register(errorBodies, { codes: petsFrameworkErrors, reported: deps.postgresRefusals?.report })
   await app.register(headerLineLimit, {
     limit: HEADER_LINES,
     refusal: () => petsErrors.create('headers_too_large', `The request has more than ${HEADER_LINES.toLocaleString('en-US')} header lines.`),

@@ -1,6 +1,7 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
@@ -18,7 +19,7 @@ import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { buildPetsService } from './app.ts'
 import { loadPetsConfig } from './config.ts'
-import { PETS_MIGRATIONS } from './migrations.ts'
+import { PETS_MIGRATIONS, PETS_POSTGRES_NEEDS } from './migrations.ts'
 import { createPetRepository } from './repository/petRepository.ts'
 
 const logger = createLogger('pets-service')
@@ -32,6 +33,7 @@ async function main(): Promise<void> {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   registerPoolMetrics(registry, pool)
+  const postgresRefusals = watchPostgresRefusals(pool, PETS_POSTGRES_NEEDS, logger)
 
   // The ops port first: while Postgres is awaited the process is alive (/healthz) and not ready.
   let started = false
@@ -41,14 +43,16 @@ async function main(): Promise<void> {
     logger,
     isStarted: () => started,
     isAccepting: () => accepting,
-    dependencies: { postgres: async () => void (await pool.query('SELECT 1')) },
+    // Once started, a check of what requests need, not SELECT 1: a privilege taken from the role
+    // leaves Postgres answering while every request is refused. Before, the schema may not exist yet.
+    dependencies: { postgres: async () => void (started ? await postgresRefusals.probe() : await pool.query('SELECT 1')) },
   })
   await ops.listen({ host: config.opsHost, port: config.opsPort })
 
   await waitForPostgres(pool, logger)
-  await migrate(pool, PETS_MIGRATIONS, logger)
+  await requirePostgresGrants(pool, PETS_POSTGRES_NEEDS, () => migrate(pool, PETS_MIGRATIONS, logger))
   const pets = createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) })
-  const app = await buildPetsService({ pets, internalToken: config.internalToken, previousInternalToken: config.previousInternalToken, logger, registry })
+  const app = await buildPetsService({ pets, internalToken: config.internalToken, previousInternalToken: config.previousInternalToken, logger, registry, postgresRefusals })
 
   capConnections(app.server, connectionBudget({
     configured: config.maxConnections,

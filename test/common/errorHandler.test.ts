@@ -47,6 +47,22 @@ describe('errors as clients see them', () => {
     }
   })
 
+  // An operator's (or a managed service's) doing, lasting until they mend it: no client can change
+  // it and it is no defect of the code. 28P01 cannot be met on the tests' trust-auth Postgres.
+  it.each([
+    ['42501', 'permission denied for table pets'],
+    ['42501', 'permission denied for database "catalogue"'],
+    ['28000', 'role "pets" is not permitted to log in'],
+    ['28P01', 'password authentication failed for user "pets"'],
+    ['3D000', 'database "catalogue" does not exist'],
+    ['3F000', 'schema "pets" does not exist'],
+    ['42P01', 'relation "pets.pets" does not exist'],
+  ])('answers 503 with Retry-After, not 500, when Postgres refuses the role (%s %s)', (code, message) => {
+    const error = toApiError(Object.assign(new Error(message), { code, severity: 'ERROR' }), petsFrameworkErrors)
+    expect(error.toBody()).toEqual({ code: 'service_unavailable', message: expect.not.stringContaining('pets'), status: 503 })
+    expect(error.headers).toEqual({ 'retry-after': expect.stringMatching(/^[3-7]$/) })
+  })
+
   it('passes a declared ApiError through unchanged', () => {
     const declared = petsErrors.create('pet_not_found')
     expect(toApiError(declared, petsFrameworkErrors)).toBe(declared)

@@ -1,6 +1,7 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
 import { DEFAULT_POOL_SIZE } from '../env.ts'
+import { postgresRefusal } from './privileges.ts'
 
 export interface PoolOptions {
   connectionString: string
@@ -147,9 +148,13 @@ const UNAVAILABLE_MESSAGES = [
   'Cannot use a pool after calling end',
 ]
 
-/** True when an error means Postgres is unreachable or overloaded rather than a defect. */
+/**
+ * True when an error means Postgres is unreachable or overloaded, or refuses this service's role
+ * (privileges.ts), rather than a defect.
+ */
 export function isDatabaseUnavailable(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false
+  if (postgresRefusal(error) !== undefined) return true
   const { code, message } = error as { code?: unknown; message?: unknown }
   if (typeof code === 'string' && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_NODE_CODES.has(code))) return true
   if (error instanceof AggregateError) return error.errors.some(isDatabaseUnavailable)

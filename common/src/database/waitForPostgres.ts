@@ -1,6 +1,7 @@
 import type pg from 'pg'
 import type { Logger } from 'pino'
 import { EnvError } from '../env.ts'
+import { loginRefusalFix } from './privileges.ts'
 
 /**
  * A Postgres that is not there yet, rather than one that refuses this service: not listening or
@@ -52,7 +53,10 @@ export async function waitForPostgres(pool: pg.Pool, logger: Logger): Promise<vo
       return
     } catch (error) {
       // The operator's to mend, like a bad setting: one line, no stack (its message is the cause's).
-      if (!postgresNotThereYet(error)) throw new EnvError(`cannot use Postgres at DATABASE_URL: ${describe(error)}`)
+      if (!postgresNotThereYet(error)) {
+        const fix = loginRefusalFix(error, pool)
+        throw new EnvError(`cannot use Postgres at DATABASE_URL: ${describe(error)}${fix === undefined ? '' : `; ${fix}`}`)
+      }
       const problem = describe(error)
       if (problem !== lastProblem) logger.warn({ problem, retryInMillis: retryMillis, retryAtMostEveryMillis: MAX_RETRY_MILLIS }, 'waiting for Postgres at DATABASE_URL')
       lastProblem = problem

@@ -107,15 +107,25 @@ function notFoundAnswer(app: FastifyInstance, request: FastifyRequest, codes: Fr
  * body, and 5xx details stay in the log, never in the response.
  */
 export const errorBodies = fp(
-  async (app: FastifyInstance, options: { codes: FrameworkErrorCodes }) => {
-    const { codes } = options
+  async (
+    app: FastifyInstance,
+    options: {
+      codes: FrameworkErrorCodes
+      /**
+       * True when the failure behind a 5xx is said elsewhere, once for all the requests it fails
+       * (a Postgres refusal, once per episode): no error line for each of them.
+       */
+      reported?: (cause: unknown) => boolean
+    },
+  ) => {
+    const { codes, reported } = options
     app.setErrorHandler((error, request, reply) => {
       const apiError = toApiError(error, codes)
       // A 5xx with something behind it (an exception, an upstream or database failure) is an
       // error line for the operator. A deliberate one (501 for a route not built yet, 503 while
       // shutting down) is an answer like any other: the access line records it, and an error line
       // for each would page someone for nothing.
-      if (apiError.status >= 500 && apiError.cause !== undefined) {
+      if (apiError.status >= 500 && apiError.cause !== undefined && !reported?.(apiError.cause)) {
         request.log.error({ err: error, code: apiError.code }, 'request failed')
       }
       sendApiError(reply, apiError)

@@ -1,8 +1,10 @@
+import type pg from 'pg'
 import { migrate } from '../../../common/src/database/migrate.ts'
 import { createPool, isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
+import { describeRefusal } from '../../../common/src/database/privileges.ts'
 import { ConfigError, loadGatewayConfig } from '../config/loadConfig.ts'
 import { createKeyRepository } from '../keys/keyRepository.ts'
-import { GATEWAY_MIGRATIONS } from '../migrations.ts'
+import { GATEWAY_MIGRATIONS, KEYS_CLI_POSTGRES_NEEDS } from '../migrations.ts'
 import type { Command } from './args.ts'
 import { checkCommand, runCommand, type Output } from './commands.ts'
 import { printableUrl } from '../../../common/src/database/printableUrl.ts'
@@ -26,9 +28,12 @@ function loadPlans(command: Command, output: Output): Plans | undefined {
   }
 }
 
-function databaseError(error: unknown, location: DatabaseLocation): unknown {
+async function databaseError(error: unknown, location: DatabaseLocation, pool: pg.Pool): Promise<unknown> {
   if (error instanceof CliError) return error
   const where = location.source === 'DATABASE_URL' ? `DATABASE_URL (${printableUrl(location.url)})` : location.source
+  // A privilege, the login or an object taken from the role: said with the GRANT that mends it.
+  const refused = await describeRefusal(pool, KEYS_CLI_POSTGRES_NEEDS, error)
+  if (refused !== undefined) return new CliError(`${refused} (Postgres at ${where})`)
   const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined
   // 25006 counts as unavailable (a 503 for the services), but this Postgres was reached.
   const what =
@@ -55,11 +60,11 @@ export async function execute(command: Command, output: Output, env: NodeJS.Proc
     try {
       await migrate(pool, GATEWAY_MIGRATIONS)
     } catch (error) {
-      throw databaseError(error, location)
+      throw await databaseError(error, location, pool)
     }
     await runCommand(command, { repository: createKeyRepository(pool), plans, output })
   } catch (error) {
-    throw isDatabaseUnavailable(error) ? databaseError(error, location) : error
+    throw isDatabaseUnavailable(error) ? await databaseError(error, location, pool) : error
   } finally {
     await pool.end()
   }

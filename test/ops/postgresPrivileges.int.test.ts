@@ -1,0 +1,277 @@
+import { randomBytes } from 'node:crypto'
+import pg from 'pg'
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
+import { createPool } from '../../common/src/database/pool.ts'
+import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
+import { suiteDatabase } from '../helpers/testDatabase.ts'
+import { eventually } from '../gateway/rateLimit/httpLimits.ts'
+import { baseEnv, exitWithin, freePort, killAll, runKeysCli, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
+import { OPS_TEST_TOKEN, startGatewayProcess } from './gatewayProcess.ts'
+
+/**
+ * A role an operator (or a managed service) takes a privilege from while the services run:
+ * a throwaway login role, not a superuser, on a throwaway database; both dropped afterwards.
+ */
+function throwawayRole(database: { readonly url: string }) {
+  const name = `aas_test_role_${randomBytes(4).toString('hex')}`
+  let admin: pg.Client | undefined
+  const role = {
+    name,
+    /** DATABASE_URL for the services, logging in as the role (the test server trusts local logins). */
+    get url() {
+      const url = new URL(database.url)
+      url.username = name
+      return url.toString()
+    },
+    /** SQL as the superuser, on the test database. */
+    async sql(text: string): Promise<pg.QueryResult> {
+      return admin!.query(text.replaceAll('$role', `"${name}"`).replaceAll('$database', `"${new URL(database.url).pathname.slice(1)}"`))
+    },
+    /** Ends the role's own sessions (and no one else's): the next statement needs a new connection. */
+    async endSessions(): Promise<void> {
+      await admin!.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1', [name])
+      // The services' pools hear of it a moment later, and drop those connections.
+      await new Promise((resolve) => setTimeout(resolve, 300))
+    },
+  }
+  beforeAll(async () => {
+    admin = new pg.Client({ connectionString: database.url })
+    await admin.connect()
+    await admin.query(`CREATE ROLE "${name}" LOGIN`)
+    // What the services need to migrate their own schema: it and its tables are then the role's.
+    await role.sql('GRANT CREATE ON DATABASE $database TO $role')
+  })
+  afterAll(async () => {
+    await admin?.end()
+    // The database goes first (its own afterAll, registered before this one, runs after it: so drop it here).
+    const server = new pg.Client({ connectionString: inject('postgresAdminUrl') })
+    await server.connect()
+    try {
+      await server.query(`DROP DATABASE IF EXISTS "${new URL(database.url).pathname.slice(1)}" WITH (FORCE)`)
+      await server.query(`DROP ROLE IF EXISTS "${name}"`)
+    } finally {
+      await server.end()
+    }
+  })
+  return role
+}
+
+/** The process's log lines, parsed, since `from` in its output. */
+function logLines(proc: NodeProcess, from = 0): { level: number; msg: string }[] {
+  return proc
+    .output()
+    .slice(from)
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as { level: number; msg: string })
+}
+
+/** The lines at error level (pino's 50) or above. */
+const errorLines = (proc: NodeProcess, from = 0) => logLines(proc, from).filter((line) => line.level >= 50)
+
+/** The lines saying Postgres grants the role what requests need again. */
+const grantedAgain = (proc: NodeProcess, from = 0) => logLines(proc, from).filter((line) => line.msg.includes('what requests need again'))
+
+async function readyz(opsPort: number): Promise<{ status: number; body: { status?: string; reasons?: Record<string, string> } }> {
+  const response = await fetch(`http://127.0.0.1:${opsPort}/readyz`, { signal: AbortSignal.timeout(3_000) })
+  return { status: response.status, body: (await response.json()) as { status?: string; reasons?: Record<string, string> } }
+}
+
+async function readyzBecomes(opsPort: number, status: number, timeoutMillis = 10_000) {
+  let last: Awaited<ReturnType<typeof readyz>> | undefined
+  await eventually(async () => (last = await readyz(opsPort)).status === status, timeoutMillis).catch(() => {
+    throw new Error(`/readyz did not answer ${status} within ${timeoutMillis} ms; last ${JSON.stringify(last)}`)
+  })
+  return last!
+}
+
+async function petsServiceProcess(databaseUrl: string) {
+  const [port, opsPort] = [await freePort(), await freePort()]
+  const env = {
+    ...baseEnv(),
+    LOG_LEVEL: 'info',
+    DATABASE_URL: databaseUrl,
+    INTERNAL_TOKEN: OPS_TEST_TOKEN,
+    PETS_HOST: '127.0.0.1',
+    PETS_PORT: String(port),
+    PETS_OPS_HOST: '127.0.0.1',
+    PETS_OPS_PORT: String(opsPort),
+  }
+  const proc = startNode('pets-service/src/main.ts', env)
+  return { proc, port, opsPort }
+}
+
+const petsHeaders = { 'x-internal-token': OPS_TEST_TOKEN }
+
+describe('a Postgres role that loses a privilege while the pets-service runs', () => {
+  const database = suiteDatabase()
+  const role = throwawayRole(database)
+  let pets: Awaited<ReturnType<typeof petsServiceProcess>>
+  let petId: number
+
+  const list = () => fetch(`http://127.0.0.1:${pets.port}/pets`, { headers: petsHeaders })
+  const get = () => fetch(`http://127.0.0.1:${pets.port}/pets/${petId}`, { headers: petsHeaders })
+  const create = () =>
+    fetch(`http://127.0.0.1:${pets.port}/pets`, {
+      method: 'POST',
+      headers: { ...petsHeaders, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'Rex', categoryId: 1 }),
+    })
+
+  beforeAll(async () => {
+    pets = await petsServiceProcess(role.url)
+    await waitForReady(`http://127.0.0.1:${pets.opsPort}/readyz`, pets.proc, 30_000)
+    petId = ((await (await create()).json()) as { id: number }).id
+  }, 40_000)
+  afterAll(killAll)
+
+  it.each([
+    ['SELECT and INSERT on the pets table revoked', 'REVOKE SELECT, INSERT ON pets.pets FROM $role', 'GRANT SELECT, INSERT ON pets.pets TO $role', 'GRANT SELECT, INSERT ON TABLE pets.pets TO'],
+    ['USAGE on its schema revoked', 'REVOKE USAGE ON SCHEMA pets FROM $role', 'GRANT USAGE ON SCHEMA pets TO $role', 'GRANT USAGE ON SCHEMA pets TO'],
+    ['CONNECT on the database revoked (its sessions ended)', 'REVOKE CONNECT ON DATABASE $database FROM PUBLIC, $role', 'GRANT CONNECT ON DATABASE $database TO PUBLIC', 'GRANT CONNECT ON DATABASE'],
+    ['its login taken away (NOLOGIN, its sessions ended)', 'ALTER ROLE $role NOLOGIN', 'ALTER ROLE $role LOGIN', 'not permitted to log in'],
+  ])('%s: list, get and create are answered 503 with Retry-After, one error line names the fix, /readyz is not ready; all mend once it is granted back', async (_fault, revoke, restore, fix) => {
+    const mark = pets.proc.output().length
+    await role.sql(revoke)
+    await role.endSessions()
+    try {
+      for (let round = 0; round < 3; round++) {
+        for (const [name, request] of [['list', list], ['get', get], ['create', create]] as const) {
+          const answer = await request()
+          const body = (await answer.json()) as { code?: string }
+          expect({ request: name, status: answer.status, code: body.code, retryAfter: Number(answer.headers.get('retry-after')) >= 1 })
+            .toEqual({ request: name, status: 503, code: 'service_unavailable', retryAfter: true })
+        }
+      }
+      const notReady = await readyzBecomes(pets.opsPort, 503)
+      expect(notReady.body.status).toBe('not_ready')
+      expect(notReady.body.reasons?.postgres).toContain(fix)
+      await eventually(async () => errorLines(pets.proc, mark).length > 0, 5_000)
+      const said = errorLines(pets.proc, mark)
+      expect(said.map((line) => line.msg)).toHaveLength(1)
+      expect(said[0]!.msg).toContain(fix)
+    } finally {
+      await role.sql(restore)
+    }
+    await readyzBecomes(pets.opsPort, 200)
+    expect((await list()).status).toBe(200)
+    expect((await get()).status).toBe(200)
+    expect((await create()).status).toBe(201)
+    expect(errorLines(pets.proc, mark)).toHaveLength(1)
+    // Log lines leave in batches: the line may reach stdout a moment after /readyz says ready.
+    await eventually(async () => grantedAgain(pets.proc, mark).length > 0, 5_000)
+    expect(grantedAgain(pets.proc, mark)).toHaveLength(1)
+  }, 40_000)
+})
+
+describe('a Postgres role lacking a privilege at start', () => {
+  const database = suiteDatabase()
+  const role = throwawayRole(database)
+  afterEach(killAll)
+
+  it('the pets-service exits 1 with one line naming the grant, when its role may not read the pets table', async () => {
+    const first = await petsServiceProcess(role.url)
+    await waitForReady(`http://127.0.0.1:${first.opsPort}/readyz`, first.proc, 30_000)
+    first.proc.kill()
+    await role.sql('REVOKE SELECT ON pets.pets FROM $role')
+    try {
+      const pets = await petsServiceProcess(role.url)
+      expect(await exitWithin(pets.proc, 30_000)).toEqual({ code: 1, signal: null })
+      expect(pets.proc.output()).toContain('pets-service cannot start: cannot use Postgres at DATABASE_URL')
+      expect(pets.proc.output()).toContain(`GRANT SELECT ON TABLE pets.pets TO "${role.name}"`)
+    } finally {
+      await role.sql('GRANT SELECT ON pets.pets TO $role')
+    }
+  }, 60_000)
+
+  it('the gateway exits 1 with one line naming the grant, when its role may not create its schema', async () => {
+    await role.sql('REVOKE CREATE ON DATABASE $database FROM $role')
+    const upstream = await recordingUpstream()
+    try {
+      const gateway = startGatewayProcess({ databaseUrl: role.url, petsUrl: upstream.url, readyTimeoutMillis: 30_000 })
+      await expect(gateway).rejects.toThrow(/exited \(code 1/)
+      const output = String(await gateway.catch((error: unknown) => error))
+      expect(output).toContain('gateway cannot start: cannot use Postgres at DATABASE_URL')
+      expect(output).toContain(`GRANT CREATE ON DATABASE "${new URL(database.url).pathname.slice(1)}" TO "${role.name}"`)
+    } finally {
+      await upstream.close()
+      await role.sql('GRANT CREATE ON DATABASE $database TO $role')
+    }
+  }, 60_000)
+})
+
+describe('a Postgres role that loses a privilege while the gateway runs', () => {
+  const database = suiteDatabase()
+  const role = throwawayRole(database)
+  let upstream: TestUpstream
+  let gateway: Awaited<ReturnType<typeof startGatewayProcess>>
+  let admin: pg.Pool
+  let cliEnv: NodeJS.ProcessEnv
+
+  beforeAll(async () => {
+    upstream = await recordingUpstream()
+    gateway = await startGatewayProcess({ databaseUrl: role.url, petsUrl: upstream.url, readyTimeoutMillis: 30_000, env: { LOG_LEVEL: 'info' } })
+    admin = createPool({ connectionString: database.url, applicationName: 'privileges-test' })
+    cliEnv = { ...baseEnv(), DATABASE_URL: role.url }
+  }, 40_000)
+  afterAll(async () => {
+    await killAll()
+    gateway?.cleanup()
+    await admin?.end()
+    await upstream?.close()
+  })
+
+  const newKey = async () => {
+    const { key } = await createKeyRepository(admin).create({ name: `k-${generateApiKey().slice(-6)}`, plan: 'free' })
+    return key
+  }
+  const call = (key: string) => fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+
+  it('a key not in the cache is answered 503 with Retry-After while SELECT on the keys table is revoked, one error line names the grant, /readyz is not ready; all mend once granted back', async () => {
+    const mark = gateway.proc.output().length
+    await role.sql('REVOKE SELECT ON gateway.api_keys FROM $role')
+    const keys = [await newKey(), await newKey(), await newKey()]
+    try {
+      for (const key of keys) {
+        const answer = await call(key)
+        const body = (await answer.json()) as { code?: string }
+        expect({ status: answer.status, code: body.code, retryAfter: Number(answer.headers.get('retry-after')) >= 1 })
+          .toEqual({ status: 503, code: 'service_unavailable', retryAfter: true })
+      }
+      const notReady = await readyzBecomes(gateway.opsPort, 503)
+      expect(notReady.body.status).toBe('not_ready')
+      expect(notReady.body.reasons?.postgres).toContain(`GRANT SELECT ON TABLE gateway.api_keys TO "${role.name}"`)
+      await eventually(async () => errorLines(gateway.proc, mark).length > 0, 5_000)
+      const said = errorLines(gateway.proc, mark)
+      expect(said).toHaveLength(1)
+      expect(said[0]!.msg).toContain(`GRANT SELECT ON TABLE gateway.api_keys TO "${role.name}"`)
+    } finally {
+      await role.sql('GRANT SELECT ON gateway.api_keys TO $role')
+    }
+    await readyzBecomes(gateway.opsPort, 200)
+    for (const key of keys) expect((await call(key)).status).toBe(200)
+    expect(errorLines(gateway.proc, mark)).toHaveLength(1)
+    // Log lines leave in batches: the line may reach stdout a moment after /readyz says ready.
+    await eventually(async () => grantedAgain(gateway.proc, mark).length > 0, 5_000)
+    expect(grantedAgain(gateway.proc, mark)).toHaveLength(1)
+  }, 40_000)
+
+  it.each([
+    ['SELECT on the keys table revoked', 'REVOKE SELECT ON gateway.api_keys FROM $role', 'GRANT SELECT ON gateway.api_keys TO $role', ['list'], 'GRANT SELECT ON TABLE gateway.api_keys TO'],
+    ['CONNECT on the database revoked', 'REVOKE CONNECT ON DATABASE $database FROM PUBLIC, $role', 'GRANT CONNECT ON DATABASE $database TO PUBLIC', ['list'], 'GRANT CONNECT ON DATABASE'],
+    ['INSERT on the change log revoked (creating a key writes to it)', 'REVOKE INSERT ON gateway.api_key_changes FROM $role', 'GRANT INSERT ON gateway.api_key_changes TO $role', ['create', '--name', 'cli', '--plan', 'free'], 'GRANT INSERT ON TABLE gateway.api_key_changes TO'],
+  ])('the keys CLI says plainly what Postgres refuses and what to grant, with %s', async (_fault, revoke, restore, args, fix) => {
+    await role.sql(revoke)
+    try {
+      const run = await runKeysCli(args, cliEnv, 30_000)
+      expect(run.code).toBe(1)
+      expect(run.stderr.trim().split('\n')).toHaveLength(1)
+      expect(run.stderr).toContain('Postgres refuses')
+      expect(run.stderr).toContain(fix)
+    } finally {
+      await role.sql(restore)
+    }
+  }, 40_000)
+})
