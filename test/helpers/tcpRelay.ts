@@ -6,7 +6,9 @@ import net from 'node:net'
  * every new one is accepted and dropped at once (the client sees its connection reset). Silencing
  * is "the server hung mid-conversation": connections stay open but nothing more is carried either
  * way, and new ones are accepted and never answered. Delaying is "a congested network": what a
- * client of a connection opened then sends reaches the target that much later. The relay keeps its
+ * client of a connection opened then sends reaches the target that much later. Forging is "an
+ * on-path attacker on a cleartext connection": whatever the target answers reaches the client as
+ * the bytes the test gives instead. The relay keeps its
  * listening port all along, so no other process on the machine can take it meanwhile. Every call
  * is idempotent.
  */
@@ -15,6 +17,8 @@ export async function cuttableRelay(target: { host: string; port: number }) {
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>()
   let state: 'open' | 'cut' | 'silent' = 'open'
   let delayMillis = 0
+  let forged: Buffer | undefined
+  const forging = new WeakSet<net.Socket>()
   const server = net.createServer((client) => {
     client.on('error', () => undefined)
     if (state === 'cut') {
@@ -33,7 +37,10 @@ export async function cuttableRelay(target: { host: string; port: number }) {
       socket.on('error', () => undefined)
     }
     if (state === 'silent') silence(pair)
-    else if (delayMillis > 0) {
+    else if (forged !== undefined) {
+      client.pipe(upstream)
+      forge(pair, forged)
+    } else if (delayMillis > 0) {
       const delay = delayMillis
       client.on('data', (chunk) => setTimeout(() => upstream.write(chunk), delay))
       upstream.pipe(client)
@@ -44,6 +51,13 @@ export async function cuttableRelay(target: { host: string; port: number }) {
     upstream.unpipe(client)
     client.pause()
     upstream.pause()
+  }
+  const forge = ({ client, upstream }: { client: net.Socket; upstream: net.Socket }, reply: Buffer) => {
+    if (forging.has(upstream)) return
+    forging.add(upstream)
+    upstream.unpipe(client)
+    // Unpiped, the stream is paused, and a new 'data' listener does not resume it.
+    upstream.on('data', () => client.write(reply)).resume()
   }
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const { port } = server.address() as net.AddressInfo
@@ -66,10 +80,16 @@ export async function cuttableRelay(target: { host: string; port: number }) {
     async delay(millis: number) {
       delayMillis = millis
     },
-    /** New connections are carried again, undelayed; connections opened before a cut or silence are gone or stay mute. */
+    /** Every chunk the target sends, on open connections and new ones, reaches the client as `reply`. */
+    async forge(reply: Buffer) {
+      forged = reply
+      for (const pair of pairs) forge(pair, reply)
+    },
+    /** New connections are carried again, undelayed and unforged; connections opened before a cut, silence or forgery are gone, stay mute or stay forged. */
     async restore() {
       state = 'open'
       delayMillis = 0
+      forged = undefined
     },
     /** Connections opened from now on go to `next`; open ones stay where they are (a DNS name moved to another server). */
     async redirect(next: { host: string; port: number }) {
