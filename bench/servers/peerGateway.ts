@@ -35,7 +35,8 @@ function pairs(text: string): Array<[string, string]> {
 }
 
 const upstream = required('UPSTREAM_URL')
-const redis = new Redis(required('REDIS_URL'))
+// RESP2, as the gateway speaks it (and as ioredis did before 6): the rows differ in the plugins, not the wire.
+const redis = new Redis(required('REDIS_URL'), { protocol: 2 })
 const plans = new Map(pairs(required('PEER_PLANS')).map(([plan, perMinute]) => [plan, Number(perMinute)]))
 // The key is only the map's lookup key; Redis and logs see an id.
 const keys = new Map(pairs(required('PEER_KEYS')).map(([key, plan], index) => [key, { id: `key${index}`, plan }]))

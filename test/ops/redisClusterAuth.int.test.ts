@@ -231,7 +231,7 @@ describe('Redis Cluster with a password (the real gateway process)', () => {
     const node = new Redis({ host: '127.0.0.1', port: Number(address.split(':')[1]), password: PASSWORD })
     try {
       await node.config('SET', 'requirepass', 'Node-Rotated-S3cr3t')
-      await node.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+      await node.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
       const refusals = () => gateway.proc.output().split('\n').filter((line) => line.includes("Redis refuses the gateway's credentials"))
       await eventually(async () => refusals().length > 0, 10_000)
       expect(refusals()[0]).toContain(`${address}: WRONGPASS`)

@@ -179,7 +179,7 @@ describe('starting before Postgres, and signals at the edges of a process life',
         expect(await probe(opsPort, '/readyz')).toMatchObject({ status: 200, body: { dependencies: { redis: 'up' } } })
 
         await admin.config('SET', 'requirepass', 'Rotated-S3cr3t')
-        await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+        await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
         const refusals = () => gateway.output().split('\n').filter((line) => line.includes("Redis refuses the gateway's credentials"))
         await eventually(async () => refusals().length > 0, 10_000)
         expect(refusals()[0]).toContain('"level":50')

@@ -139,6 +139,12 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     // dropped instead, with them; the client reconnects, and is not ready until Redis answers.
     socketTimeout: backstopTimeoutMillis(connection.commandTimeoutMillis),
     connectTimeout: 1_000,
+    // RESP2, as before ioredis 6, whose default RESP3 opens each connection with HELLO: a login
+    // refused for want of a password then read "NOAUTH HELLO must be called with the client
+    // already authenticated…" instead of Redis's "NOAUTH Authentication required.", and whatever
+    // sits at REDIS_URL (a proxy, a Redis-compatible server) must know HELLO, or answer it in the
+    // words ioredis takes for "no RESP3". The gateway uses nothing RESP3 adds.
+    protocol: 2,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     keyPrefix: connection.keyPrefix,
