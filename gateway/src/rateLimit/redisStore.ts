@@ -195,7 +195,6 @@ export function connectRedis(connection: RedisConnection): RedisClient {
         ...(handshakes ? { Connector: handshakes.Connector } : {}),
       })
   if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
-  if (client instanceof Redis) forgetSocketTimerOnClose(client)
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
   const credentialsChanged = () => credentialWatchers.get(client)?.forEach((watcher) => watcher())
   client.on('error', (error: Error) => {
@@ -268,23 +267,6 @@ function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port
     const key = (node: { host: string; port: number }) => `${node.host}:${node.port}`
     const names = new Set(known.map(key))
     cluster.startupNodes = [...known, ...seeds.filter((seed) => !names.has(key(seed)))]
-  })
-}
-
-/**
- * ioredis (5.x, redis/ioredis#2147) keeps socketTimeout's timer on the client, not on the
- * connection it was armed for, and clears it only when that connection next reads. A connection
- * dropped with a command unanswered (Redis restarted, CLIENT KILL, a network blip) left it armed,
- * and it fired on the next connection, healthy, and dropped that too: a second outage (a closed
- * gateway's 503s) 2 s after the first had ended, at every reconnect. A Cluster's node connections
- * do not reconnect (each is a new client), so only a single server's client needs this.
- */
-function forgetSocketTimerOnClose(client: Redis): void {
-  // socketTimeoutTimer is ioredis's own field (private in its types).
-  const timers = client as unknown as { socketTimeoutTimer?: NodeJS.Timeout }
-  client.on('close', () => {
-    clearTimeout(timers.socketTimeoutTimer)
-    timers.socketTimeoutTimer = undefined
   })
 }
 
