@@ -43,12 +43,13 @@ async function hungPostgres(): Promise<{ url: string; close(): void }> {
   }
 }
 
-async function serviceOn(databaseUrl: string, statementTimeoutMillis?: number) {
+async function serviceOn(databaseUrl: string, statementTimeoutMillis?: number, poolLogger?: pino.Logger) {
   const pool = createPool({
     connectionString: databaseUrl,
     applicationName: 'test',
     connectionTimeoutMillis: 1_000,
     statementTimeoutMillis,
+    logger: poolLogger,
   })
   const registry = new Registry()
   const app = await buildPetsService({
@@ -184,6 +185,40 @@ describe('pets-service when Postgres stops answering in the middle of a connecti
       await app.close()
       await pool.end()
       await relay.close()
+    }
+  })
+})
+
+describe('pets-service after a failover that leaves its open connections mute (the same address, another host)', () => {
+  const database = migratedSuiteDatabase()
+
+  // Each idle connection went mute the same way; found one request at a time, each cost a
+  // request the whole statement bound and a 503, and a log line each once closed.
+  it('answers only the first request 503 after the statement bound, the next ones 200 at once on new connections, and logs it once', async () => {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    target.host = `127.0.0.1:${relay.port}`
+    const log = captureLog()
+    const { app, pool } = await serviceOn(target.toString(), 1_000, pino(log.stream))
+    try {
+      await Promise.all([0, 1, 2, 3].map(() => pool.query('SELECT pg_sleep(0.05)')))
+      expect(pool.idleCount).toBe(4)
+      // Open connections carry nothing any more; new ones reach Postgres (now at the other host).
+      await relay.silence()
+      await relay.restore()
+      const statuses: number[] = []
+      for (let request = 0; request < 4; request++) {
+        const response = await app.inject({ method: 'GET', url: '/pets', headers: auth })
+        statuses.push(response.statusCode)
+      }
+      expect(statuses).toEqual([503, 200, 200, 200])
+      const lines = log.entries().filter((entry) => entry.level === 40)
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toMatchObject({ msg: expect.stringContaining('Postgres gave no answer on a connection'), unansweredClosed: 1, idleClosed: 3 })
+    } finally {
+      await app.close()
+      await relay.close()
+      await pool.end()
     }
   })
 })

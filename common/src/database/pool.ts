@@ -40,11 +40,13 @@ export function createPool(options: PoolOptions): pg.Pool {
     types,
   })
   // An idle client losing its connection (Postgres restarted) must not crash the process.
-  // Only message and code: the error object carries the whole client, kilobytes per line.
-  pool.on('error', (error: Error & { code?: string }) =>
-    options.logger?.warn({ error: error.message, code: error.code }, 'idle Postgres connection lost'),
-  )
-  boundStatementsOnClient(pool, statementTimeout + STATEMENT_GRACE_MILLIS)
+  // Only message and code: the error object carries the whole client, kilobytes per line. One the
+  // sweep closed as gone mute was told of already, in the sweep's one line for them all.
+  pool.on('error', (error: Error & { code?: string }, client: pg.PoolClient) => {
+    if (closedAsMute.has(client)) return
+    options.logger?.warn({ error: error.message, code: error.code }, 'idle Postgres connection lost')
+  })
+  boundStatementsOnClient(pool, statementTimeout + STATEMENT_GRACE_MILLIS, options.logger)
   return pool
 }
 
@@ -81,6 +83,11 @@ interface ObservableClient {
   connection: { stream: { destroy(): void } }
 }
 
+/** The statement `client` has sent and waits on the answer to, if any: the same object until it is answered. */
+export function pendingStatement(client: pg.Client | pg.PoolClient): object | null | undefined {
+  return (client as unknown as ObservableClient)._getActiveQuery()
+}
+
 /**
  * Closes a connection that stops answering: `end()` waits for the server's goodbye, which a mute
  * server never sends. Destroying the socket fails every statement on it at once and reports the
@@ -89,6 +96,9 @@ interface ObservableClient {
 export function dropConnection(client: pg.Client | pg.PoolClient): void {
   ;(client as unknown as ObservableClient).connection.stream.destroy()
 }
+
+/** Connections the sweep closed while idle: their loss is expected, and logged once for them all. */
+const closedAsMute = new WeakSet<object>()
 
 /**
  * statement_timeout needs a server that still runs; a server that stops answering in the middle
@@ -99,33 +109,61 @@ export function dropConnection(client: pg.Client | pg.PoolClient): void {
  * is waiting on; one seen for longer than the bound loses its connection, which fails it and every
  * statement queued behind it ("Connection terminated unexpectedly", so 503) and takes the
  * connection out of the pool. A statement is thus failed at most bound + 2 sweeps after it began.
+ *
+ * The connections idle in the pool then went the same way (a failover to another host behind the
+ * same address, a NAT or firewall that forgot them): found one by one, each would cost the next
+ * request that took it the whole bound. They are closed with it, so the requests after the first
+ * connect afresh. One log line per episode: further connections found mute within the bound of
+ * the last are the same failure.
  */
-function boundStatementsOnClient(pool: pg.Pool, boundMillis: number): void {
-  const waiting = new Map<ObservableClient, { statement: object | null | undefined; since: number }>()
+function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Logger): void {
+  const clients = new Map<ObservableClient, { statement: object | null | undefined; since: number; idle: boolean }>()
   let sweeper: NodeJS.Timeout | undefined
+  let lastMuteAt = Number.NEGATIVE_INFINITY
   const sweep = () => {
     const now = performance.now()
-    for (const [client, seen] of waiting) {
+    const mute: ObservableClient[] = []
+    for (const [client, seen] of clients) {
       const statement = client._getActiveQuery()
       if (statement !== seen.statement) {
         seen.statement = statement
         seen.since = now
       } else if (statement && now - seen.since >= boundMillis) {
-        waiting.delete(client)
-        dropConnection(client as unknown as pg.Client)
+        mute.push(client)
       }
     }
+    if (mute.length === 0) return
+    const idle = [...clients].filter(([client, seen]) => seen.idle && !mute.includes(client)).map(([client]) => client)
+    for (const client of idle) closedAsMute.add(client)
+    for (const client of [...mute, ...idle]) {
+      clients.delete(client)
+      dropConnection(client as unknown as pg.Client)
+    }
+    if (now - lastMuteAt > boundMillis) {
+      logger?.warn(
+        { boundMillis: Math.round(boundMillis), unansweredClosed: mute.length, idleClosed: idle.length },
+        'Postgres gave no answer on a connection within the statement bound: closed it, and the idle ones with it',
+      )
+    }
+    lastMuteAt = now
   }
   if (typeof (pg.Client.prototype as unknown as ObservableClient)._getActiveQuery !== 'function') {
     throw new Error('this pg version does not expose the active statement, which the client-side statement bound reads')
   }
   pool.on('connect', (client) => {
-    waiting.set(client as unknown as ObservableClient, { statement: undefined, since: 0 })
+    clients.set(client as unknown as ObservableClient, { statement: undefined, since: 0, idle: false })
     sweeper ??= setInterval(sweep, SWEEP_INTERVAL_MILLIS).unref()
   })
+  const setIdle = (client: pg.PoolClient, idle: boolean) => {
+    const seen = clients.get(client as unknown as ObservableClient)
+    if (seen) seen.idle = idle
+  }
+  pool.on('acquire', (client) => setIdle(client, false))
+  // Released with an error, it is being removed, not idle.
+  pool.on('release', (error, client) => setIdle(client, !error))
   pool.on('remove', (client) => {
-    waiting.delete(client as unknown as ObservableClient)
-    if (waiting.size === 0 && sweeper) {
+    clients.delete(client as unknown as ObservableClient)
+    if (clients.size === 0 && sweeper) {
       clearInterval(sweeper)
       sweeper = undefined
     }

@@ -316,7 +316,7 @@ describe('the gateway\'s Postgres stops answering on open connections', () => {
       recordScenario({
         area: 'Postgres',
         scenario: "the gateway's Postgres stops answering on open connections (shipped 5 s statement timeout)",
-        answered: `a key not in the cache: 503 service_unavailable with Retry-After in ${Math.round(unknown.millis)} ms (bound asserted ${SILENT_POSTGRES_BOUND_MILLIS} ms); a cached key: 200 meanwhile; the uncached key 200 again ${Math.round(servedAgainMillis)} ms after Postgres answered (connections that had gone mute answered 503 within the bound until swept)`,
+        answered: `a key not in the cache: 503 service_unavailable with Retry-After in ${Math.round(unknown.millis)} ms (bound asserted ${SILENT_POSTGRES_BOUND_MILLIS} ms); a cached key: 200 meanwhile; the uncached key 200 again ${Math.round(servedAgainMillis)} ms after Postgres answered (the idle connections that had gone mute were closed with the first one found)`,
         lost: 'nothing: no key refused as invalid while Postgres was silent',
         test: 'test/reliability/faults/postgres.int.test.ts',
       })
