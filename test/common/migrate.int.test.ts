@@ -1,4 +1,7 @@
 import { createHash } from 'node:crypto'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
 import pg from 'pg'
 import pino from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -9,6 +12,7 @@ import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
+import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 
 describe('migrations at boot', () => {
   const database = suiteDatabase()
@@ -87,4 +91,105 @@ describe('migrations at boot', () => {
       await relay.close()
     }
   })
+
+  /** Holds a schema's migration lock as another instance migrating would. */
+  async function anotherInstanceMigrating(schema: string) {
+    const holder = new pg.Client({ connectionString: database.url })
+    await holder.connect()
+    const lock = createHash('sha256').update(`migrations:${schema}`).digest().readBigInt64BE(0).toString()
+    await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock])
+    return {
+      /** Whether a session of `applicationName` waits for a lock (this one). */
+      waitedForBy: async (applicationName: string) => {
+        const { rows } = await holder.query<{ waiting: number }>(
+          `SELECT count(*)::int AS waiting FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`,
+          [applicationName],
+        )
+        return rows[0]!.waiting > 0
+      },
+      release: () => holder.query('SELECT pg_advisory_unlock($1::bigint)', [lock]),
+      end: () => holder.end(),
+    }
+  }
+
+  /** A pool to the suite database through a relay the test can silence. */
+  async function poolThroughRelay(applicationName: string) {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const viaRelay = new URL(database.url)
+    viaRelay.port = String(relay.port)
+    const pool = createPool({ connectionString: viaRelay.toString(), applicationName })
+    pool.on('error', () => undefined)
+    return { relay, pool }
+  }
+
+  /** The migration's outcome: 'migrated', its error's message, or 'still waiting' after `millis`. */
+  const outcomeWithin = (migrating: Promise<unknown>, millis: number) =>
+    Promise.race([
+      migrating.then(
+        () => 'migrated',
+        (error: unknown) => (error instanceof Error ? error.message : String(error)),
+      ),
+      new Promise<string>((resolve) => setTimeout(() => resolve(`still waiting after ${millis} ms`), millis).unref()),
+    ])
+
+  // A failover to a host that is gone: the connection stays open, and nothing comes back on it or
+  // on a new one. The service must fail its start (and be restarted), not hang.
+  it('fail within 20 s, saying Postgres stopped answering, when the connection goes mute while waiting for another instance', async () => {
+    const other = await anotherInstanceMigrating(PETS_MIGRATIONS.schema)
+    const { relay, pool } = await poolThroughRelay('migrate-mute-test')
+    try {
+      const migrating = migrate(pool, PETS_MIGRATIONS)
+      migrating.catch(() => undefined)
+      await eventually(() => other.waitedForBy('migrate-mute-test'), 10_000)
+      await relay.silence()
+      const started = performance.now()
+      expect(await outcomeWithin(migrating, 40_000)).toMatch(/^Postgres stopped answering on the migration connection/)
+      expect(performance.now() - started).toBeLessThan(20_000)
+    } finally {
+      await relay.close()
+      await other.end()
+      await pool.end()
+    }
+  }, 60_000)
+
+  // A NAT or relay that forgot the connection while the server runs on: the server answers, the
+  // answer is lost, and the session waits for the client as the client waits for it.
+  it('fail within 20 s, saying Postgres stopped answering, when the connection goes mute while the server and new connections answer', async () => {
+    const other = await anotherInstanceMigrating(PETS_MIGRATIONS.schema)
+    const { relay, pool } = await poolThroughRelay('migrate-forgotten-test')
+    try {
+      const migrating = migrate(pool, PETS_MIGRATIONS)
+      migrating.catch(() => undefined)
+      await eventually(() => other.waitedForBy('migrate-forgotten-test'), 10_000)
+      await relay.silence()
+      await relay.restore()
+      await other.release()
+      const started = performance.now()
+      const outcome = await outcomeWithin(migrating, 40_000)
+      expect(outcome).toMatch(/^Postgres stopped answering on the migration connection \(the server has been idle in transaction/)
+      expect(performance.now() - started).toBeLessThan(20_000)
+    } finally {
+      await relay.close()
+      await other.end()
+      await pool.end()
+    }
+  }, 60_000)
+
+  // Neither an index build nor the wait for another instance's lock has a deadline: the watch for
+  // a mute connection sees the server at work and leaves it be.
+  it('run a migration for as long as it takes (here 8 s, longer than the watch waits before looking)', async () => {
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'slow-migration-'))
+    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(8); CREATE TABLE slow_migration.done (id int);')
+    const { relay, pool } = await poolThroughRelay('migrate-slow-test')
+    try {
+      expect(await migrate(pool, { schema: 'slow_migration', directory })).toEqual([1])
+    } finally {
+      await pool.query('DROP SCHEMA slow_migration CASCADE').catch(() => undefined)
+      await pool.end()
+      await relay.close()
+      await rm(directory, { recursive: true, force: true })
+    }
+  }, 30_000)
 })

@@ -1,13 +1,16 @@
+import { createHash } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import type { Redis } from 'ioredis'
+import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
+import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
@@ -119,6 +122,39 @@ describe('starting before Postgres, and signals at the edges of a process life',
     expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
     expect(gateway.output()).toContain('cannot use Postgres at DATABASE_URL: 3D000')
   }, 40_000)
+
+  // A failover to a host that is gone, as the service starts: waitForPostgres was answered, then the
+  // connection migrating goes mute. Left waiting, the process neither started nor exited, and its
+  // supervisor saw nothing to restart.
+  it('a pets-service whose Postgres goes mute while it migrates exits 1 within 30 s, saying so, for its supervisor to restart it', async () => {
+    const holder = new pg.Client({ connectionString: database.url })
+    await holder.connect()
+    // Another instance migrating: the start waits on the lock, on a connection the test then silences.
+    const lock = createHash('sha256').update(`migrations:${PETS_MIGRATIONS.schema}`).digest().readBigInt64BE(0).toString()
+    await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock])
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const viaRelay = new URL(database.url)
+    viaRelay.host = `127.0.0.1:${relay.port}`
+    try {
+      const { env } = await petsEnv(viaRelay.toString())
+      const service = startNode('pets-service/src/main.ts', env)
+      const waitingOnTheLock = async () => {
+        const { rows } = await holder.query<{ waiting: number }>(
+          `SELECT count(*)::int AS waiting FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name = 'pets-service' AND wait_event_type = 'Lock'`,
+        )
+        return rows[0]!.waiting > 0
+      }
+      await eventually(waitingOnTheLock, 30_000)
+      await relay.silence()
+      expect(await exitWithin(service, 30_000)).toEqual({ code: 1, signal: null })
+      expect(service.output()).toContain('Postgres stopped answering on the migration connection')
+    } finally {
+      await relay.close()
+      await holder.end()
+    }
+  }, 90_000)
 
   it('a gateway whose Redis cannot be reached at start says why in its warning (the connection refused, say)', async () => {
     const port = await freePort()

@@ -3,6 +3,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
 import pg from 'pg'
 import type { Logger } from 'pino'
+import { dropConnection, pendingStatement } from './pool.ts'
 
 export interface MigrationSet {
   /** Postgres schema the migrations own; also names the bookkeeping table and the lock. */
@@ -52,6 +53,12 @@ function lockId(schema: string): bigint {
  * index, takes as long as it takes. Waiting for a lock is bounded by lock_timeout instead (5 min).
  * Both are set in each transaction (SET LOCAL), not as connection parameters, which a pooler
  * refuses or drops.
+ *
+ * A connection that goes mute (a failover to another host behind the address, a NAT or relay
+ * that forgot it) would hold the start for ever: nothing bounds the wait for an answer. A
+ * watch tells it from a long migration (see watchForSilence), and one found mute is closed and
+ * fails the migration, within about 20 s, so that the service exits and its supervisor
+ * starts it again on a fresh connection.
  */
 export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger): Promise<number[]> {
   const migrations = await readMigrations(set.directory)
@@ -61,13 +68,18 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
   // instead of the failed query's error.
   const onLost = () => undefined
   client.on('error', onLost)
+  const watch = watchForSilence(client, pool)
   const lock = lockId(set.schema).toString()
   const table = `${quoteIdentifier(set.schema)}.schema_migrations`
   const applied: number[] = []
   /** In one transaction under the lock: the first migration not applied yet, after creating the bookkeeping if need be. */
   const nextPending = async (): Promise<Migration | undefined> => {
+    await watch.identifyBackend()
     await client.query(`SET LOCAL statement_timeout = 0`)
     await client.query(`SET LOCAL lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MILLIS}`)
+    // A session the client lost (gone mute) would otherwise keep the lock, and the restarted
+    // service wait on it, until the server's TCP keepalive notices: hours.
+    if (watch.watching()) await client.query(`SET LOCAL idle_in_transaction_session_timeout = ${ORPHANED_TRANSACTION_MILLIS}`)
     await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [lock])
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdentifier(set.schema)}`)
     await client.query(
@@ -98,18 +110,154 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
       } catch (error) {
         await client.query('ROLLBACK').catch(() => undefined)
         throw migration ? new Error(`migration ${migration.name} failed`, { cause: error }) : error
+      } finally {
+        watch.transactionEnded()
       }
       if (!migration) break
       applied.push(migration.version)
       logger?.info({ schema: set.schema, migration: migration.name }, 'migration applied')
     }
+  } catch (error) {
+    const silence = watch.silence()
+    if (silence === undefined) throw error
+    throw new Error(`Postgres stopped answering on the migration connection (${silence}): closed it; starting again retries on a new connection`, { cause: error })
   } finally {
+    watch.stop()
     // Closing the session ends a transaction left open by a lost connection, and its lock with it.
-    await client.end().catch(() => undefined)
+    // The goodbye is waited for a moment only: a mute server never sends it.
+    await endWithin(client, END_MILLIS)
     client.off('error', onLost)
   }
   warnOfStrangers(set, migrations, recorded, logger)
   return applied
+}
+
+/** How long a migration transaction's session lives on after its client stops talking to it. */
+const ORPHANED_TRANSACTION_MILLIS = 10_000
+const END_MILLIS = 2_000
+
+async function endWithin(client: pg.Client, millis: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const ended = await Promise.race([
+    client.end().then(() => true, () => true),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), millis))),
+  ])
+  clearTimeout(timer)
+  if (!ended) dropConnection(client)
+}
+
+/** How long a statement waits for its answer before another connection looks at its session. */
+const WATCH_AFTER_MILLIS = 5_000
+/** The bound on a statement that cannot be watched yet (BEGIN, and the look-up of its session): they take milliseconds. */
+const UNWATCHED_STATEMENT_MILLIS = 10_000
+/** How long the server must have been waiting for the client, while the client waits for it, to call the connection mute. */
+const BOTH_WAITING_MILLIS = 1_000
+const LOOK_EVERY_MILLIS = 500
+/** A statement at work for minutes is looked up every 2 s, not at every look. */
+const LOOK_UP_EVERY_MILLIS = 2_000
+
+/** A server session, as pg_stat_activity names it: pids are reused, so with its start. */
+interface Session {
+  pid: number
+  backendStart: string
+}
+
+/**
+ * Tells a connection gone mute from a statement that takes long (an index build, waiting up to
+ * lock_timeout for another instance's migration), which no client-side deadline can. A statement
+ * unanswered for 5 s has its session looked up from another connection of the pool: the
+ * connection is mute when the server has no such session any more (failed over, or the session
+ * ended on its side), when the session has been idle for a second while the client still waits
+ * for its answer (the answer, or the statement, was lost on the way), or when that other
+ * connection gets no answer either, twice in a row (the pool's own bounds: 2 s to connect, the
+ * statement bound).
+ * A session still at work is left to work, however long. BEGIN and the look-up of the
+ * transaction's session, before which there is nothing to look up (behind a transaction pooler
+ * each transaction may run on another session), take milliseconds and are bounded at 10 s.
+ *
+ * Over a Unix socket nothing between client and server can lose the connection: no watch there.
+ * Nor on PGlite (the embedded database), one session for every connection, which could not answer
+ * the look-up while the migration holds it, nor where pg_stat_activity does not list the session.
+ */
+function watchForSilence(client: pg.Client, pool: pg.Pool) {
+  const watched = !(client.host ?? '').startsWith('/')
+  let session: Session | 'unknown' | 'not listed' = 'unknown'
+  let silence: string | undefined
+  let seen: { statement: object | null | undefined; since: number } = { statement: undefined, since: 0 }
+  let looking = false
+  let lookedAt = Number.NEGATIVE_INFINITY
+  let unansweredLookups = 0
+  const giveUp = (reason: string) => {
+    silence = reason
+    dropConnection(client)
+  }
+  const look = async () => {
+    const statement = pendingStatement(client)
+    const now = performance.now()
+    if (statement !== seen.statement) {
+      seen = { statement, since: now }
+      return
+    }
+    if (!statement || looking || silence !== undefined) return
+    const waited = now - seen.since
+    if (session === 'unknown') {
+      if (waited >= UNWATCHED_STATEMENT_MILLIS) giveUp(`no answer within ${UNWATCHED_STATEMENT_MILLIS / 1000} s to a statement that takes milliseconds`)
+      return
+    }
+    if (session === 'not listed' || waited < WATCH_AFTER_MILLIS || now - lookedAt < LOOK_UP_EVERY_MILLIS) return
+    looking = true
+    lookedAt = now
+    try {
+      const { mute, unanswered } = await lookAtSession(pool, session)
+      // A look-up unanswered once may be a busy server slow to take a connection: twice, it is not.
+      unansweredLookups = unanswered === undefined ? 0 : unansweredLookups + 1
+      const reason = mute ?? (unansweredLookups >= 2 ? unanswered : undefined)
+      if (reason !== undefined && pendingStatement(client) === statement) giveUp(reason)
+    } finally {
+      looking = false
+    }
+  }
+  const looker = watched ? setInterval(() => void look(), LOOK_EVERY_MILLIS).unref() : undefined
+  return {
+    /** Whether the transaction's session is known, so that it can be watched. */
+    watching: () => typeof session === 'object',
+    /** Reads which server session runs the transaction just begun. */
+    async identifyBackend(): Promise<void> {
+      if (!watched) return
+      const { rows } = await client.query<{ pid: number; backend_start: string }>(
+        `SELECT pid, backend_start::text AS backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid() AND version() NOT LIKE '%PGlite%'`,
+      )
+      session = rows[0] ? { pid: rows[0].pid, backendStart: rows[0].backend_start } : 'not listed'
+    },
+    /** The next transaction may run on another session (behind a transaction pooler); one not listed stays so. */
+    transactionEnded(): void {
+      if (typeof session === 'object') session = 'unknown'
+    },
+    /** Why the connection was closed as mute, if it was. */
+    silence: () => silence,
+    stop: () => clearInterval(looker),
+  }
+}
+
+/** What another connection learns of the session: why its connection is mute, or that it got no answer itself. */
+async function lookAtSession(pool: pg.Pool, session: Session): Promise<{ mute?: string; unanswered?: string }> {
+  try {
+    const { rows } = await pool.query<{ state: string | null; state_millis: number | null }>(
+      `SELECT state, (extract(epoch FROM clock_timestamp() - state_change) * 1000)::float8 AS state_millis
+         FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2::timestamptz`,
+      [session.pid, session.backendStart],
+    )
+    const row = rows[0]
+    if (!row) return { mute: 'the server has no session for it any more' }
+    if (row.state?.startsWith('idle') && (row.state_millis ?? 0) >= BOTH_WAITING_MILLIS) {
+      return { mute: `the server has been ${row.state} for ${Math.round(row.state_millis ?? 0)} ms while the client waits for its answer` }
+    }
+    return {}
+  } catch (error) {
+    // The server's refusal (out of connection slots, say) is an answer: it is there.
+    if (error instanceof pg.DatabaseError) return {}
+    return { unanswered: `a new connection got no answer either: ${error instanceof Error ? error.message : String(error)}` }
+  }
 }
 
 /**
