@@ -13,6 +13,7 @@ import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
+import { recordScenario } from '../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { eventually, sleep } from '../gateway/rateLimit/httpLimits.ts'
@@ -148,8 +149,17 @@ describe('starting before Postgres, and signals at the edges of a process life',
       }
       await eventually(waitingOnTheLock, 30_000)
       await relay.silence()
+      const silenced = performance.now()
       expect(await exitWithin(service, 30_000)).toEqual({ code: 1, signal: null })
+      const exitedMillis = Math.round(performance.now() - silenced)
       expect(service.output()).toContain('Postgres stopped answering on the migration connection')
+      recordScenario({
+        area: 'Postgres',
+        scenario: "a pets-service's Postgres goes mute while it migrates at start (waiting for another instance's migration lock)",
+        answered: `exit 1 ${exitedMillis} ms after the connection went mute (bound asserted 30000 ms), logging 'Postgres stopped answering on the migration connection (…)', for its supervisor to restart it`,
+        lost: 'nothing: no migration had begun; each runs in a transaction of its own',
+        test: 'test/ops/startupAndSignals.int.test.ts',
+      })
     } finally {
       await relay.close()
       await holder.end()
