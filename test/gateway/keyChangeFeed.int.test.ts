@@ -527,6 +527,27 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
     }
   }, 60_000)
 
+  it('purges a backlog no single statement could delete within the timeout, halving a batch the timeout cancels', async () => {
+    const setup = createPool({ connectionString: database.url, applicationName: 'key-feed-test-setup', statementTimeoutMillis: 60_000 })
+    await migrate(setup, GATEWAY_MIGRATIONS)
+    // 100 ms: too short for one DELETE of the whole backlog, as the first batch asked for here is;
+    // the batches that fit are found by halving, however busy the machine.
+    const pool = createPool({ connectionString: database.url, applicationName: 'key-feed-test', max: 1, statementTimeoutMillis: 100 })
+    try {
+      await setup.query(
+        `INSERT INTO gateway.api_key_changes (key_id, key_hash, changed_at)
+         SELECT 'key_halved' || g, sha256(('halved' || g)::bytea), now() - interval '2 days' FROM generate_series(1, 200000) g`,
+      )
+      const newer = Number((await setup.query('SELECT count(*) FROM gateway.api_key_changes WHERE changed_at > now() - interval \'1 day\'')).rows[0].count)
+      expect(await createKeyRepository(pool).purgeChanges(200_000)).toBeGreaterThanOrEqual(200_000)
+      const left = await setup.query(`SELECT count(*)::int AS count, count(*) FILTER (WHERE changed_at < now() - interval '1 day')::int AS old FROM gateway.api_key_changes`)
+      expect(left.rows[0]).toEqual({ count: newer, old: 0 })
+    } finally {
+      await pool.end()
+      await setup.end()
+    }
+  }, 60_000)
+
   it('refuses a key whose row was deleted by hand', async () => {
     const { repository, operator, cache, follow, close } = await gatewayAndOperator()
     const deleted = await repository.create({ name: 'deleted by hand', plan: 'free' })

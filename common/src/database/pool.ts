@@ -170,6 +170,11 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
   })
 }
 
+/** Postgres's query_canceled: the statement timeout, or an operator's pg_cancel_backend. */
+export const QUERY_CANCELED = '57014'
+/** The smallest batch an hourly purge halves down to, when the statement timeout cancels one, before it gives up until its next run. */
+export const PURGE_MIN_BATCH_ROWS = 100
+
 // SQLSTATE classes 08 (connection exception) and 57 (operator intervention: shutdown,
 // statement timeout) and 53 (insufficient resources) mean "try again later", not a bug. So does
 // 25006 (read_only_sql_transaction): a write reaching a Postgres that takes none for now (a

@@ -1,6 +1,6 @@
 import type pg from 'pg'
 import { migrate } from '../../../common/src/database/migrate.ts'
-import { createPool, isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
+import { QUERY_CANCELED, createPool, isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
 import { describeRefusal } from '../../../common/src/database/privileges.ts'
 import { ConfigError, loadGatewayConfig } from '../config/loadConfig.ts'
 import { createKeyRepository } from '../keys/keyRepository.ts'
@@ -37,7 +37,7 @@ async function databaseError(error: unknown, location: DatabaseLocation, pool: p
   const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined
   // 25006 counts as unavailable (a 503 for the services), but this Postgres was reached.
   const what =
-    code === '57014'
+    code === QUERY_CANCELED
       ? 'Postgres did not finish a statement within its timeout'
       : code === '25006'
         ? 'Postgres takes no writes for now (read-only)'

@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import { withConnection } from '../../../common/src/database/pool.ts'
+import { PURGE_MIN_BATCH_ROWS, QUERY_CANCELED, withConnection } from '../../../common/src/database/pool.ts'
 import { displayPrefix, generateApiKey, generateKeyId, hashApiKey } from './apiKeyFormat.ts'
 
 export interface ApiKeyRecord {
@@ -435,7 +435,8 @@ export function createKeyRepository(pool: pg.Pool) {
      * The change log only needs to outlive the cache TTL, a ban record its ban; a day is generous.
      * Deleted oldest first in batches, each its own statement under the pool's timeout (one
      * operator transaction can leave millions of entries), rows another gateway's purge holds
-     * skipped. Returns the rows removed.
+     * skipped; a batch the statement timeout cancels (a loaded database) is tried again at half the
+     * size, down to PURGE_MIN_BATCH_ROWS. Returns the rows removed.
      */
     async purgeChanges(batchRows = PURGE_BATCH_ROWS): Promise<number> {
       // The log in id order, each batch from where the last one ended: while another session's
@@ -447,16 +448,24 @@ export function createKeyRepository(pool: pg.Pool) {
       let purged = await withConnection(pool, async (client) => {
         let deletedInAll = 0
         for (let after = 0; ; ) {
-          const [batch] = await inIndexOrder<{ deleted: number; last: number | null }>(
-            client,
-            `WITH deleted AS (
-               DELETE FROM gateway.api_key_changes WHERE ctid = ANY(ARRAY(
-                 SELECT ctid FROM gateway.api_key_changes WHERE id > $2 AND changed_at < now() - interval '1 day'
-                  ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
-               RETURNING id)
-             SELECT count(*)::int AS deleted, max(id) AS last FROM deleted`,
-            [batchRows, after],
-          )
+          let batch: { deleted: number; last: number | null } | undefined
+          try {
+            ;[batch] = await inIndexOrder<{ deleted: number; last: number | null }>(
+              client,
+              `WITH deleted AS (
+                 DELETE FROM gateway.api_key_changes WHERE ctid = ANY(ARRAY(
+                   SELECT ctid FROM gateway.api_key_changes WHERE id > $2 AND changed_at < now() - interval '1 day'
+                    ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
+                 RETURNING id)
+               SELECT count(*)::int AS deleted, max(id) AS last FROM deleted`,
+              [batchRows, after],
+            )
+          } catch (error) {
+            if ((error as { code?: unknown }).code !== QUERY_CANCELED || batchRows <= PURGE_MIN_BATCH_ROWS) throw error
+            await client.query('ROLLBACK')
+            batchRows = Math.max(Math.floor(batchRows / 2), PURGE_MIN_BATCH_ROWS)
+            continue
+          }
           const deleted = batch?.deleted ?? 0
           deletedInAll += deleted
           if (deleted < batchRows) return deletedInAll

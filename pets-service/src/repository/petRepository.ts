@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import { withConnection } from '../../../common/src/database/pool.ts'
+import { PURGE_MIN_BATCH_ROWS, QUERY_CANCELED, withConnection } from '../../../common/src/database/pool.ts'
 import type { Pet, PetStatus } from '../schemas/pet.ts'
 
 export interface NewPetRow {
@@ -44,10 +44,6 @@ const FIND_BY_ID = `SELECT ${COLUMNS} FROM pets.pets WHERE id = $1`
 export const IDEMPOTENCY_RETENTION_HOURS = 24
 /** Rows one purge statement deletes: a few milliseconds of work, well inside the statement timeout. */
 const IDEMPOTENCY_PURGE_BATCH_ROWS = 5_000
-/** The smallest batch a purge halves down to before it gives up until its next run. */
-const IDEMPOTENCY_PURGE_MIN_BATCH_ROWS = 100
-/** Postgres's query_canceled: the statement timeout, or an operator's pg_cancel_backend. */
-const QUERY_CANCELED = '57014'
 /** Postgres's feature_not_supported, with which it refuses a prepared statement whose result type has changed. */
 const FEATURE_NOT_SUPPORTED = '0A000'
 
@@ -140,7 +136,7 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
      * rolled back whole, every hour, while the backlog only grew. Rows a claim holds are skipped
      * (the claim renews them), as are those another replica's purge holds. A batch that the
      * statement timeout cancels (a loaded or slow database) is rolled back and tried again at half
-     * the size, down to IDEMPOTENCY_PURGE_MIN_BATCH_ROWS.
+     * the size, down to PURGE_MIN_BATCH_ROWS.
      */
     async purgeIdempotencyKeys(batchRows = IDEMPOTENCY_PURGE_BATCH_ROWS): Promise<number> {
       let purged = 0
@@ -164,11 +160,11 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
           )
           .catch((error: unknown) => {
             const canceled = (error as { code?: unknown }).code === QUERY_CANCELED
-            if (!canceled || batchRows <= IDEMPOTENCY_PURGE_MIN_BATCH_ROWS) throw error
+            if (!canceled || batchRows <= PURGE_MIN_BATCH_ROWS) throw error
             return { rows: [] }
           })
         if (rows.length === 0) {
-          batchRows = Math.max(Math.floor(batchRows / 2), IDEMPOTENCY_PURGE_MIN_BATCH_ROWS)
+          batchRows = Math.max(Math.floor(batchRows / 2), PURGE_MIN_BATCH_ROWS)
           continue
         }
         const deleted = rows[0]?.deleted ?? 0
