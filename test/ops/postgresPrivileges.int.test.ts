@@ -164,6 +164,33 @@ describe('a Postgres role that loses a privilege while the pets-service runs', (
     await eventually(async () => grantedAgain(pets.proc, mark).length > 0, 5_000)
     expect(grantedAgain(pets.proc, mark)).toHaveLength(1)
   }, 40_000)
+
+  // Nothing here asks /readyz: a service whose readiness nobody polls (npm start, systemd, a load
+  // balancer checking the port only) must still end an episode once the grant is back, or a
+  // second revoke is answered 503 without a line.
+  it('a second revoke, after the grant came back with no one asking /readyz, has its own error line', async () => {
+    const mark = pets.proc.output().length
+    await role.sql('REVOKE SELECT, INSERT ON pets.pets FROM $role')
+    try {
+      expect((await list()).status).toBe(503)
+      await eventually(async () => errorLines(pets.proc, mark).length === 1, 5_000)
+    } finally {
+      await role.sql('GRANT SELECT, INSERT ON pets.pets TO $role')
+    }
+    expect((await list()).status).toBe(200)
+    await eventually(async () => grantedAgain(pets.proc, mark).length === 1, 25_000)
+    const second = pets.proc.output().length
+    await role.sql('REVOKE SELECT, INSERT ON pets.pets FROM $role')
+    try {
+      expect((await list()).status).toBe(503)
+      await eventually(async () => errorLines(pets.proc, second).length === 1, 5_000).catch(() => {
+        throw new Error(`the second revoke was answered 503 without an error line: ${JSON.stringify(logLines(pets.proc, mark).map((line) => line.msg))}`)
+      })
+      expect(errorLines(pets.proc, second)[0]!.msg).toContain('GRANT SELECT, INSERT ON TABLE pets.pets TO')
+    } finally {
+      await role.sql('GRANT SELECT, INSERT ON pets.pets TO $role')
+    }
+  }, 40_000)
 })
 
 describe('a Postgres role lacking a privilege at start', () => {

@@ -178,6 +178,14 @@ export async function describeRefusal(pool: pg.Pool, needs: PostgresNeeds, error
   return `Postgres refuses the ${needs.who}'s role what it needs (${words}): ${fix}`
 }
 
+interface Episode {
+  reason: string
+  recheck?: NodeJS.Timeout
+}
+
+/** While an episode lasts, how often the watch looks, on a new connection, whether the role has what requests need again. */
+const EPISODE_RECHECK_MILLIS = 10_000
+
 export interface PostgresRefusalWatch {
   /**
    * Called with the error behind a request's 5xx: true when it is a Postgres refusal, which this
@@ -192,17 +200,33 @@ export interface PostgresRefusalWatch {
  * A privilege taken from the service's role while it runs (REVOKE, NOLOGIN, a password changed, an
  * object dropped): requests that meet it are answered 503, one error line per episode names what
  * Postgres refused and the GRANT that mends it, /readyz says not ready until the role has again
- * what requests need, and then one line says so. While nothing is refused, /readyz checks the
+ * what requests need, and then one line says so (looked at every EPISODE_RECHECK_MILLIS, and by
+ * each /readyz). While nothing is refused, /readyz checks the
  * privileges on a pooled connection (one catalog query, as cheap as the SELECT 1 it replaces);
  * during an episode on a new connection, which a revoked CONNECT or a changed password refuses
  * where the pool's older sessions would still pass.
  */
 export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logger: Logger): PostgresRefusalWatch {
-  let episode: { reason: string } | undefined
+  let episode: Episode | undefined
+  const end = (ended: Episode) => {
+    if (episode !== ended) return
+    clearTimeout(ended.recheck)
+    episode = undefined
+    logger.info(`Postgres grants the ${needs.who}'s role what requests need again`)
+  }
+  // Not only /readyz ends an episode: with no one polling it (npm start, systemd, a load balancer
+  // checking the port only) the episode outlived the grant, and a later revoke had no line at all.
+  const recheckLater = (current: Episode) => {
+    current.recheck = setTimeout(() => {
+      const again = () => episode === current && recheckLater(current)
+      explain(pool, needs, needs.serving, current.reason).then((explained) => (explained.refused ? again() : end(current)), again)
+    }, EPISODE_RECHECK_MILLIS).unref()
+  }
   const begin = (words: string | undefined, explained?: { words: string; fix: string }) => {
     if (episode) return
     const reason = explained?.words ?? words ?? 'privileges missing'
     episode = { reason }
+    recheckLater(episode)
     const said = explained ? Promise.resolve(explained) : explain(pool, needs, needs.serving, words).catch(() => ({ words: words ?? '', fix: 'grant the role what Postgres names' }))
     void said.then(({ words: refused, fix }) =>
       logger.error(
@@ -220,10 +244,10 @@ export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logge
     },
     async probe() {
       if (episode) {
-        const explained = await explain(pool, needs, needs.serving, episode.reason)
+        const current = episode
+        const explained = await explain(pool, needs, needs.serving, current.reason)
         if (explained.refused) throw new DependencyDown(`Postgres refuses the role (${explained.words}): ${explained.fix}`)
-        episode = undefined
-        logger.info(`Postgres grants the ${needs.who}'s role what requests need again`)
+        end(current)
         return
       }
       let result: CheckResult
