@@ -1,7 +1,12 @@
 import { randomBytes } from 'node:crypto'
+import net from 'node:net'
 import pg from 'pg'
+import pino from 'pino'
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
+import { migrate } from '../../common/src/database/migrate.ts'
+import { watchPostgresRefusals } from '../../common/src/database/privileges.ts'
+import { PETS_MIGRATIONS, PETS_POSTGRES_NEEDS } from '../../pets-service/src/migrations.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
@@ -299,6 +304,86 @@ describe('a Postgres role that loses a privilege while the gateway runs', () => 
       expect(run.stderr).toContain(fix)
     } finally {
       await role.sql(restore)
+    }
+  }, 40_000)
+})
+
+/**
+ * A relay to Postgres that, for connections opened while `mute` is on, carries the login and then
+ * nothing more from the server: a Postgres that stops answering mid-conversation, or a PgBouncer
+ * that logs a client in and holds its query while the Postgres behind it is down.
+ */
+async function muteAfterLoginRelay(target: URL) {
+  const state = { mute: false, opened: 0, closed: 0 }
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((client) => {
+    const upstream = net.connect({ host: target.hostname, port: Number(target.port || 5432) })
+    sockets.add(client).add(upstream)
+    state.opened++
+    let closed = false
+    for (const socket of [client, upstream]) {
+      socket.on('error', () => undefined)
+      socket.on('close', () => {
+        if (!closed) state.closed++
+        closed = true
+        client.destroy()
+        upstream.destroy()
+      })
+    }
+    client.pipe(upstream)
+    const mute = state.mute
+    let loggedIn = false
+    let unread = Buffer.alloc(0)
+    upstream.on('data', (chunk: Buffer) => {
+      if (loggedIn && mute) return
+      unread = Buffer.concat([unread, chunk])
+      while (unread.length >= 5 && unread.length >= 1 + unread.readInt32BE(1)) {
+        const message = unread.subarray(0, 1 + unread.readInt32BE(1))
+        unread = unread.subarray(message.length)
+        if (!loggedIn || !mute) client.write(message)
+        if (message[0] === 0x5a) loggedIn = true // ReadyForQuery: logged in
+      }
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const url = new URL(target)
+  url.hostname = '127.0.0.1'
+  url.port = String((server.address() as net.AddressInfo).port)
+  const close = () => {
+    for (const socket of sockets) socket.destroy()
+    return new Promise((resolve) => server.close(resolve))
+  }
+  return { state, url: url.toString(), close }
+}
+
+describe('a Postgres refusal met while Postgres stops answering after the login', () => {
+  const database = suiteDatabase()
+
+  it('/readyz\'s check gives up within seconds and lets its connection go, and the episode still has its error line', async () => {
+    const relay = await muteAfterLoginRelay(new URL(database.url))
+    const pool = createPool({ connectionString: relay.url, applicationName: 'privileges-test' })
+    const lines: { level: number; msg: string }[] = []
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as { level: number; msg: string }) })
+    try {
+      await migrate(pool, PETS_MIGRATIONS)
+      const watch = watchPostgresRefusals(pool, PETS_POSTGRES_NEEDS, logger)
+      relay.state.mute = true
+      expect(watch.report(Object.assign(new Error('permission denied for table pets'), { code: '42501' }))).toBe(true)
+      const probed = await Promise.race([
+        watch.probe().then(() => 'ready', () => 'not ready'),
+        new Promise((resolve) => setTimeout(() => resolve('no answer within 20 s'), 20_000)),
+      ])
+      expect(probed).toBe('not ready')
+      // The episode's explanation and the probe's: both let go (a recheck may have opened another since).
+      const openedByThen = relay.state.opened
+      expect(openedByThen).toBeGreaterThanOrEqual(2)
+      await eventually(async () => relay.state.closed >= 2, 5_000).catch(() => {
+        throw new Error(`${relay.state.opened - relay.state.closed} connections to the mute Postgres still held`)
+      })
+      await eventually(async () => lines.some((line) => line.level >= 50 && line.msg.includes('42501: permission denied for table pets')), 5_000)
+    } finally {
+      await pool.end()
+      await relay.close()
     }
   }, 40_000)
 })

@@ -2,6 +2,7 @@ import pg from 'pg'
 import type { Logger } from 'pino'
 import { EnvError } from '../env.ts'
 import { DependencyDown } from '../ops/opsServer.ts'
+import { dropConnection } from './pool.ts'
 
 /**
  * The SQLSTATEs with which Postgres refuses this service's role, its login or the objects it was
@@ -91,6 +92,9 @@ function grantsFor(schema: string, result: CheckResult): string {
   return [...statements, ...missing].join('; ')
 }
 
+/** A login and one catalog query on a connection of its own, at most. */
+const EXPLAIN_BOUND_MILLIS = 10_000
+
 /** The role and database a new connection of the pool logs in as and to. */
 function loginOf(pool: pg.Pool): { role: string; database: string } {
   const client = new pg.Client(pool.options) as pg.Client & { user?: string; database?: string }
@@ -128,6 +132,10 @@ export function loginRefusalFix(error: unknown, pool: pg.Pool): string | undefin
 async function explain(pool: pg.Pool, needs: PostgresNeeds, grants: Grant[], words?: string): Promise<{ refused: boolean; words: string; fix: string }> {
   const client = new pg.Client(pool.options)
   client.on('error', () => undefined)
+  // Outside the pool, so outside its statement bound: a server that stops answering after the
+  // login (a PgBouncer holding the query while its Postgres is down, a host that hangs) held this
+  // connection, the /readyz check and the episode's error line for as long.
+  const bound = setTimeout(() => dropConnection(client), EXPLAIN_BOUND_MILLIS)
   try {
     await client.connect()
     const result = await check(client, needs.schema, grants)
@@ -138,6 +146,7 @@ async function explain(pool: pg.Pool, needs: PostgresNeeds, grants: Grant[], wor
     if (refusal === undefined) throw error
     return { refused: true, words: refusal, fix: loginRefusalFix(error, pool) ?? 'grant the role what Postgres names' }
   } finally {
+    clearTimeout(bound)
     await client.end().catch(() => undefined)
   }
 }
