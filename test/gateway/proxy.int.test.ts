@@ -13,7 +13,7 @@ import {
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
-import { eventually } from './rateLimit/httpLimits.ts'
+import { eventually, sleep } from './rateLimit/httpLimits.ts'
 import { openRaw, parseAnswer } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { suiteService } from '../helpers/suiteService.ts'
@@ -433,7 +433,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(text).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 1$/m)
   })
 
-  it('answers 502 bad_gateway, never the upstream\'s 408, when the upstream timed out the gateway\'s own connection', async () => {
+  it('answers 502 bad_gateway, never the upstream\'s 408, when the upstream timed out the gateway\'s own connection, also on a GET\'s second try', async () => {
     // What the pets-service's HTTP parser answers on a connection it held longer than its headers
     // timeout (seen when it resumes after a freeze): the client's request was complete at the gateway.
     const scripted = await scriptedUpstream((request, response) => {
@@ -447,6 +447,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(listed.headers.get('x-ratelimit-limit')).not.toBeNull()
     const created = await gateway.request('/v1/pets', { key, contract: false, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' })
     await expectErrorResponse(created, 502, 'bad_gateway')
+    expect(scripted.requests.map(({ url }) => url)).toEqual(['/pets', '/pets', '/pets'])
     expect(await gateway.registry.metrics()).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 2$/m)
   })
 
@@ -539,6 +540,49 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       await expectErrorResponse(await gateway.request('/v1/pets', { key, contract: false }), 502, 'bad_gateway')
       expect(outcomes).toEqual(['answered', 'closed', 'closed'])
     })
+  })
+
+  it('sends a GET answered 408 once more, and answers it from the second try; a POST answered 408 gets 502 and is not sent again', async () => {
+    // The pets-service's parser answers 408 to the connections that waited while it was frozen,
+    // for requests it never read; here to every other request.
+    const outcomes: string[] = []
+    const scripted = await scriptedUpstream((request, response) => {
+      request.resume()
+      if (outcomes.length % 2 === 0) {
+        outcomes.push(`${request.method} 408`)
+        response.writeHead(408, { 'content-type': 'application/json', connection: 'close' })
+        response.end(JSON.stringify({ code: 'request_timeout', message: 'Request timeout.', status: 408 }))
+        return
+      }
+      outcomes.push(`${request.method} 200`)
+      response.writeHead(200, { 'content-type': 'application/json' })
+      response.end('[]')
+    })
+    const { gateway, key } = await gatewayTo(scripted)
+    const listed = await gateway.request('/v1/pets', { key, contract: false })
+    expect(listed.status).toBe(200)
+    expect(await listed.json()).toEqual([])
+    expect(outcomes).toEqual(['GET 408', 'GET 200'])
+    const created = await gateway.request('/v1/pets', { key, contract: false, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' })
+    await expectErrorResponse(created, 502, 'bad_gateway')
+    expect(outcomes).toEqual(['GET 408', 'GET 200', 'POST 408'])
+    const metrics = await gateway.registry.metrics()
+    expect(metrics).toMatch(/^gateway_upstream_resent_total\{upstream="pets"\} 1$/m)
+    expect(metrics).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 1$/m)
+  })
+
+  it('answers 504 at the timeout when a 408 to a GET never finishes its body, and does not send the GET again after that', async () => {
+    const scripted = await scriptedUpstream((request, response) => {
+      request.resume()
+      response.writeHead(408, { 'content-type': 'application/json', 'content-length': '100' })
+      response.write('{')
+    })
+    const { gateway, key } = await gatewayTo(scripted, 0.5)
+    await expectErrorResponse(await gateway.request('/v1/pets', { key, contract: false }), 504, 'upstream_timeout')
+    await sleep(300)
+    expect(scripted.requests).toHaveLength(1)
+    const inFlight = (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
+    expect(inFlight).toBe(0)
   })
 
   it('tells the upstream the client address a trusted load balancer gave, without the source port it may write', async () => {

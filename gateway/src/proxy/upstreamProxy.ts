@@ -38,7 +38,7 @@ export interface UpstreamOptions {
 export interface UpstreamObserver {
   response(upstream: string, status: number, seconds: number): void
   failure(upstream: string, kind: UpstreamFailureKind): void
-  /** A request sent again after its connection closed without an answer (resendable). */
+  /** A request without side effects sent again: its connection closed without an answer, or the upstream answered 408. */
   resent?(upstream: string): void
   /** Once per upstream, at start: its requests outstanding (read at scrape time) and their bound, maxInFlight. */
   inFlight?(upstream: string, outstanding: () => number, limit: number): void
@@ -308,8 +308,10 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private stream: Readable | undefined
   private abort: ((reason?: Error) => void) | undefined
   private dropped = false
-  /** Sent a second time already (resendAfterClose): never a third. */
+  /** Sent a second time already (resendAfterClose, or after a 408): never a third. */
   private resent = false
+  /** The upstream answered 408 to a request that may be sent again: its answer is read and dropped, then the request resent. */
+  private discarding = false
   private readonly sent: Dispatcher.DispatchOptions
   private readonly link: UpstreamLink
   private readonly request: FastifyRequest
@@ -351,6 +353,12 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean {
     if (status < 200) return true // 1xx: informational, the final answer follows
     if (this.dropped) return true // too late: answered 504 already; read and dropped
+    // The upstream timed out its connection before it read the request (as a pets-service does
+    // for the connections that waited while it was frozen): the request did not run.
+    if (status === 408 && this.mayResend()) {
+      this.discarding = true
+      return true
+    }
     this.statusCode = status
     if (this.link.observer) this.link.waited.set(this.request, (performance.now() - this.sentAt) / 1_000)
     const answer = undiciUtil.parseHeaders(rawHeaders) as Record<string, string | string[] | undefined>
@@ -373,7 +381,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 
   onData(chunk: Buffer): boolean {
-    if (this.dropped) return true
+    if (this.dropped || this.discarding) return true
     if (this.chunks) {
       this.received += chunk.length
       if (this.received > BUFFERED_ANSWER_MAX_BYTES) {
@@ -388,6 +396,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 
   onComplete(): void {
+    if (this.discarding && !this.dropped) return this.resend()
     this.link.inFlight--
     clearTimeout(this.deadline)
     if (this.dropped) return
@@ -407,6 +416,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 
   onError(error: Error): void {
+    if (this.discarding && !this.dropped) return this.resend()
     if (this.resendAfterClose(error)) return
     this.link.inFlight--
     clearTimeout(this.deadline)
@@ -426,13 +436,22 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
    * again at once would meet the same.
    */
   private resendAfterClose(error: Error): boolean {
-    if (this.resent || this.dropped || this.headersIn || !RESENDABLE_METHODS.has(this.sent.method)) return false
-    if (!CLOSED_WITHOUT_ANSWER.has((error as { code?: unknown }).code as string)) return false
+    if (this.headersIn || !this.mayResend() || !CLOSED_WITHOUT_ANSWER.has((error as { code?: unknown }).code as string)) return false
+    this.resend()
+    return true
+  }
+
+  private mayResend(): boolean {
+    return !this.resent && !this.dropped && RESENDABLE_METHODS.has(this.sent.method)
+  }
+
+  /** The same request once more, on the connection the pool gives next, under the deadline that already runs. */
+  private resend(): void {
     this.resent = true
+    this.discarding = false
     this.abort = undefined
     this.link.observer?.resent?.(this.link.name)
     this.link.pool.dispatch(this.sent, this)
-    return true
   }
 
   /**
