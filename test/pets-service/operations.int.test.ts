@@ -1,4 +1,5 @@
 import net from 'node:net'
+import { Writable } from 'node:stream'
 import pg from 'pg'
 import type { InjectOptions } from 'fastify'
 import { pino } from 'pino'
@@ -223,6 +224,40 @@ describe('pets-service after a failover that leaves its open connections mute (t
         lost: 'nothing: only the request on the first mute connection failed',
         test: 'test/pets-service/operations.int.test.ts',
       })
+    } finally {
+      await app.close()
+      await relay.close()
+      await pool.end()
+    }
+  })
+
+  // The sweep runs on a timer and closes the idle connections' sockets; pg-pool let them go only
+  // once the sockets' close was reported, later in that turn of the event loop. A request arriving
+  // meanwhile was handed one of them and answered 503 at once, instead of connecting afresh.
+  it('serves a request arriving just as the idle connections are closed on a new connection', async () => {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    target.host = `127.0.0.1:${relay.port}`
+    let arriving: Promise<number> | undefined
+    const started: { service?: Awaited<ReturnType<typeof serviceOn>> } = {}
+    const atTheWarning = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        if (chunk.toString().includes('Postgres gave no answer on a connection')) {
+          arriving ??= started.service!.app.inject({ method: 'GET', url: '/pets', headers: auth }).then((response) => response.statusCode)
+        }
+        done()
+      },
+    })
+    started.service = await serviceOn(target.toString(), 1_000, pino(atTheWarning))
+    const { app, pool } = started.service
+    try {
+      await Promise.all([0, 1, 2, 3].map(() => pool.query('SELECT pg_sleep(0.05)')))
+      expect(pool.idleCount).toBe(4)
+      await relay.silence()
+      await relay.restore()
+      expect((await app.inject({ method: 'GET', url: '/pets', headers: auth })).statusCode).toBe(503)
+      expect(arriving).toBeDefined()
+      expect(await arriving).toBe(200)
     } finally {
       await app.close()
       await relay.close()

@@ -80,7 +80,7 @@ const SWEEP_INTERVAL_MILLIS = 250
 /** The pg internals the sweep reads: the statement a client is waiting on, if any, and its socket. */
 interface ObservableClient {
   _getActiveQuery: () => object | null | undefined
-  connection: { stream: { destroy(): void } }
+  connection: { stream: { destroy(error?: Error): void } }
 }
 
 /** The statement `client` has sent and waits on the answer to, if any: the same object until it is answered. */
@@ -99,6 +99,7 @@ export function dropConnection(client: pg.Client | pg.PoolClient): void {
 
 /** Connections the sweep closed while idle: their loss is expected, and logged once for them all. */
 const closedAsMute = new WeakSet<object>()
+const CLOSED_AS_MUTE = 'Connection terminated: closed idle beside a connection that gave no answer'
 
 /**
  * statement_timeout needs a server that still runs; a server that stops answering in the middle
@@ -134,10 +135,17 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
     }
     if (mute.length === 0) return
     const idle = [...clients].filter(([client, seen]) => seen.idle && !mute.includes(client)).map(([client]) => client)
-    for (const client of idle) closedAsMute.add(client)
-    for (const client of [...mute, ...idle]) {
+    for (const client of mute) {
       clients.delete(client)
       dropConnection(client as unknown as pg.Client)
+    }
+    // Closed as a plain drop, an idle connection stays in pg-pool's idle list until its socket's
+    // close is reported, later in this turn of the event loop, and a request arriving meanwhile is
+    // handed it and fails. A socket error is reported at the next tick, before any request is read.
+    for (const client of idle) {
+      clients.delete(client)
+      closedAsMute.add(client)
+      ;(client as unknown as ObservableClient).connection.stream.destroy(new Error(CLOSED_AS_MUTE))
     }
     if (now - lastMuteAt > boundMillis) {
       logger?.warn(
