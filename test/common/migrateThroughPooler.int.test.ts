@@ -1,3 +1,6 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate } from '../../common/src/database/migrate.ts'
@@ -65,4 +68,42 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
       await direct.end()
     }
   }, 30_000)
+
+  // Every server connection of the pooler can be taken at start: here one by this instance's
+  // migration and one by another instance waiting for its lock. The watch for a mute connection
+  // looks up the migration's session through the same pooler, where its look-up waits for a
+  // server connection like any client: taken for a connection gone mute, the look-up unanswered
+  // twice closed a migration at work, and every instance failed its start while any migration
+  // outlasted ~17 s.
+  it('let a long migration finish while the pooler has no server connection free for the watch\'s look-up', async () => {
+    const small = await startPgBouncer(database.url, {
+      pool_mode: 'transaction',
+      default_pool_size: '2',
+      ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
+    })
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'pooled-slow-migration-'))
+    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(25); CREATE TABLE pooled_slow.done (id int);')
+    const set = { schema: 'pooled_slow', directory }
+    const first = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-first' })
+    const second = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-second' })
+    const outcome = (migrating: Promise<number[]>) =>
+      migrating.then(
+        (applied) => applied,
+        (error: unknown) => (error instanceof Error ? error.message : String(error)),
+      )
+    try {
+      const migrating = outcome(migrate(first, set))
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      const waiting = outcome(migrate(second, set))
+      expect(await migrating).toEqual([1])
+      expect(await waiting).toEqual([])
+    } finally {
+      await first.end()
+      await second.end()
+      const direct = createPool({ connectionString: database.url, applicationName: 'migrate-pooler-test' })
+      await direct.query('DROP SCHEMA IF EXISTS pooled_slow CASCADE').finally(() => direct.end())
+      await small.close()
+      await rm(directory, { recursive: true, force: true })
+    }
+  }, 90_000)
 })

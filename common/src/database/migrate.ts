@@ -3,7 +3,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
 import pg from 'pg'
 import type { Logger } from 'pino'
-import { dropConnection, pendingStatement } from './pool.ts'
+import { dropConnection, pendingStatement, withConnection } from './pool.ts'
 
 export interface MigrationSet {
   /** Postgres schema the migrations own; also names the bookkeeping table and the lock. */
@@ -169,8 +169,9 @@ interface Session {
  * connection is mute when the server has no such session any more (failed over, or the session
  * ended on its side), when the session has been idle for a second while the client still waits
  * for its answer (the answer, or the statement, was lost on the way), or when that other
- * connection gets no answer either, twice in a row (the pool's own bounds: 2 s to connect, the
- * statement bound).
+ * connection cannot even be made, twice in a row (the pool's 2 s to connect). One made whose
+ * look-up goes unanswered proves nothing: behind a pooler whose server connections are all taken
+ * (this migration's, other instances' waiting for its lock) the look-up waits its turn.
  * A session still at work is left to work, however long. BEGIN and the look-up of the
  * transaction's session, before which there is nothing to look up (behind a transaction pooler
  * each transaction may run on another session), take milliseconds and are bounded at 10 s.
@@ -241,12 +242,16 @@ function watchForSilence(client: pg.Client, pool: pg.Pool) {
 
 /** What another connection learns of the session: why its connection is mute, or that it got no answer itself. */
 async function lookAtSession(pool: pg.Pool, session: Session): Promise<{ mute?: string; unanswered?: string }> {
+  let connected = false
   try {
-    const { rows } = await pool.query<{ state: string | null; state_millis: number | null }>(
-      `SELECT state, (extract(epoch FROM clock_timestamp() - state_change) * 1000)::float8 AS state_millis
-         FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2::timestamptz`,
-      [session.pid, session.backendStart],
-    )
+    const { rows } = await withConnection(pool, (client) => {
+      connected = true
+      return client.query<{ state: string | null; state_millis: number | null }>(
+        `SELECT state, (extract(epoch FROM clock_timestamp() - state_change) * 1000)::float8 AS state_millis
+           FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2::timestamptz`,
+        [session.pid, session.backendStart],
+      )
+    })
     const row = rows[0]
     if (!row) return { mute: 'the server has no session for it any more' }
     if (row.state?.startsWith('idle') && (row.state_millis ?? 0) >= BOTH_WAITING_MILLIS) {
@@ -256,6 +261,10 @@ async function lookAtSession(pool: pg.Pool, session: Session): Promise<{ mute?: 
   } catch (error) {
     // The server's refusal (out of connection slots, say) is an answer: it is there.
     if (error instanceof pg.DatabaseError) return {}
+    // A connection made and its look-up unanswered is a server there but busy, or a pooler whose
+    // server connections are all taken (by this migration and other instances waiting for its
+    // lock): it queues the look-up for as long as the migration runs.
+    if (connected) return {}
     return { unanswered: `a new connection got no answer either: ${error instanceof Error ? error.message : String(error)}` }
   }
 }
