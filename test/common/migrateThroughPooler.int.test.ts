@@ -106,4 +106,39 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
       await rm(directory, { recursive: true, force: true })
     }
   }, 90_000)
+
+  // Another instance's BEGIN waits at the pooler for a server connection for as long as the
+  // migration holds the last one: it was bounded at 10 s as a statement that takes milliseconds,
+  // and that instance failed its start (exit 1), again and again until the migration ended.
+  it('let an instance wait at the pooler for a server connection for as long as another instance migrates', async () => {
+    const single = await startPgBouncer(database.url, {
+      pool_mode: 'transaction',
+      default_pool_size: '1',
+      ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
+    })
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'pooled-slow-migration-'))
+    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(20); CREATE TABLE pooled_queued.done (id int);')
+    const set = { schema: 'pooled_queued', directory }
+    const first = createPool({ connectionString: single.url, applicationName: 'migrate-pooler-queued-first' })
+    const second = createPool({ connectionString: single.url, applicationName: 'migrate-pooler-queued-second' })
+    const outcome = (migrating: Promise<number[]>) =>
+      migrating.then(
+        (applied) => applied,
+        (error: unknown) => (error instanceof Error ? error.message : String(error)),
+      )
+    try {
+      const migrating = outcome(migrate(first, set))
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      const queued = outcome(migrate(second, set))
+      expect(await migrating).toEqual([1])
+      expect(await queued).toEqual([])
+    } finally {
+      await first.end()
+      await second.end()
+      const direct = createPool({ connectionString: database.url, applicationName: 'migrate-pooler-test' })
+      await direct.query('DROP SCHEMA IF EXISTS pooled_queued CASCADE').finally(() => direct.end())
+      await single.close()
+      await rm(directory, { recursive: true, force: true })
+    }
+  }, 90_000)
 })

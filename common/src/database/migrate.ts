@@ -148,7 +148,7 @@ async function endWithin(client: pg.Client, millis: number): Promise<void> {
 
 /** How long a statement waits for its answer before another connection looks at its session. */
 const WATCH_AFTER_MILLIS = 5_000
-/** The bound on a statement that cannot be watched yet (BEGIN, and the look-up of its session): they take milliseconds. */
+/** How long a statement with no session to look up (BEGIN, and the look-up of its session) waits before new connections are tried. */
 const UNWATCHED_STATEMENT_MILLIS = 10_000
 /** How long the server must have been waiting for the client, while the client waits for it, to call the connection mute. */
 const BOTH_WAITING_MILLIS = 1_000
@@ -172,9 +172,12 @@ interface Session {
  * connection cannot even be made, twice in a row (the pool's 2 s to connect). One made whose
  * look-up goes unanswered proves nothing: behind a pooler whose server connections are all taken
  * (this migration's, other instances' waiting for its lock) the look-up waits its turn.
- * A session still at work is left to work, however long. BEGIN and the look-up of the
- * transaction's session, before which there is nothing to look up (behind a transaction pooler
- * each transaction may run on another session), take milliseconds and are bounded at 10 s.
+ * A session still at work is left to work, however long. On a direct connection the session is
+ * the connection's, known after the first transaction (the server's pid is the one it gave at
+ * login). Behind a transaction pooler each transaction may run on another session: its BEGIN, and
+ * the first transaction's BEGIN and look-up of its session, have nothing to look up; after 10 s
+ * they are mute only if new connections cannot be made either (a BEGIN waits at the pooler for
+ * a server connection for as long as others hold them all).
  *
  * Over a Unix socket nothing between client and server can lose the connection: no watch there.
  * Nor on PGlite (the embedded database), one session for every connection, which could not answer
@@ -201,15 +204,13 @@ function watchForSilence(client: pg.Client, pool: pg.Pool) {
     }
     if (!statement || looking || silence !== undefined) return
     const waited = now - seen.since
-    if (session === 'unknown') {
-      if (waited >= UNWATCHED_STATEMENT_MILLIS) giveUp(`no answer within ${UNWATCHED_STATEMENT_MILLIS / 1000} s to a statement that takes milliseconds`)
-      return
-    }
-    if (session === 'not listed' || waited < WATCH_AFTER_MILLIS || now - lookedAt < LOOK_UP_EVERY_MILLIS) return
+    if (session === 'not listed') return
+    const known = typeof session === 'object' ? session : undefined
+    if (waited < (known ? WATCH_AFTER_MILLIS : UNWATCHED_STATEMENT_MILLIS) || now - lookedAt < LOOK_UP_EVERY_MILLIS) return
     looking = true
     lookedAt = now
     try {
-      const { mute, unanswered } = await lookAtSession(pool, session)
+      const { mute, unanswered } = await lookAtSession(pool, known)
       // A look-up unanswered once may be a busy server slow to take a connection: twice, it is not.
       unansweredLookups = unanswered === undefined ? 0 : unansweredLookups + 1
       const reason = mute ?? (unansweredLookups >= 2 ? unanswered : undefined)
@@ -232,7 +233,7 @@ function watchForSilence(client: pg.Client, pool: pg.Pool) {
     },
     /** The next transaction may run on another session (behind a transaction pooler); one not listed stays so. */
     transactionEnded(): void {
-      if (typeof session === 'object') session = 'unknown'
+      if (typeof session === 'object' && session.pid !== (client as unknown as { processID: number | null }).processID) session = 'unknown'
     },
     /** Why the connection was closed as mute, if it was. */
     silence: () => silence,
@@ -241,17 +242,20 @@ function watchForSilence(client: pg.Client, pool: pg.Pool) {
 }
 
 /** What another connection learns of the session: why its connection is mute, or that it got no answer itself. */
-async function lookAtSession(pool: pg.Pool, session: Session): Promise<{ mute?: string; unanswered?: string }> {
+async function lookAtSession(pool: pg.Pool, session: Session | undefined): Promise<{ mute?: string; unanswered?: string }> {
   let connected = false
   try {
-    const { rows } = await withConnection(pool, (client) => {
+    const rows = await withConnection(pool, async (client) => {
       connected = true
-      return client.query<{ state: string | null; state_millis: number | null }>(
+      if (!session) return undefined
+      const result = await client.query<{ state: string | null; state_millis: number | null }>(
         `SELECT state, (extract(epoch FROM clock_timestamp() - state_change) * 1000)::float8 AS state_millis
            FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2::timestamptz`,
         [session.pid, session.backendStart],
       )
+      return result.rows
     })
+    if (!rows) return {}
     const row = rows[0]
     if (!row) return { mute: 'the server has no session for it any more' }
     if (row.state?.startsWith('idle') && (row.state_millis ?? 0) >= BOTH_WAITING_MILLIS) {
