@@ -192,4 +192,33 @@ describe('migrations at boot', () => {
       await rm(directory, { recursive: true, force: true })
     }
   }, 30_000)
+
+  // Between two migrations the session is the connection's own, on a direct connection: a BEGIN
+  // lost on the way (a NAT that forgot the connection) leaves it idle while the client waits.
+  it('fail within 20 s, saying Postgres stopped answering, when the connection goes mute as the next migration begins', async () => {
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'mute-begin-'))
+    await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE mute_begin.first (id int);')
+    const { relay, pool } = await poolThroughRelay('migrate-mute-begin-test')
+    const query = pg.Client.prototype.query
+    let begins = 0
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      if (args[0] === 'BEGIN' && ++begins === 2) {
+        void relay.silence()
+        void relay.restore()
+      }
+      return (query as (...args: unknown[]) => unknown).apply(this, args)
+    } as typeof query
+    try {
+      const started = performance.now()
+      const outcome = await outcomeWithin(migrate(pool, { schema: 'mute_begin', directory }), 40_000)
+      expect(outcome).toMatch(/^Postgres stopped answering on the migration connection \(the server has been idle/)
+      expect(performance.now() - started).toBeLessThan(20_000)
+    } finally {
+      pg.Client.prototype.query = query
+      await pool.query('DROP SCHEMA mute_begin CASCADE').catch(() => undefined)
+      await pool.end()
+      await relay.close()
+      await rm(directory, { recursive: true, force: true })
+    }
+  }, 60_000)
 })
