@@ -26,3 +26,31 @@ describe('a connection checked out of the pool', () => {
     }
   })
 })
+
+describe('the pool\'s bound on a statement the server does not answer', () => {
+  const database = suiteDatabase()
+
+  // The sweep runs on a timer, and after the process was busy timers run before the sockets are
+  // read: an answer waiting in the socket was taken for no answer, its statement failed and the
+  // idle connections closed with it.
+  it('fails no statement whose answer came while the process was busy past the bound', async () => {
+    const pool = createPool({ connectionString: database.url, applicationName: 'sweep-busy-test', statementTimeoutMillis: 1_000 })
+    try {
+      await Promise.all([0, 1].map(() => pool.query('SELECT 1')))
+      const answered = pool.query<{ answer: number }>('SELECT 42 AS answer FROM pg_sleep(0.4)')
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      // Busy from a callback of its own (a request's work, a long GC pause): not within a timer.
+      await new Promise<void>((resolve) =>
+        setImmediate(() => {
+          const busyUntil = performance.now() + 1_600
+          while (performance.now() < busyUntil);
+          resolve()
+        }),
+      )
+      expect((await answered).rows).toEqual([{ answer: 42 }])
+      expect(pool.totalCount).toBe(2)
+    } finally {
+      await pool.end()
+    }
+  })
+})

@@ -80,7 +80,7 @@ const SWEEP_INTERVAL_MILLIS = 250
 /** The pg internals the sweep reads: the statement a client is waiting on, if any, and its socket. */
 interface ObservableClient {
   _getActiveQuery: () => object | null | undefined
-  connection: { stream: { destroy(error?: Error): void } }
+  connection: { stream: { destroy(error?: Error): void; bytesRead: number } }
 }
 
 /** The statement `client` has sent and waits on the answer to, if any: the same object until it is answered. */
@@ -123,17 +123,28 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
   let lastMuteAt = Number.NEGATIVE_INFINITY
   const sweep = () => {
     const now = performance.now()
-    const mute: ObservableClient[] = []
+    const overdue: { client: ObservableClient; statement: object; bytesRead: number }[] = []
     for (const [client, seen] of clients) {
       const statement = client._getActiveQuery()
       if (statement !== seen.statement) {
         seen.statement = statement
         seen.since = now
       } else if (statement && now - seen.since >= boundMillis) {
-        mute.push(client)
+        overdue.push({ client, statement, bytesRead: client.connection.stream.bytesRead })
       }
     }
-    if (mute.length === 0) return
+    if (overdue.length === 0) return
+    // After the process was busy past the bound (its own work, a long GC pause), timers run before
+    // the sockets are read: the answer may be waiting in one. Judged once they have been read.
+    setImmediate(() => {
+      const mute = overdue
+        .filter(({ client, statement, bytesRead }) => clients.has(client) && client._getActiveQuery() === statement && client.connection.stream.bytesRead === bytesRead)
+        .map(({ client }) => client)
+      if (mute.length > 0) closeMute(mute)
+    })
+  }
+  const closeMute = (mute: ObservableClient[]) => {
+    const now = performance.now()
     const idle = [...clients].filter(([client, seen]) => seen.idle && !mute.includes(client)).map(([client]) => client)
     for (const client of mute) {
       clients.delete(client)
