@@ -221,4 +221,30 @@ describe('migrations at boot', () => {
       await rm(directory, { recursive: true, force: true })
     }
   }, 60_000)
+
+  // Nothing to look up yet at the first BEGIN: only whether Postgres takes a connection at all. A
+  // connection idle in the pool since the start's checks answered that without a word to Postgres.
+  it('fail within 20 s, saying Postgres stopped answering, when Postgres goes silent as the first migration begins', async () => {
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'silent-begin-'))
+    await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE silent_begin.first (id int);')
+    const { relay, pool } = await poolThroughRelay('migrate-silent-begin-test')
+    await pool.query('SELECT 1')
+    const query = pg.Client.prototype.query
+    let begins = 0
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      if (args[0] === 'BEGIN' && ++begins === 1) void relay.silence()
+      return (query as (...args: unknown[]) => unknown).apply(this, args)
+    } as typeof query
+    try {
+      const started = performance.now()
+      const outcome = await outcomeWithin(migrate(pool, { schema: 'silent_begin', directory }), 40_000)
+      expect(outcome).toMatch(/^Postgres stopped answering on the migration connection/)
+      expect(performance.now() - started).toBeLessThan(20_000)
+    } finally {
+      pg.Client.prototype.query = query
+      await relay.close()
+      await pool.end()
+      await rm(directory, { recursive: true, force: true })
+    }
+  }, 60_000)
 })

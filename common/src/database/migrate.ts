@@ -146,10 +146,8 @@ async function endWithin(client: pg.Client, millis: number): Promise<void> {
   if (!ended) dropConnection(client)
 }
 
-/** How long a statement waits for its answer before another connection looks at its session. */
+/** How long a statement waits for its answer before another connection looks at its session, or at whether Postgres answers at all. */
 const WATCH_AFTER_MILLIS = 5_000
-/** How long a statement with no session to look up (BEGIN, and the look-up of its session) waits before new connections are tried. */
-const UNWATCHED_STATEMENT_MILLIS = 10_000
 /** How long the server must have been waiting for the client, while the client waits for it, to call the connection mute. */
 const BOTH_WAITING_MILLIS = 1_000
 const LOOK_EVERY_MILLIS = 500
@@ -175,9 +173,9 @@ interface Session {
  * A session still at work is left to work, however long. On a direct connection the session is
  * the connection's, known after the first transaction (the server's pid is the one it gave at
  * login). Behind a transaction pooler each transaction may run on another session: its BEGIN, and
- * the first transaction's BEGIN and look-up of its session, have nothing to look up; after 10 s
- * they are mute only if new connections cannot be made either (a BEGIN waits at the pooler for
- * a server connection for as long as others hold them all).
+ * the first transaction's BEGIN and look-up of its session, have nothing to look up: they are mute
+ * only if new connections cannot be made either (a BEGIN waits at the pooler for a server
+ * connection for as long as others hold them all).
  *
  * Over a Unix socket nothing between client and server can lose the connection: no watch there.
  * Nor on PGlite (the embedded database), one session for every connection, which could not answer
@@ -206,7 +204,7 @@ function watchForSilence(client: pg.Client, pool: pg.Pool) {
     const waited = now - seen.since
     if (session === 'not listed') return
     const known = typeof session === 'object' ? session : undefined
-    if (waited < (known ? WATCH_AFTER_MILLIS : UNWATCHED_STATEMENT_MILLIS) || now - lookedAt < LOOK_UP_EVERY_MILLIS) return
+    if (waited < WATCH_AFTER_MILLIS || now - lookedAt < LOOK_UP_EVERY_MILLIS) return
     looking = true
     lookedAt = now
     try {
@@ -247,7 +245,9 @@ async function lookAtSession(pool: pg.Pool, session: Session | undefined): Promi
   try {
     const rows = await withConnection(pool, async (client) => {
       connected = true
-      if (!session) return undefined
+      // Asked something even so: a connection idle in the pool proves nothing until it answers
+      // (unanswered, the pool's sweep closes it and the idle ones with it).
+      if (!session) return void (await client.query('SELECT 1'))
       const result = await client.query<{ state: string | null; state_millis: number | null }>(
         `SELECT state, (extract(epoch FROM clock_timestamp() - state_change) * 1000)::float8 AS state_millis
            FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2::timestamptz`,
