@@ -68,9 +68,9 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
   // instead of the failed query's error.
   const onLost = () => undefined
   client.on('error', onLost)
-  const watch = watchForSilence(client, pool)
   const lock = lockId(set.schema).toString()
   const table = `${quoteIdentifier(set.schema)}.schema_migrations`
+  const watch = watchForSilence(client, pool)
   const applied: number[] = []
   /** In one transaction under the lock: the first migration not applied yet, after creating the bookkeeping if need be. */
   const nextPending = async (): Promise<Migration | undefined> => {
