@@ -82,10 +82,13 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
       ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
     })
     const directory = await mkdtemp(path.join(os.tmpdir(), 'pooled-slow-migration-'))
-    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(25); CREATE TABLE pooled_slow.done (id int);')
+    // The pools' statement bound at 1 s (1.5 s on the client, the pooler ignoring the server-side
+    // setting): two look-ups that bound cut off came about 10 s into a migration, which needs to
+    // outlast them.
+    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(13); CREATE TABLE pooled_slow.done (id int);')
     const set = { schema: 'pooled_slow', directory }
-    const first = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-first' })
-    const second = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-second' })
+    const first = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-first', statementTimeoutMillis: 1_000 })
+    const second = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-second', statementTimeoutMillis: 1_000 })
     const outcome = (migrating: Promise<number[]>) =>
       migrating.then(
         (applied) => applied,
@@ -117,7 +120,8 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
       ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
     })
     const directory = await mkdtemp(path.join(os.tmpdir(), 'pooled-slow-migration-'))
-    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(20); CREATE TABLE pooled_queued.done (id int);')
+    // Long enough for the second instance's BEGIN to wait past the 10 s it was once bounded at.
+    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(14); CREATE TABLE pooled_queued.done (id int);')
     const set = { schema: 'pooled_queued', directory }
     const first = createPool({ connectionString: single.url, applicationName: 'migrate-pooler-queued-first' })
     const second = createPool({ connectionString: single.url, applicationName: 'migrate-pooler-queued-second' })
