@@ -199,22 +199,17 @@ describe('migrations at boot', () => {
     const directory = await mkdtemp(path.join(os.tmpdir(), 'mute-begin-'))
     await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE mute_begin.first (id int);')
     const { relay, pool } = await poolThroughRelay('migrate-mute-begin-test')
-    const query = pg.Client.prototype.query
-    let begins = 0
-    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-      if (args[0] === 'BEGIN' && ++begins === 2) {
-        void relay.silence()
-        void relay.restore()
-      }
-      return (query as (...args: unknown[]) => unknown).apply(this, args)
-    } as typeof query
+    const undo = onBegin(2, () => {
+      void relay.silence()
+      void relay.restore()
+    })
     try {
       const started = performance.now()
       const outcome = await outcomeWithin(migrate(pool, { schema: 'mute_begin', directory }), 40_000)
       expect(outcome).toMatch(/^Postgres stopped answering on the migration connection \(the server has been idle/)
       expect(performance.now() - started).toBeLessThan(20_000)
     } finally {
-      pg.Client.prototype.query = query
+      undo()
       await pool.query('DROP SCHEMA mute_begin CASCADE').catch(() => undefined)
       await pool.end()
       await relay.close()
@@ -229,22 +224,30 @@ describe('migrations at boot', () => {
     await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE silent_begin.first (id int);')
     const { relay, pool } = await poolThroughRelay('migrate-silent-begin-test')
     await pool.query('SELECT 1')
-    const query = pg.Client.prototype.query
-    let begins = 0
-    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-      if (args[0] === 'BEGIN' && ++begins === 1) void relay.silence()
-      return (query as (...args: unknown[]) => unknown).apply(this, args)
-    } as typeof query
+    const undo = onBegin(1, () => void relay.silence())
     try {
       const started = performance.now()
       const outcome = await outcomeWithin(migrate(pool, { schema: 'silent_begin', directory }), 40_000)
       expect(outcome).toMatch(/^Postgres stopped answering on the migration connection/)
       expect(performance.now() - started).toBeLessThan(20_000)
     } finally {
-      pg.Client.prototype.query = query
+      undo()
       await relay.close()
       await pool.end()
       await rm(directory, { recursive: true, force: true })
     }
   }, 60_000)
 })
+
+/** Runs `action` as the `nth` BEGIN of any pg client is sent (the statement goes on after it); returns what undoes this. */
+function onBegin(nth: number, action: () => void): () => void {
+  const query = pg.Client.prototype.query
+  let begins = 0
+  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+    if (args[0] === 'BEGIN' && ++begins === nth) action()
+    return (query as (...args: unknown[]) => unknown).apply(this, args)
+  } as typeof query
+  return () => {
+    pg.Client.prototype.query = query
+  }
+}

@@ -75,20 +75,21 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
   // server connection like any client: taken for a connection gone mute, the look-up unanswered
   // twice closed a migration at work, and every instance failed its start while any migration
   // outlasted ~17 s.
-  it('let a long migration finish while the pooler has no server connection free for the watch\'s look-up', async () => {
-    const small = await startPgBouncer(database.url, {
+  /**
+   * Two instances starting together behind a PgBouncer of `poolSize` server connections: the first
+   * applies one migration of `seconds`, the second waits for its lock. What each migrate() gave.
+   */
+  async function twoInstancesBehind(poolSize: number, seconds: number, schema: string, statementTimeoutMillis?: number) {
+    const pooler = await startPgBouncer(database.url, {
       pool_mode: 'transaction',
-      default_pool_size: '2',
+      default_pool_size: String(poolSize),
       ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
     })
     const directory = await mkdtemp(path.join(os.tmpdir(), 'pooled-slow-migration-'))
-    // The pools' statement bound at 1 s (1.5 s on the client, the pooler ignoring the server-side
-    // setting): two look-ups that bound cut off came about 10 s into a migration, which needs to
-    // outlast them.
-    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(13); CREATE TABLE pooled_slow.done (id int);')
-    const set = { schema: 'pooled_slow', directory }
-    const first = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-first', statementTimeoutMillis: 1_000 })
-    const second = createPool({ connectionString: small.url, applicationName: 'migrate-pooler-slow-second', statementTimeoutMillis: 1_000 })
+    await writeFile(path.join(directory, '001_slow.sql'), `SELECT pg_sleep(${seconds}); CREATE TABLE ${schema}.done (id int);`)
+    const set = { schema, directory }
+    const first = createPool({ connectionString: pooler.url, applicationName: `${schema}-first`, statementTimeoutMillis })
+    const second = createPool({ connectionString: pooler.url, applicationName: `${schema}-second`, statementTimeoutMillis })
     const outcome = (migrating: Promise<number[]>) =>
       migrating.then(
         (applied) => applied,
@@ -98,51 +99,29 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
       const migrating = outcome(migrate(first, set))
       await new Promise((resolve) => setTimeout(resolve, 1_000))
       const waiting = outcome(migrate(second, set))
-      expect(await migrating).toEqual([1])
-      expect(await waiting).toEqual([])
+      return { first: await migrating, second: await waiting }
     } finally {
       await first.end()
       await second.end()
       const direct = createPool({ connectionString: database.url, applicationName: 'migrate-pooler-test' })
-      await direct.query('DROP SCHEMA IF EXISTS pooled_slow CASCADE').finally(() => direct.end())
-      await small.close()
+      await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).finally(() => direct.end())
+      await pooler.close()
       await rm(directory, { recursive: true, force: true })
     }
+  }
+
+  it('let a long migration finish while the pooler has no server connection free for the watch\'s look-up', async () => {
+    // The pools' statement bound at 1 s (1.5 s on the client, the pooler ignoring the server-side
+    // setting): two look-ups that bound cut off came about 10 s into a migration, which needs to
+    // outlast them.
+    expect(await twoInstancesBehind(2, 13, 'pooled_slow', 1_000)).toEqual({ first: [1], second: [] })
   }, 90_000)
 
   // Another instance's BEGIN waits at the pooler for a server connection for as long as the
   // migration holds the last one: it was bounded at 10 s as a statement that takes milliseconds,
   // and that instance failed its start (exit 1), again and again until the migration ended.
   it('let an instance wait at the pooler for a server connection for as long as another instance migrates', async () => {
-    const single = await startPgBouncer(database.url, {
-      pool_mode: 'transaction',
-      default_pool_size: '1',
-      ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
-    })
-    const directory = await mkdtemp(path.join(os.tmpdir(), 'pooled-slow-migration-'))
     // Long enough for the second instance's BEGIN to wait past the 10 s it was once bounded at.
-    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(14); CREATE TABLE pooled_queued.done (id int);')
-    const set = { schema: 'pooled_queued', directory }
-    const first = createPool({ connectionString: single.url, applicationName: 'migrate-pooler-queued-first' })
-    const second = createPool({ connectionString: single.url, applicationName: 'migrate-pooler-queued-second' })
-    const outcome = (migrating: Promise<number[]>) =>
-      migrating.then(
-        (applied) => applied,
-        (error: unknown) => (error instanceof Error ? error.message : String(error)),
-      )
-    try {
-      const migrating = outcome(migrate(first, set))
-      await new Promise((resolve) => setTimeout(resolve, 1_000))
-      const queued = outcome(migrate(second, set))
-      expect(await migrating).toEqual([1])
-      expect(await queued).toEqual([])
-    } finally {
-      await first.end()
-      await second.end()
-      const direct = createPool({ connectionString: database.url, applicationName: 'migrate-pooler-test' })
-      await direct.query('DROP SCHEMA IF EXISTS pooled_queued CASCADE').finally(() => direct.end())
-      await single.close()
-      await rm(directory, { recursive: true, force: true })
-    }
+    expect(await twoInstancesBehind(1, 14, 'pooled_queued')).toEqual({ first: [1], second: [] })
   }, 90_000)
 })
