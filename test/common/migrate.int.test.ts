@@ -10,7 +10,7 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { captureLog } from '../helpers/logCapture.ts'
-import { cuttableRelay } from '../helpers/tcpRelay.ts'
+import { cuttableRelay, relayTo } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 
@@ -115,11 +115,8 @@ describe('migrations at boot', () => {
 
   /** A pool to the suite database through a relay the test can silence. */
   async function poolThroughRelay(applicationName: string) {
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    const viaRelay = new URL(database.url)
-    viaRelay.port = String(relay.port)
-    const pool = createPool({ connectionString: viaRelay.toString(), applicationName })
+    const { relay, url: viaRelay } = await relayTo(database.url)
+    const pool = createPool({ connectionString: viaRelay, applicationName })
     pool.on('error', () => undefined)
     return { relay, pool }
   }
@@ -180,24 +177,22 @@ describe('migrations at boot', () => {
   // Neither an index build nor the wait for another instance's lock has a deadline: the watch for
   // a mute connection sees the server at work and leaves it be.
   it('run a migration for as long as it takes (here 8 s, longer than the watch waits before looking)', async () => {
-    const directory = await mkdtemp(path.join(os.tmpdir(), 'slow-migration-'))
-    await writeFile(path.join(directory, '001_slow.sql'), 'SELECT pg_sleep(8); CREATE TABLE slow_migration.done (id int);')
+    const slow = await oneMigration('slow_migration', 'SELECT pg_sleep(8); CREATE TABLE slow_migration.done (id int);')
     const { relay, pool } = await poolThroughRelay('migrate-slow-test')
     try {
-      expect(await migrate(pool, { schema: 'slow_migration', directory })).toEqual([1])
+      expect(await migrate(pool, slow.set)).toEqual([1])
     } finally {
       await pool.query('DROP SCHEMA slow_migration CASCADE').catch(() => undefined)
       await pool.end()
       await relay.close()
-      await rm(directory, { recursive: true, force: true })
+      await slow.remove()
     }
   }, 30_000)
 
   // Between two migrations the session is the connection's own, on a direct connection: a BEGIN
   // lost on the way (a NAT that forgot the connection) leaves it idle while the client waits.
   it('fail within 20 s, saying Postgres stopped answering, when the connection goes mute as the next migration begins', async () => {
-    const directory = await mkdtemp(path.join(os.tmpdir(), 'mute-begin-'))
-    await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE mute_begin.first (id int);')
+    const first = await oneMigration('mute_begin', 'CREATE TABLE mute_begin.first (id int);')
     const { relay, pool } = await poolThroughRelay('migrate-mute-begin-test')
     const undo = onBegin(2, () => {
       void relay.silence()
@@ -205,7 +200,7 @@ describe('migrations at boot', () => {
     })
     try {
       const started = performance.now()
-      const outcome = await outcomeWithin(migrate(pool, { schema: 'mute_begin', directory }), 40_000)
+      const outcome = await outcomeWithin(migrate(pool, first.set), 40_000)
       expect(outcome).toMatch(/^Postgres stopped answering on the migration connection \(the server has been idle/)
       expect(performance.now() - started).toBeLessThan(20_000)
     } finally {
@@ -213,28 +208,27 @@ describe('migrations at boot', () => {
       await pool.query('DROP SCHEMA mute_begin CASCADE').catch(() => undefined)
       await pool.end()
       await relay.close()
-      await rm(directory, { recursive: true, force: true })
+      await first.remove()
     }
   }, 60_000)
 
   // Nothing to look up yet at the first BEGIN: only whether Postgres takes a connection at all. A
   // connection idle in the pool since the start's checks answered that without a word to Postgres.
   it('fail within 20 s, saying Postgres stopped answering, when Postgres goes silent as the first migration begins', async () => {
-    const directory = await mkdtemp(path.join(os.tmpdir(), 'silent-begin-'))
-    await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE silent_begin.first (id int);')
+    const first = await oneMigration('silent_begin', 'CREATE TABLE silent_begin.first (id int);')
     const { relay, pool } = await poolThroughRelay('migrate-silent-begin-test')
     await pool.query('SELECT 1')
     const undo = onBegin(1, () => void relay.silence())
     try {
       const started = performance.now()
-      const outcome = await outcomeWithin(migrate(pool, { schema: 'silent_begin', directory }), 40_000)
+      const outcome = await outcomeWithin(migrate(pool, first.set), 40_000)
       expect(outcome).toMatch(/^Postgres stopped answering on the migration connection/)
       expect(performance.now() - started).toBeLessThan(20_000)
     } finally {
       undo()
       await relay.close()
       await pool.end()
-      await rm(directory, { recursive: true, force: true })
+      await first.remove()
     }
   }, 60_000)
 })
@@ -250,4 +244,11 @@ function onBegin(nth: number, action: () => void): () => void {
   return () => {
     pg.Client.prototype.query = query
   }
+}
+
+/** A migration set of one file, `001_<schema>.sql` holding `sql`, in a folder of its own; `remove` deletes the folder. */
+async function oneMigration(schema: string, sql: string) {
+  const directory = await mkdtemp(path.join(os.tmpdir(), `${schema}-`))
+  await writeFile(path.join(directory, `001_${schema}.sql`), sql)
+  return { set: { schema, directory }, remove: () => rm(directory, { recursive: true, force: true }) }
 }

@@ -102,3 +102,12 @@ export async function cuttableRelay(target: { host: string; port: number }) {
     },
   }
 }
+
+/** A cuttableRelay to the server `url` names (at `defaultPort` when it names none), and `url` through it. */
+export async function relayTo(url: string, defaultPort = 5432) {
+  const target = new URL(url)
+  const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || defaultPort) })
+  const through = new URL(url)
+  through.host = `127.0.0.1:${relay.port}`
+  return { relay, url: through.toString() }
+}

@@ -10,6 +10,7 @@ import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { killAll } from '../scripts/processes.ts'
 import { OPS_TEST_TOKEN, cuttableRelay, startGatewayProcess, type GatewayProcess } from './gatewayProcess.ts'
+import { relayTo } from '../helpers/tcpRelay.ts'
 
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
 
@@ -52,10 +53,8 @@ describe('gateway readiness (/readyz of the real process)', () => {
   })
 
   it('is not ready, naming postgres, while Postgres is unreachable, and ready again when it returns', async () => {
-    const postgres = new URL(database.url)
-    const relay = await cuttableRelay({ host: postgres.hostname, port: Number(postgres.port || 5432) })
-    postgres.host = `127.0.0.1:${relay.port}`
-    const gateway = await startGatewayProcess({ databaseUrl: postgres.toString(), petsUrl: upstream.url })
+    const { relay, url: postgres } = await relayTo(database.url)
+    const gateway = await startGatewayProcess({ databaseUrl: postgres, petsUrl: upstream.url })
     try {
       expect(await gateway.readyz()).toEqual({ status: 200, body: { status: 'ready', dependencies: { postgres: 'up', upstream: 'up' } } })
       await relay.cut()

@@ -14,7 +14,7 @@ import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { cuttableRelay } from '../helpers/tcpRelay.ts'
+import { relayTo } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { eventually, sleep } from '../gateway/rateLimit/httpLimits.ts'
 import { baseEnv, exitWithin, freePort, killAll, startNode, waitForOutput, waitForReady, type NodeProcess } from '../scripts/processes.ts'
@@ -64,12 +64,9 @@ describe('starting before Postgres, and signals at the edges of a process life',
     envFor: (databaseUrl: string) => Promise<{ env: NodeJS.ProcessEnv; opsPort: number }>,
     extra: NodeJS.ProcessEnv = {},
   ) {
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const { relay, url: unreachable } = await relayTo(database.url)
     await relay.cut()
-    const unreachable = new URL(database.url)
-    unreachable.host = `127.0.0.1:${relay.port}`
-    const { env, opsPort } = await envFor(unreachable.toString())
+    const { env, opsPort } = await envFor(unreachable)
     const service = startNode(script, { ...env, ...extra })
     try {
       await waitForOutput(service, 'waiting for Postgres at DATABASE_URL', 30_000)
@@ -133,12 +130,9 @@ describe('starting before Postgres, and signals at the edges of a process life',
     // Another instance migrating: the start waits on the lock, on a connection the test then silences.
     const lock = createHash('sha256').update(`migrations:${PETS_MIGRATIONS.schema}`).digest().readBigInt64BE(0).toString()
     await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock])
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    const viaRelay = new URL(database.url)
-    viaRelay.host = `127.0.0.1:${relay.port}`
+    const { relay, url: viaRelay } = await relayTo(database.url)
     try {
-      const { env } = await petsEnv(viaRelay.toString())
+      const { env } = await petsEnv(viaRelay)
       const service = startNode('pets-service/src/main.ts', env)
       const waitingOnTheLock = async () => {
         const { rows } = await holder.query<{ waiting: number }>(

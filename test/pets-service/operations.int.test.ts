@@ -15,7 +15,7 @@ import { createPetRepository } from '../../pets-service/src/repository/petReposi
 import { TEST_INTERNAL_TOKEN, jsonPost, startPetsService, type RunningPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
-import { cuttableRelay } from '../helpers/tcpRelay.ts'
+import { relayTo } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const auth = { 'x-internal-token': TEST_INTERNAL_TOKEN }
@@ -138,11 +138,9 @@ describe('pets-service when Postgres stops answering in the middle of a connecti
   const database = migratedSuiteDatabase()
 
   it('answers 503 within the statement timeout plus one second, then serves again once Postgres answers', async () => {
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    target.host = `127.0.0.1:${relay.port}`
+    const { relay, url: throughRelay } = await relayTo(database.url)
     const statementTimeout = 1_000
-    const { app, pool } = await serviceOn(target.toString(), statementTimeout)
+    const { app, pool } = await serviceOn(throughRelay, statementTimeout)
     const slowest: Record<string, number> = {}
     try {
       // Warm connections sit idle in the pool: the requests below reuse them, so no connection
@@ -196,11 +194,9 @@ describe('pets-service after a failover that leaves its open connections mute (t
   // Each idle connection went mute the same way; found one request at a time, each cost a
   // request the whole statement bound and a 503, and a log line each once closed.
   it('answers only the first request 503 after the statement bound, the next ones 200 at once on new connections, and logs it once', async () => {
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    target.host = `127.0.0.1:${relay.port}`
+    const { relay, url: throughRelay } = await relayTo(database.url)
     const log = captureLog()
-    const { app, pool } = await serviceOn(target.toString(), 1_000, pino(log.stream))
+    const { app, pool } = await serviceOn(throughRelay, 1_000, pino(log.stream))
     try {
       await Promise.all([0, 1, 2, 3].map(() => pool.query('SELECT pg_sleep(0.05)')))
       expect(pool.idleCount).toBe(4)
@@ -235,9 +231,7 @@ describe('pets-service after a failover that leaves its open connections mute (t
   // once the sockets' close was reported, later in that turn of the event loop. A request arriving
   // meanwhile was handed one of them and answered 503 at once, instead of connecting afresh.
   it('serves a request arriving just as the idle connections are closed on a new connection', async () => {
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    target.host = `127.0.0.1:${relay.port}`
+    const { relay, url: throughRelay } = await relayTo(database.url)
     let arriving: Promise<number> | undefined
     const started: { service?: Awaited<ReturnType<typeof serviceOn>> } = {}
     const atTheWarning = new Writable({
@@ -248,7 +242,7 @@ describe('pets-service after a failover that leaves its open connections mute (t
         done()
       },
     })
-    started.service = await serviceOn(target.toString(), 1_000, pino(atTheWarning))
+    started.service = await serviceOn(throughRelay, 1_000, pino(atTheWarning))
     const { app, pool } = started.service
     try {
       await Promise.all([0, 1, 2, 3].map(() => pool.query('SELECT pg_sleep(0.05)')))

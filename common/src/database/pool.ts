@@ -191,8 +191,11 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
 
 /** Postgres's query_canceled: the statement timeout, or an operator's pg_cancel_backend. */
 export const QUERY_CANCELED = '57014'
-/** The smallest batch an hourly purge halves down to, when the statement timeout cancels one, before it gives up until its next run. */
-export const PURGE_MIN_BATCH_ROWS = 100
+
+/** True when Postgres cancelled the statement (QUERY_CANCELED): it answered, and the connection is usable once its transaction is ended. */
+export function isQueryCanceled(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === QUERY_CANCELED
+}
 
 // SQLSTATE classes 08 (connection exception) and 57 (operator intervention: shutdown,
 // statement timeout) and 53 (insufficient resources) mean "try again later", not a bug. So does

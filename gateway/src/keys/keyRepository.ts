@@ -1,5 +1,6 @@
 import type pg from 'pg'
-import { PURGE_MIN_BATCH_ROWS, QUERY_CANCELED, withConnection } from '../../../common/src/database/pool.ts'
+import { deleteInBatches } from '../../../common/src/database/hourlyPurge.ts'
+import { isQueryCanceled, withConnection } from '../../../common/src/database/pool.ts'
 import { displayPrefix, generateApiKey, generateKeyId, hashApiKey } from './apiKeyFormat.ts'
 
 export interface ApiKeyRecord {
@@ -436,7 +437,7 @@ export function createKeyRepository(pool: pg.Pool) {
      * Deleted oldest first in batches, each its own statement under the pool's timeout (one
      * operator transaction can leave millions of entries), rows another gateway's purge holds
      * skipped; a batch the statement timeout cancels (a loaded database) is tried again at half the
-     * size, down to PURGE_MIN_BATCH_ROWS. Returns the rows removed.
+     * size (deleteInBatches). Returns the rows removed.
      */
     async purgeChanges(batchRows = PURGE_BATCH_ROWS): Promise<number> {
       // The log in id order, each batch from where the last one ended: while another session's
@@ -445,32 +446,26 @@ export function createKeyRepository(pool: pg.Pool) {
       // the backlog aged (the day's entries all newer then), the planner expects few old entries and
       // would read and sort the whole log for every batch (138 ms a batch at 400,000 entries, past a
       // 100 ms timeout, measured).
-      let purged = await withConnection(pool, async (client) => {
-        let deletedInAll = 0
-        for (let after = 0; ; ) {
-          let batch: { deleted: number; last: number | null } | undefined
-          try {
-            ;[batch] = await inIndexOrder<{ deleted: number; last: number | null }>(
-              client,
-              `WITH deleted AS (
-                 DELETE FROM gateway.api_key_changes WHERE ctid = ANY(ARRAY(
-                   SELECT ctid FROM gateway.api_key_changes WHERE id > $2 AND changed_at < now() - interval '1 day'
-                    ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
-                 RETURNING id)
-               SELECT count(*)::int AS deleted, max(id) AS last FROM deleted`,
-              [batchRows, after],
-            )
-          } catch (error) {
-            if ((error as { code?: unknown }).code !== QUERY_CANCELED || batchRows <= PURGE_MIN_BATCH_ROWS) throw error
-            await client.query('ROLLBACK')
-            batchRows = Math.max(Math.floor(batchRows / 2), PURGE_MIN_BATCH_ROWS)
-            continue
-          }
-          const deleted = batch?.deleted ?? 0
-          deletedInAll += deleted
-          if (deleted < batchRows) return deletedInAll
+      let purged = await withConnection(pool, (client) => {
+        let after = 0
+        return deleteInBatches(batchRows, async (rows) => {
+          const [batch] = await inIndexOrder<{ deleted: number; last: number | null }>(
+            client,
+            `WITH deleted AS (
+               DELETE FROM gateway.api_key_changes WHERE ctid = ANY(ARRAY(
+                 SELECT ctid FROM gateway.api_key_changes WHERE id > $2 AND changed_at < now() - interval '1 day'
+                  ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED))
+               RETURNING id)
+             SELECT count(*)::int AS deleted, max(id) AS last FROM deleted`,
+            [rows, after],
+          ).catch(async (error: unknown) => {
+            // Cancelled, Postgres answered: the transaction ends here and the next batch goes on this connection.
+            if (isQueryCanceled(error)) await client.query('ROLLBACK')
+            throw error
+          })
           after = batch?.last ?? after
-        }
+          return batch?.deleted ?? 0
+        })
       })
       // Bans: one record per key at most.
       for (;;) {

@@ -1,5 +1,6 @@
 import type pg from 'pg'
-import { PURGE_MIN_BATCH_ROWS, QUERY_CANCELED, withConnection } from '../../../common/src/database/pool.ts'
+import { deleteInBatches } from '../../../common/src/database/hourlyPurge.ts'
+import { withConnection } from '../../../common/src/database/pool.ts'
 import type { Pet, PetStatus } from '../schemas/pet.ts'
 
 export interface NewPetRow {
@@ -136,42 +137,29 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
      * rolled back whole, every hour, while the backlog only grew. Rows a claim holds are skipped
      * (the claim renews them), as are those another replica's purge holds. A batch that the
      * statement timeout cancels (a loaded or slow database) is rolled back and tried again at half
-     * the size, down to PURGE_MIN_BATCH_ROWS.
+     * the size (deleteInBatches).
      */
     async purgeIdempotencyKeys(batchRows = IDEMPOTENCY_PURGE_BATCH_ROWS): Promise<number> {
-      let purged = 0
       // Each batch starts where the last one ended: while another session's snapshot (a pg_dump, a
       // report) keeps the deleted rows' index entries from being pruned, a batch from the oldest
       // would step over all of them again, and the run would slow down batch by batch.
       // A Date keeps milliseconds only: cut down, it still starts at or before the last row deleted.
       let from: Date | string = '-infinity'
-      for (;;) {
-        const { rows }: { rows: { deleted: number; last: Date | null }[] } = await pool
-          .query(
-            // Oldest first, through the created_at index.
-            `WITH deleted AS (
-               DELETE FROM pets.idempotency_keys WHERE ctid = ANY(ARRAY(
-                 SELECT ctid FROM pets.idempotency_keys
-                  WHERE created_at < now() - make_interval(hours => $1) AND created_at >= $3::timestamptz
-                  ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))
-               RETURNING created_at)
-             SELECT count(*)::int AS deleted, max(created_at) AS last FROM deleted`,
-            [IDEMPOTENCY_RETENTION_HOURS, batchRows, from],
-          )
-          .catch((error: unknown) => {
-            const canceled = (error as { code?: unknown }).code === QUERY_CANCELED
-            if (!canceled || batchRows <= PURGE_MIN_BATCH_ROWS) throw error
-            return { rows: [] }
-          })
-        if (rows.length === 0) {
-          batchRows = Math.max(Math.floor(batchRows / 2), PURGE_MIN_BATCH_ROWS)
-          continue
-        }
-        const deleted = rows[0]?.deleted ?? 0
-        purged += deleted
-        if (deleted < batchRows) return purged
-        from = rows[0]?.last ?? from
-      }
+      return deleteInBatches(batchRows, async (rows) => {
+        const { rows: [batch] } = await pool.query<{ deleted: number; last: Date | null }>(
+          // Oldest first, through the created_at index.
+          `WITH deleted AS (
+             DELETE FROM pets.idempotency_keys WHERE ctid = ANY(ARRAY(
+               SELECT ctid FROM pets.idempotency_keys
+                WHERE created_at < now() - make_interval(hours => $1) AND created_at >= $3::timestamptz
+                ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED))
+             RETURNING created_at)
+           SELECT count(*)::int AS deleted, max(created_at) AS last FROM deleted`,
+          [IDEMPOTENCY_RETENTION_HOURS, rows, from],
+        )
+        from = batch?.last ?? from
+        return batch?.deleted ?? 0
+      })
     },
 
     async ping(): Promise<void> {

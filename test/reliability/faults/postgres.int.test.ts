@@ -4,7 +4,7 @@ import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
-import { cuttableRelay } from '../../helpers/tcpRelay.ts'
+import { cuttableRelay, relayTo } from '../../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 
 /**
@@ -267,11 +267,9 @@ describe('the gateway\'s Postgres stops answering on open connections', () => {
   const database = suiteDatabase()
 
   it('a key not in the cache gets 503 service_unavailable within the statement bound, a cached key keeps working, and the key is served again once Postgres answers', async () => {
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    target.host = `127.0.0.1:${relay.port}`
+    const { relay, url: throughRelay } = await relayTo(database.url)
     const pets = await startPetsService(database.url)
-    const gateway = await startGateway({ databaseUrl: target.toString(), petsUrl: pets.url })
+    const gateway = await startGateway({ databaseUrl: throughRelay, petsUrl: pets.url })
     try {
       const cached = await gateway.createKey({ name: 'cached' })
       const uncached = await gateway.createKey({ name: 'uncached' })
