@@ -1,4 +1,5 @@
 import http from 'node:http'
+import net from 'node:net'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
@@ -290,6 +291,67 @@ describe('gateway proxy to the real pets-service', () => {
     expect(pb!.id).not.toBe(pa!.id)
   })
 
+  describe('a connection to the pets-service lost after it stored a create, before its answer came back', () => {
+    /**
+     * A relay to the pets-service that loses the next `count` answers: the request arrives and
+     * runs (a create commits), then the connection ends before a byte of the answer reaches the
+     * gateway, as when a load balancer between them drops it or the network fails at that moment.
+     */
+    async function answerLosingRelay(target: string) {
+      let losing = 0
+      const { hostname, port } = new URL(target)
+      const server = net.createServer((client) => {
+        const upstream = net.connect(Number(port), hostname)
+        for (const socket of [client, upstream]) {
+          socket.on('error', () => undefined)
+          socket.on('close', () => (socket === client ? upstream : client).destroy())
+        }
+        client.pipe(upstream)
+        upstream.on('data', (chunk) => {
+          if (losing > 0) {
+            losing--
+            client.destroy()
+            upstream.destroy()
+          } else client.write(chunk)
+        })
+      })
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+      return {
+        url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+        loseNextAnswer: () => void (losing = 1),
+        close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+      }
+    }
+    const relay = suiteService(async () => answerLosingRelay(pets.url))
+    const relayed = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: relay.url }))
+    const stored = async (name: string) =>
+      (await pets.pool.query<{ count: number }>('SELECT count(*)::int AS count FROM pets.pets WHERE name = $1', [name])).rows[0]!.count
+
+    it('answers a create with an Idempotency-Key 201 from the pet it stored, sending it once more: one pet, not two, and no 502', async () => {
+      relay.loseNextAnswer()
+      const response = await relayed.request('/v1/pets', { key, ...json({ name: 'Lost answer', categoryId: 1 }, { 'idempotency-key': 'lost-answer' }) })
+      expect(response.status).toBe(201)
+      expect(response.headers.get('idempotent-replayed')).toBe('true')
+      const pet = (await response.json()) as { id: number }
+      expect(response.headers.get('location')).toBe(`/v1/pets/${pet.id}`)
+      expect(await stored('Lost answer')).toBe(1)
+      expect(await relayed.registry.metrics()).toMatch(/^gateway_upstream_resent_total\{upstream="pets"\} 1$/m)
+      recordScenario({
+        area: 'pets-service',
+        scenario: 'connection to the pets-service lost after it stored a create, before its answer reached the gateway',
+        answered: 'with an Idempotency-Key: 201 with the stored pet (sent once more, answered from its first result); without: 502 bad_gateway, sent once',
+        lost: 'nothing: one pet per create, none stored twice',
+        test: 'test/gateway/proxy.int.test.ts',
+      })
+    })
+
+    it('answers a create without an Idempotency-Key 502 bad_gateway and never sends it twice: the pet it stored stays the only one', async () => {
+      relay.loseNextAnswer()
+      await expectErrorResponse(await relayed.request('/v1/pets', { key, ...json({ name: 'Lost, no key', categoryId: 1 }) }), 502, 'bad_gateway')
+      expect(await stored('Lost, no key')).toBe(1)
+    })
+  })
+
   it('refuses a body over 1 MiB with 413 payload_too_large', async () => {
     const body = JSON.stringify({ name: 'x'.repeat(1_048_577), categoryId: 1 })
     const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body })
@@ -491,8 +553,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       recordScenario({
         area: 'pets-service',
         scenario: 'upstream closing a kept-alive connection as a GET, a HEAD or a POST is sent on it (no answer)',
-        answered: 'GET and HEAD: 200, sent once more on a new connection; POST: 502 bad_gateway, sent once; a second close in a row: 502',
-        lost: 'nothing: no request with side effects sent twice',
+        answered: 'GET and HEAD: 200, sent once more on a new connection; POST without an Idempotency-Key: 502 bad_gateway, sent once; a second close in a row: 502',
+        lost: 'nothing: no request with side effects sent twice without an Idempotency-Key',
         test: 'test/gateway/proxy.int.test.ts',
       })
     })
@@ -506,7 +568,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(closing.outcomes).toEqual(['GET answered', 'HEAD closed', 'HEAD answered'])
     })
 
-    it('answers a POST 502 bad_gateway and never sends it twice: the upstream may have stored it', async () => {
+    it('answers a POST without an Idempotency-Key 502 bad_gateway and never sends it twice: the upstream may have stored it', async () => {
       const { gateway, key } = await gatewayTo(await closingUpstream())
       const closing = upstream as Awaited<ReturnType<typeof closingUpstream>>
       const create = { key, contract: false, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' }
@@ -542,19 +604,22 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
   })
 
-  it('sends a GET answered 408 once more, and answers it from the second try; a POST answered 408 gets 502 and is not sent again', async () => {
+  it('sends a GET, and a POST with an Idempotency-Key, answered 408 once more and answers them from the second try; a POST without a key gets 502 and is not sent again', async () => {
     // The pets-service's parser answers 408 to the connections that waited while it was frozen,
-    // for requests it never read; here to every other request.
+    // for requests it never read; here to the first arrival of each request.
     const outcomes: string[] = []
+    const arrivals = new Set<string>()
     const scripted = await scriptedUpstream((request, response) => {
       request.resume()
-      if (outcomes.length % 2 === 0) {
-        outcomes.push(`${request.method} 408`)
+      const label = `${request.method}${request.headers['idempotency-key'] ? ' with key' : ''}`
+      if (!arrivals.has(label)) {
+        arrivals.add(label)
+        outcomes.push(`${label} 408`)
         response.writeHead(408, { 'content-type': 'application/json', connection: 'close' })
         response.end(JSON.stringify({ code: 'request_timeout', message: 'Request timeout.', status: 408 }))
         return
       }
-      outcomes.push(`${request.method} 200`)
+      outcomes.push(`${label} 200`)
       response.writeHead(200, { 'content-type': 'application/json' })
       response.end('[]')
     })
@@ -563,11 +628,14 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(listed.status).toBe(200)
     expect(await listed.json()).toEqual([])
     expect(outcomes).toEqual(['GET 408', 'GET 200'])
-    const created = await gateway.request('/v1/pets', { key, contract: false, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' })
-    await expectErrorResponse(created, 502, 'bad_gateway')
+    const create = { key, contract: false, ...json({ name: 'Rex', categoryId: 1 }) }
+    await expectErrorResponse(await gateway.request('/v1/pets', create), 502, 'bad_gateway')
     expect(outcomes).toEqual(['GET 408', 'GET 200', 'POST 408'])
+    const keyed = await gateway.request('/v1/pets', { ...create, headers: { ...create.headers, 'idempotency-key': 'k1' } })
+    expect(keyed.status).toBe(200)
+    expect(outcomes).toEqual(['GET 408', 'GET 200', 'POST 408', 'POST with key 408', 'POST with key 200'])
     const metrics = await gateway.registry.metrics()
-    expect(metrics).toMatch(/^gateway_upstream_resent_total\{upstream="pets"\} 1$/m)
+    expect(metrics).toMatch(/^gateway_upstream_resent_total\{upstream="pets"\} 2$/m)
     expect(metrics).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 1$/m)
   })
 

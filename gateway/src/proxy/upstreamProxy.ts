@@ -431,9 +431,11 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
    * connection ends, no answer. A request without side effects is then sent once more, on whichever
    * connection the pool gives next (a new one, if the upstream closed its idle ones), within the
    * same deadline, as RFC 9110 §9.2.2 allows for idempotent methods; a client of the gateway
-   * cannot tell, and would otherwise get 502 for the upstream's housekeeping. Not a POST: the
-   * upstream may have stored it before the close. Not a refused or timed-out connection: sending
-   * again at once would meet the same.
+   * cannot tell, and would otherwise get 502 for the upstream's housekeeping. A POST only with an
+   * Idempotency-Key, which the pets-service honours: sent again, it creates nothing twice (a
+   * create the upstream stored before the close is answered from its first result). Without a key,
+   * never: the upstream may have stored it. Not a refused or timed-out connection: sending again
+   * at once would meet the same.
    */
   private resendAfterClose(error: Error): boolean {
     if (this.headersIn || !this.mayResend() || !CLOSED_WITHOUT_ANSWER.has((error as { code?: unknown }).code as string)) return false
@@ -442,7 +444,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 
   private mayResend(): boolean {
-    return !this.resent && !this.dropped && RESENDABLE_METHODS.has(this.sent.method)
+    if (this.resent || this.dropped) return false
+    return RESENDABLE_METHODS.has(this.sent.method) || (this.sent.method === 'POST' && this.request.headers['idempotency-key'] !== undefined)
   }
 
   /** The same request once more, on the connection the pool gives next, under the deadline that already runs. */
@@ -499,7 +502,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 }
 
-/** Methods without side effects (RFC 9110 §9.2.1): sent again when their connection closed without an answer. */
+/** Methods without side effects (RFC 9110 §9.2.1): sent again when their connection closed without an answer (a POST only with an Idempotency-Key). */
 const RESENDABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 /** undici's and the socket's codes for a connection that ended without an answer to the request sent on it. */
 const CLOSED_WITHOUT_ANSWER = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
