@@ -1,5 +1,5 @@
 import { request } from 'undici'
-import { DependencyDown } from '../../common/src/ops/opsServer.ts'
+import { DependencyDown } from '../../common/src/ops/dependencyDown.ts'
 
 /** The pets-service route that answers 204 to a request carrying an internal credential it accepts. */
 export const AUTH_CHECK_PATH = '/auth-check'

@@ -1,7 +1,7 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
 import { EnvError } from '../env.ts'
-import { DependencyDown } from '../ops/opsServer.ts'
+import { DependencyDown } from '../ops/dependencyDown.ts'
 import { dropConnection } from './pool.ts'
 
 /**

@@ -2,18 +2,10 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { OPS_MAX_CONNECTIONS } from '../http/connectionCap.ts'
 import { singleLineRequestLogging } from '../http/requestContext.ts'
 import type { Registry } from 'prom-client'
+import { DependencyDown } from './dependencyDown.ts'
 
 /** Resolves when the dependency is usable; rejects (ideally with DependencyDown) when it is not. */
 export type DependencyCheck = () => Promise<void>
-
-/**
- * A dependency check's failure whose message is meant for the operator reading /readyz (for
- * example "the upstream refuses the internal credential"): it appears under `reasons`. Other
- * errors show only as "down", so a driver's message with addresses or SQL never reaches the body.
- */
-export class DependencyDown extends Error {
-  override name = 'DependencyDown'
-}
 
 export interface OpsServerOptions {
   registry: Registry
