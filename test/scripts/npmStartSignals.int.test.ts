@@ -4,6 +4,7 @@ import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { removeEmbeddedTemplate, seedEmbeddedDatabase } from '../helpers/embeddedTemplate.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import {
   baseEnv,
@@ -48,6 +49,7 @@ afterEach(async () => {
 afterAll(async () => {
   await killAll()
   killSeen()
+  await removeEmbeddedTemplate()
   await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })))
 })
 
@@ -96,10 +98,11 @@ async function npmStart(dataDir: string, ports: Ports): Promise<NodeProcess> {
   return proc
 }
 
-/** A fresh data folder (removed after the file) and free ports, and `npm start` on them. */
+/** A data folder holding the database a first start made (removed after the file), free ports, and `npm start` on them. */
 async function startStack(): Promise<{ dataDir: string; ports: Ports; npm: NodeProcess }> {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'aas-npm-start-'))
   dataDirs.push(dataDir)
+  await seedEmbeddedDatabase(dataDir)
   const ports = await freePorts()
   return { dataDir, ports, npm: await npmStart(dataDir, ports) }
 }

@@ -6,6 +6,7 @@ import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { removeEmbeddedTemplate, seedEmbeddedDatabase } from '../helpers/embeddedTemplate.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import {
   baseEnv,
@@ -57,6 +58,13 @@ async function newStack(): Promise<Stack> {
   }
 }
 
+/** A stack whose data folder holds the database a first start made (seedEmbeddedDatabase), for tests of what comes after. */
+async function startedBeforeStack(): Promise<Stack> {
+  const stack = await newStack()
+  await seedEmbeddedDatabase(stack.dataDir)
+  return stack
+}
+
 function stackEnv(stack: Stack): NodeJS.ProcessEnv {
   return {
     ...baseEnv(),
@@ -87,6 +95,7 @@ async function sigterm(proc: NodeProcess) {
 afterEach(killAll)
 afterAll(async () => {
   await killAll()
+  await removeEmbeddedTemplate()
   await Promise.all(dataDirs.map((dir) => rm(dir, { recursive: true, force: true })))
 })
 
@@ -134,7 +143,7 @@ describe('npm start on the embedded default', () => {
   it(
     'a pet created before SIGKILL is there after restart',
     async () => {
-      const stack = await newStack()
+      const stack = await startedBeforeStack()
       const first = await npmStart(stack)
       const pets = petsClient(stack.petsPort)
       const created = await pets.create({ name: 'Rex', categoryId: 1 })
@@ -162,7 +171,7 @@ describe('npm start on the embedded default', () => {
   it(
     'a service killed with SIGKILL is not restarted: npm start names it, stops the rest, closes the database and exits 1',
     async () => {
-      const stack = await newStack()
+      const stack = await startedBeforeStack()
       const first = await npmStart(stack)
       const gatewayPid = Number(/\[start\] {3}gateway .* pid (\d+)$/m.exec(first.output())?.[1])
       expect(gatewayPid).toBeGreaterThan(0)
@@ -200,7 +209,7 @@ describe('npm start on the embedded default', () => {
   it(
     'a second npm start on the same data folder refuses to run and leaves the first one serving',
     async () => {
-      const stack = await newStack()
+      const stack = await startedBeforeStack()
       const first = await npmStart(stack)
       const other: Stack = { ...stack, petsPort: await freePort(), opsPort: await freePort(), postgresPort: await freePort() }
       const second = startNode('scripts/start.ts', stackEnv(other), { detached: true })
@@ -219,7 +228,7 @@ describe('npm start on the embedded default', () => {
   it(
     'a second npm start refuses the data folder of a first one that is stopped (Ctrl-Z) before it serves, however long it stays stopped',
     async () => {
-      const stack = await newStack()
+      const stack = await startedBeforeStack()
       const first = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
       const claim = path.join(stack.dataDir, 'embedded-postgres.json')
       while (!existsSync(claim)) {
@@ -276,7 +285,7 @@ describe('npm start on the embedded default', () => {
   it(
     'serves the embedded Postgres on a Unix socket in the private data folder, not on a TCP port: other users cannot connect, the CLI and both services can',
     async () => {
-      const stack = await newStack()
+      const stack = await startedBeforeStack()
       // Open to others, as a project folder usually is: only the data folder itself keeps them out.
       chmodSync(path.dirname(stack.dataDir), 0o755)
       // Something else on the TCP port of the same number no longer matters.
@@ -363,7 +372,7 @@ describe('npm start where its ports are taken', () => {
   // npm start asked each ops port for /readyz with fetch, which refuses the ports browsers block:
   // a stack whose ops port was one of them never became ready.
   it('becomes ready with its ops ports on ports fetch refuses to call', async () => {
-    const stack = { ...(await newStack()), opsPort: 6666, gatewayOpsPort: 6667 }
+    const stack = { ...(await startedBeforeStack()), opsPort: 6666, gatewayOpsPort: 6667 }
     const taken = await Promise.all([6666, 6667].map((port) => new Promise<boolean>((resolve) => {
       const probe = net.connect(port, '127.0.0.1')
       probe.once('connect', () => (probe.destroy(), resolve(true)))
