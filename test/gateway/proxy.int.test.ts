@@ -577,6 +577,16 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(closing.outcomes).toEqual(['POST answered', 'POST closed'])
     })
 
+    it('never sends twice a POST whose Idempotency-Key the client\'s Connection header names: the upstream never got the key', async () => {
+      const { gateway, key } = await gatewayTo(await closingUpstream())
+      const closing = upstream as Awaited<ReturnType<typeof closingUpstream>>
+      const body = '{"name":"Rex","categoryId":1}'
+      const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json', connection: 'keep-alive, Idempotency-Key', 'idempotency-key': 'hop-only' }
+      expect((await nodeRequest(`${gateway.url}/v1/pets`, { method: 'POST', headers }, body)).status).toBe(200)
+      expect((await nodeRequest(`${gateway.url}/v1/pets`, { method: 'POST', headers }, body)).status).toBe(502)
+      expect(closing.outcomes).toEqual(['POST answered', 'POST closed'])
+    })
+
     it('answers 502 when the fresh connection fails as well: one more try, not a loop', async () => {
       const outcomes: string[] = []
       let connections = 0

@@ -445,7 +445,9 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   private mayResend(): boolean {
     if (this.resent || this.dropped) return false
-    return RESENDABLE_METHODS.has(this.sent.method) || (this.sent.method === 'POST' && this.request.headers['idempotency-key'] !== undefined)
+    // The key as forwarded, not as the client sent it: one the client's Connection header names
+    // (or one dropped on the way) never reaches the upstream, and the POST would be sent twice without it.
+    return RESENDABLE_METHODS.has(this.sent.method) || (this.sent.method === 'POST' && (this.sent.headers as Record<string, unknown>)['idempotency-key'] !== undefined)
   }
 
   /** The same request once more, on the connection the pool gives next, under the deadline that already runs. */
