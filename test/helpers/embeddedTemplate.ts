@@ -15,7 +15,13 @@ let template: Promise<string> | undefined
 export async function seedEmbeddedDatabase(dataDir: string): Promise<void> {
   template ??= (async () => {
     const parent = await mkdtemp(path.join(os.tmpdir(), 'aas-pglite-template-'))
-    await ensureDatabaseCreated(path.join(parent, PGLITE_FOLDER))
+    try {
+      await ensureDatabaseCreated(path.join(parent, PGLITE_FOLDER))
+    } catch (error) {
+      // removeEmbeddedTemplate finds no folder in a rejected template: removed here, or left behind.
+      await rm(parent, { recursive: true, force: true })
+      throw error
+    }
     return parent
   })()
   const from = path.join(await template, PGLITE_FOLDER)
