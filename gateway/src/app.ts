@@ -158,6 +158,8 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     observer: deps.metrics?.upstream,
     publicPath: '/v1/pets',
     upstreamPath: '/pets',
+    // Its createPet stores one pet per Idempotency-Key: a keyed POST may be sent again.
+    honoursIdempotencyKeys: true,
   })
   await app.register(undecodablePathRoute)
   await app.register(storeOrdersRoute, {

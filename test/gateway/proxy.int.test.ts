@@ -587,6 +587,22 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(closing.outcomes).toEqual(['POST answered', 'POST closed'])
     })
 
+    it('never sends twice a POST with an Idempotency-Key to an upstream other than the pets-service, which may not honour keys', async () => {
+      const closing = await closingUpstream()
+      const pets = await recordingUpstream()
+      upstream = closing
+      gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, configure: (file) => void (file.upstreams.orders = { url: closing.url }) })
+      try {
+        const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+        const order = { key, contract: false, ...json({ petId: 1, quantity: 1 }, { 'idempotency-key': 'order-1' }) }
+        expect((await gateway.request('/v1/store/orders', order)).status).toBe(200)
+        await expectErrorResponse(await gateway.request('/v1/store/orders', order), 502, 'bad_gateway')
+        expect(closing.outcomes).toEqual(['POST answered', 'POST closed'])
+      } finally {
+        await pets.close()
+      }
+    })
+
     it('answers 502 when the fresh connection fails as well: one more try, not a loop', async () => {
       const outcomes: string[] = []
       let connections = 0

@@ -43,7 +43,7 @@ export function createGatewayMetrics(registry: Registry) {
   })
   const upstreamResent = new Counter({
     name: 'gateway_upstream_resent_total',
-    help: 'GET, HEAD and OPTIONS requests, and POSTs with an Idempotency-Key, sent to the upstream a second time because the connection they went out on closed without an answer, or the upstream answered 408 (it timed out the connection before reading the request), by upstream.',
+    help: 'GET, HEAD and OPTIONS requests, and POSTs with an Idempotency-Key to the pets-service, sent to the upstream a second time because the connection they went out on closed without an answer, or the upstream answered 408 (it timed out the connection before reading the request), by upstream.',
     labelNames: ['upstream'],
     registers,
   })

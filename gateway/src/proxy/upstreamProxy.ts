@@ -32,6 +32,13 @@ export interface UpstreamOptions {
   publicPath: string
   upstreamPath: string
   observer?: UpstreamObserver
+  /**
+   * The upstream creates nothing twice for a POST sent again with the same Idempotency-Key (the
+   * pets-service): such a POST whose connection closed without an answer, or was answered 408, is
+   * sent once more. Unset, a POST is never sent twice, key or not: another upstream (orders) may
+   * not honour keys.
+   */
+  honoursIdempotencyKeys?: boolean
 }
 
 /** Upstream latency (request sent → response headers) and failures, for the metrics. */
@@ -116,7 +123,17 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
    * every client request would add its request, reply and handler (about 7 KB) to undici's queue
    * for as long as the upstream stays hung. Past the bound the gateway answers 503 at once.
    */
-  const link: UpstreamLink = { name, timeoutMillis: options.timeoutMillis, observer, waited, inFlight: 0, fail, answerHead, pool }
+  const link: UpstreamLink = {
+    name,
+    timeoutMillis: options.timeoutMillis,
+    observer,
+    waited,
+    inFlight: 0,
+    honoursIdempotencyKeys: options.honoursIdempotencyKeys === true,
+    fail,
+    answerHead,
+    pool,
+  }
   observer?.inFlight?.(name, () => link.inFlight, options.maxInFlight)
   const saturated = spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) =>
     gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
@@ -274,6 +291,8 @@ interface UpstreamLink {
   readonly waited: WeakMap<object, number>
   /** Requests dispatched to the pool whose exchange undici has not ended yet (bounded by maxInFlight). */
   inFlight: number
+  /** UpstreamOptions.honoursIdempotencyKeys. */
+  readonly honoursIdempotencyKeys: boolean
   readonly pool: Dispatcher
   fail(reply: FastifyReply, error: unknown): void
   answerHead(request: FastifyRequest, reply: FastifyReply, statusCode: number, parsed: Record<string, string | string[] | undefined>): boolean
@@ -432,9 +451,10 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
    * connection the pool gives next (a new one, if the upstream closed its idle ones), within the
    * same deadline, as RFC 9110 §9.2.2 allows for idempotent methods; a client of the gateway
    * cannot tell, and would otherwise get 502 for the upstream's housekeeping. A POST only with an
-   * Idempotency-Key, which the pets-service honours: sent again, it creates nothing twice (a
-   * create the upstream stored before the close is answered from its first result). Without a key,
-   * never: the upstream may have stored it. Not a refused or timed-out connection: sending again
+   * Idempotency-Key, and only to an upstream that honours one (honoursIdempotencyKeys: the
+   * pets-service): sent again, it creates nothing twice (a create the upstream stored before the
+   * close is answered from its first result). Without a key, or to another upstream, never: the
+   * upstream may have stored it. Not a refused or timed-out connection: sending again
    * at once would meet the same.
    */
   private resendAfterClose(error: Error): boolean {
@@ -447,7 +467,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     if (this.resent || this.dropped) return false
     // The key as forwarded, not as the client sent it: one the client's Connection header names
     // (or one dropped on the way) never reaches the upstream, and the POST would be sent twice without it.
-    return RESENDABLE_METHODS.has(this.sent.method) || (this.sent.method === 'POST' && (this.sent.headers as Record<string, unknown>)['idempotency-key'] !== undefined)
+    if (RESENDABLE_METHODS.has(this.sent.method)) return true
+    return this.sent.method === 'POST' && this.link.honoursIdempotencyKeys && (this.sent.headers as Record<string, unknown>)['idempotency-key'] !== undefined
   }
 
   /** The same request once more, on the connection the pool gives next, under the deadline that already runs. */
