@@ -228,7 +228,8 @@ describe('npm start on the embedded default', () => {
   it(
     'a second npm start refuses the data folder of a first one that is stopped (Ctrl-Z) before it serves, however long it stays stopped',
     async () => {
-      const stack = await startedBeforeStack()
+      // A first start: it is stopped while it creates its database, well before it serves.
+      const stack = await newStack()
       const first = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
       const claim = path.join(stack.dataDir, 'embedded-postgres.json')
       while (!existsSync(claim)) {
