@@ -468,15 +468,14 @@ export function createKeyRepository(pool: pg.Pool) {
         })
       })
       // Bans: one record per key at most.
-      for (;;) {
+      purged += await deleteInBatches(batchRows, async (rows) => {
         const { rowCount } = await pool.query(
           `DELETE FROM gateway.api_key_bans WHERE ctid = ANY(ARRAY(
              SELECT ctid FROM gateway.api_key_bans WHERE ends_at < now() - interval '1 day' LIMIT $1 FOR UPDATE SKIP LOCKED))`,
-          [batchRows],
+          [rows],
         )
-        purged += rowCount ?? 0
-        if ((rowCount ?? 0) < batchRows) break
-      }
+        return rowCount ?? 0
+      })
       return purged
     },
   }

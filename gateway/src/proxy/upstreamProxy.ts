@@ -45,7 +45,7 @@ export interface UpstreamOptions {
 export interface UpstreamObserver {
   response(upstream: string, status: number, seconds: number): void
   failure(upstream: string, kind: UpstreamFailureKind): void
-  /** A request without side effects sent again: its connection closed without an answer, or the upstream answered 408. */
+  /** A request sent again (mayResend): its connection closed without an answer, or the upstream answered 408. */
   resent?(upstream: string): void
   /** Once per upstream, at start: its requests outstanding (read at scrape time) and their bound, maxInFlight. */
   inFlight?(upstream: string, outstanding: () => number, limit: number): void
@@ -525,7 +525,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   }
 }
 
-/** Methods without side effects (RFC 9110 §9.2.1): sent again when their connection closed without an answer (a POST only with an Idempotency-Key). */
+/** Methods without side effects (RFC 9110 §9.2.1): sent again when their connection closed without an answer (a POST only as mayResend says). */
 const RESENDABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 /** undici's and the socket's codes for a connection that ended without an answer to the request sent on it. */
 const CLOSED_WITHOUT_ANSWER = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'])
