@@ -283,9 +283,10 @@ function importGraph(entries: string[]): { files: Set<string>; packages: Set<str
     for (const match of text.matchAll(/^\s*(import|export)\s+(type\s+)?(?:[\w*{}\s,$]+?\s+from\s+)?['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|\.resolve\(\s*['"]([^'"]+)['"]\s*\)/gm)) {
       const typeOnly = Boolean(match[2])
       const specifier = match[3] ?? match[4] ?? match[5]!
-      if (match[5] && specifier.startsWith('.')) continue
+      // A type-only import is erased before the code runs: neither its file nor its package is loaded.
+      if ((match[5] && specifier.startsWith('.')) || typeOnly) continue
       if (specifier.startsWith('.')) visit(path.normalize(path.join(path.dirname(file), specifier)))
-      else if (!typeOnly && !specifier.startsWith('node:') && !builtinModules.includes(specifier)) {
+      else if (!specifier.startsWith('node:') && !builtinModules.includes(specifier)) {
         packages.add(specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!)
       }
     }
