@@ -1,12 +1,15 @@
+import net from 'node:net'
+import { Redis } from 'ioredis'
 import type pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
-import { TEST_REDIS_URL, suiteKeyPrefix } from '../helpers/redis.ts'
+import { TEST_REDIS_URL, startRedisCluster, suiteKeyPrefix } from '../helpers/redis.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
+import { suiteService } from '../helpers/suiteService.ts'
 import { eventually, sleep } from '../gateway/rateLimit/httpLimits.ts'
 import { startGatewayProcess } from '../ops/gatewayProcess.ts'
 import { killAll } from '../scripts/processes.ts'
@@ -16,6 +19,16 @@ import { killAll } from '../scripts/processes.ts'
  * runs out of stack on it. From a compromised Redis, or on-path on a cleartext connection.
  */
 const NESTED_REPLY = Buffer.from(`${'*1\r\n'.repeat(10_000)}:1\r\n`)
+
+/**
+ * CLUSTER SLOTS replies that are no slot map, each where ioredis's reader indexes into it: no
+ * map at all, a nil where a slot range should be, a nil where a range's node should be.
+ */
+const FORGED_SLOT_MAPS = {
+  nil: '*-1\r\n',
+  'a nil slot range': '*1\r\n*-1\r\n',
+  'a nil node': '*1\r\n*3\r\n:0\r\n:16383\r\n*-1\r\n',
+}
 
 describe('a Redis reply forged on the wire', () => {
   const prefix = suiteKeyPrefix()
@@ -89,4 +102,130 @@ describe('a Redis reply forged on the wire', () => {
       await relay.close()
     }
   }, 60_000)
+
+  describe('a Redis Cluster seed whose CLUSTER SLOTS replies are no slot map', () => {
+    const cluster = suiteService(() => startRedisCluster())
+
+    // ioredis reads the reply in a callback that threw a TypeError on each of these, re-thrown
+    // outside any handler: the gateway process died at the first one, at start or at any later
+    // slot-map refresh.
+    it.each(Object.entries(FORGED_SLOT_MAPS))('%s: the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the seed answers for real', async (shape, forged) => {
+      const seed = await clusterSeedAnswering(cluster.nodes[0]!)
+      seed.forgeSlots(Buffer.from(forged))
+      const gateway = await startGatewayProcess({
+        databaseUrl: database.url,
+        petsUrl: upstream.url,
+        env: { REDIS_CLUSTER_NODES: `127.0.0.1:${seed.port}` },
+        configure: (file) => {
+          file.redis.keyPrefix = prefix
+          file.onStoreFailure = 'closed'
+        },
+        notReady: true,
+        readyTimeoutMillis: 30_000,
+      })
+      try {
+        const { key } = await createKeyRepository(pool).create({ name: 'forged-slot-map', plan: 'free' })
+        const request = async () => {
+          const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` }, signal: AbortSignal.timeout(5_000) })
+          await response.arrayBuffer()
+          return response.status
+        }
+        // After a failed refresh the client asks the seed again within a second, then every second.
+        await eventually(async () => seed.forgedReplies() >= 3, 10_000)
+        const whileForged = [await request(), await request()]
+        expect(gateway.proc.hasExited(), `the gateway exited:\n${gateway.proc.output().slice(-3_000)}`).toBe(false)
+        expect(whileForged).toEqual([503, 503])
+        expect((await gateway.readyz()).body.reasons?.redis).toContain('a CLUSTER SLOTS reply that is no slot map')
+
+        seed.forgeSlots(undefined)
+        const recoveredMillis = await eventually(async () => (await gateway.readyz()).status === 200, 15_000)
+        expect(await request()).toBe(200)
+        expect(gateway.proc.hasExited()).toBe(false)
+        recordScenario({
+          area: 'Hostile input',
+          scenario: `a Redis Cluster seed answering CLUSTER SLOTS with ${shape} where the slot map should be (a broken or hostile node)`,
+          answered: `the gateway kept running: keyed requests answered 503 (onStoreFailure closed) meanwhile, /readyz naming the reply; ready again ${Math.round(recoveredMillis)} ms after the seed's replies were the cluster's, then 200`,
+          lost: 'nothing: no process exit; each such reply failed its refresh, as a node that cannot answer does',
+          test: 'test/security/forgedRedisReply.int.test.ts',
+        })
+      } finally {
+        gateway.proc.kill()
+        gateway.cleanup()
+        await seed.close()
+      }
+    }, 60_000)
+  })
 })
+
+/**
+ * A Redis Cluster seed that answers CLUSTER SLOTS itself: with `forgeSlots`'s bytes while they are
+ * set, else with the slot map of the real cluster `node` (which then serves every command, as the
+ * map names only the cluster's own nodes). Any other command it answers +OK (the client names its
+ * connection before asking).
+ */
+async function clusterSeedAnswering(node: string) {
+  const [host, port] = node.split(':')
+  const real = new Redis({ host, port: Number(port), lazyConnect: true })
+  let forged: Buffer | undefined
+  let forgedCount = 0
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((socket) => {
+    sockets.add(socket)
+    socket.on('close', () => sockets.delete(socket))
+    socket.on('error', () => undefined)
+    let buffered = Buffer.alloc(0)
+    let answering = Promise.resolve()
+    socket.on('data', (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk])
+      for (let command = takeCommand(); command; command = takeCommand()) {
+        const words = command.map((word) => word.toUpperCase())
+        answering = answering.then(async () => {
+          if (words[0] !== 'CLUSTER' || words[1] !== 'SLOTS') return void socket.write('+OK\r\n')
+          if (forged) {
+            forgedCount++
+            return void socket.write(forged)
+          }
+          socket.write(encodeResp(await real.call('CLUSTER', 'SLOTS')))
+        })
+      }
+    })
+    /** The next whole command (a RESP array of bulk strings) off the buffer, or undefined. */
+    function takeCommand(): string[] | undefined {
+      const text = buffered.toString('latin1')
+      const header = /^\*(\d+)\r\n/.exec(text)
+      if (!header) return undefined
+      const words: string[] = []
+      let at = header[0].length
+      for (let i = 0; i < Number(header[1]); i++) {
+        const length = /^\$(\d+)\r\n/.exec(text.slice(at))
+        if (!length || text.length < at + length[0].length + Number(length[1]) + 2) return undefined
+        at += length[0].length
+        words.push(text.slice(at, at + Number(length[1])))
+        at += Number(length[1]) + 2
+      }
+      buffered = buffered.subarray(at)
+      return words
+    }
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    forgeSlots(reply: Buffer | undefined) {
+      forged = reply
+    },
+    forgedReplies: () => forgedCount,
+    async close() {
+      for (const socket of sockets) socket.destroy()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+      real.disconnect()
+    },
+  }
+}
+
+function encodeResp(value: unknown): string {
+  if (value === null) return '*-1\r\n'
+  if (typeof value === 'number') return `:${value}\r\n`
+  if (Array.isArray(value)) return `*${value.length}\r\n${value.map(encodeResp).join('')}`
+  const text = String(value)
+  return `$${Buffer.byteLength(text)}\r\n${text}\r\n`
+}

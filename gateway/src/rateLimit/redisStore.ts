@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module'
 import calculateSlot from 'cluster-key-slot'
-import { Cluster, Redis, type AbstractConnector, type RedisOptions, type Result } from 'ioredis'
+import { Cluster, Command, Redis, type AbstractConnector, type RedisOptions, type Result } from 'ioredis'
 import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './limitStore.ts'
 import { UNBAN_APPLIED_MILLIS, limitKey, unbanAppliedKey } from './limitStore.ts'
 import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
@@ -194,7 +194,10 @@ export function connectRedis(connection: RedisConnection): RedisClient {
         reconnectOnError: (error) => READ_ONLY_REPLICA.test(error.message),
         ...(handshakes ? { Connector: handshakes.Connector } : {}),
       })
-  if (client instanceof Cluster && seeds) reconnectThroughKnownNodes(client, seeds)
+  if (client instanceof Cluster && seeds) {
+    reconnectThroughKnownNodes(client, seeds)
+    refuseUnreadableSlotMaps()
+  }
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
   const credentialsChanged = () => credentialWatchers.get(client)?.forEach((watcher) => watcher())
   client.on('error', (error: Error) => {
@@ -267,6 +270,24 @@ function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port
     const key = (node: { host: string; port: number }) => `${node.host}:${node.port}`
     const names = new Set(known.map(key))
     cluster.startupNodes = [...known, ...seeds.filter((seed) => !names.has(key(seed)))]
+  })
+}
+
+/**
+ * ioredis reads a CLUSTER SLOTS reply in a callback that indexes into it unchecked: a nil where
+ * the map, a slot range or a range's node should be (from a broken or hostile node, or forged on a
+ * cleartext connection) threw a TypeError that ioredis re-throws outside any handler, and the
+ * gateway process died, at start or at any later refresh. Such a reply now fails the command
+ * instead, as a node that cannot answer does: ioredis asks the next node and, failing all, retries
+ * (meanwhile requests are decided per onStoreFailure). The transformer is ioredis's own hook and
+ * global to the process; the one other CLUSTER reply ioredis reads (INFO, a string) passes as is.
+ */
+function refuseUnreadableSlotMaps(): void {
+  Command.setReplyTransformer('cluster', (reply: unknown) => {
+    const missing = (value: unknown) => value === null || value === undefined
+    const unreadable = missing(reply) || (Array.isArray(reply) && reply.some((range) => missing(range) || (Array.isArray(range) && range.slice(2).some(missing))))
+    if (unreadable) throw new Error('a CLUSTER SLOTS reply that is no slot map (a nil where a slot range or node should be)')
+    return reply
   })
 }
 
