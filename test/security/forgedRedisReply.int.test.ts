@@ -29,6 +29,9 @@ const FORGED_SLOT_MAPS = {
   'a nil slot range': '*1\r\n*-1\r\n',
   'a nil node': '*1\r\n*3\r\n:0\r\n:16383\r\n*-1\r\n',
 }
+const CLUSTER_SLOT_COUNT = 16_384
+/** Redirects to no node, each answered to every command by a master holding every slot. */
+const REDIRECTS_TO_NOWHERE = { 'MOVED 5': '-MOVED 5\r\n', ASK: '-ASK\r\n', 'ASK 5': '-ASK 5\r\n' }
 
 describe('a Redis reply forged on the wire', () => {
   const prefix = suiteKeyPrefix()
@@ -154,19 +157,71 @@ describe('a Redis reply forged on the wire', () => {
         await seed.close()
       }
     }, 60_000)
+
+    // ioredis took the missing node for an address and threw a TypeError out of the socket's data
+    // handler: the gateway process died at the first such answer to a decision's script.
+    it.each(Object.entries(REDIRECTS_TO_NOWHERE))('a master answering %s (a redirect naming no node): the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the slot map is the cluster\'s', async (shape, forged) => {
+      const seed = await clusterSeedAnswering(cluster.nodes[0]!)
+      seed.claimSlots(Buffer.from(forged))
+      const gateway = await startGatewayProcess({
+        databaseUrl: database.url,
+        petsUrl: upstream.url,
+        env: { REDIS_CLUSTER_NODES: `127.0.0.1:${seed.port}` },
+        configure: (file) => {
+          file.redis.keyPrefix = prefix
+          file.onStoreFailure = 'closed'
+        },
+        notReady: true,
+        readyTimeoutMillis: 30_000,
+      })
+      try {
+        const { key } = await createKeyRepository(pool).create({ name: 'redirect-to-nowhere', plan: 'free' })
+        const request = async () => {
+          const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` }, signal: AbortSignal.timeout(5_000) })
+          await response.arrayBuffer()
+          return response.status
+        }
+        const whileForged = []
+        for (let i = 0; i < 3; i++) {
+          whileForged.push(await request())
+          await sleep(200)
+        }
+        expect(seed.forgedReplies(), 'the seed answered a command with the redirect').toBeGreaterThan(0)
+        expect(gateway.proc.hasExited(), `the gateway exited:\n${gateway.proc.output().slice(-3_000)}`).toBe(false)
+        expect(whileForged).toEqual([503, 503, 503])
+
+        // The client reads the slot map again every 5 s, and then finds the cluster's own nodes.
+        seed.claimSlots(undefined)
+        const recoveredMillis = await eventually(async () => (await request()) === 200, 20_000, 250)
+        expect(gateway.proc.hasExited()).toBe(false)
+        recordScenario({
+          area: 'Hostile input',
+          scenario: `a Redis Cluster master answering every command with ${shape}, a redirect naming no node (a broken or hostile node)`,
+          answered: `the gateway kept running: keyed requests answered 503 (onStoreFailure closed) meanwhile; 200 again ${Math.round(recoveredMillis)} ms after the slot map was the cluster's`,
+          lost: 'nothing: no process exit; each such redirect failed its command, as an error reply does',
+          test: 'test/security/forgedRedisReply.int.test.ts',
+        })
+      } finally {
+        gateway.proc.kill()
+        gateway.cleanup()
+        await seed.close()
+      }
+    }, 60_000)
   })
 })
 
 /**
  * A Redis Cluster seed that answers CLUSTER SLOTS itself: with `forgeSlots`'s bytes while they are
- * set, else with the slot map of the real cluster `node` (which then serves every command, as the
- * map names only the cluster's own nodes). Any other command it answers +OK (the client names its
- * connection before asking).
+ * set; while `claimSlots` has set a reply, with a map giving it every slot, and that reply to every
+ * command but CLIENT's and INFO's (a connection's ready check); else with the slot map of the real cluster `node` (which then serves every
+ * command, as the map names only the cluster's own nodes). Any other command it answers +OK (the
+ * client names its connection before asking).
  */
 async function clusterSeedAnswering(node: string) {
   const [host, port] = node.split(':')
   const real = new Redis({ host, port: Number(port), lazyConnect: true })
   let forged: Buffer | undefined
+  let claimedWith: Buffer | undefined
   let forgedCount = 0
   const sockets = new Set<net.Socket>()
   const server = net.createServer((socket) => {
@@ -180,12 +235,19 @@ async function clusterSeedAnswering(node: string) {
       for (let command = takeCommand(); command; command = takeCommand()) {
         const words = command.map((word) => word.toUpperCase())
         answering = answering.then(async () => {
-          if (words[0] !== 'CLUSTER' || words[1] !== 'SLOTS') return void socket.write('+OK\r\n')
+          const slots = words[0] === 'CLUSTER' && words[1] === 'SLOTS'
+          if (words[0] === 'INFO') return void socket.write(encodeResp('# Persistence\r\nloading:0\r\n'))
+          if (claimedWith && !slots && words[0] !== 'CLIENT') {
+            forgedCount++
+            return void socket.write(claimedWith)
+          }
+          if (!slots) return void socket.write('+OK\r\n')
           if (forged) {
             forgedCount++
             return void socket.write(forged)
           }
-          socket.write(encodeResp(await real.call('CLUSTER', 'SLOTS')))
+          const self = ['127.0.0.1', (server.address() as net.AddressInfo).port, 'forging-seed']
+          socket.write(encodeResp(claimedWith ? [[0, CLUSTER_SLOT_COUNT - 1, self]] : await real.call('CLUSTER', 'SLOTS')))
         })
       }
     })
@@ -212,6 +274,9 @@ async function clusterSeedAnswering(node: string) {
     port: (server.address() as net.AddressInfo).port,
     forgeSlots(reply: Buffer | undefined) {
       forged = reply
+    },
+    claimSlots(reply: Buffer | undefined) {
+      claimedWith = reply
     },
     forgedReplies: () => forgedCount,
     async close() {

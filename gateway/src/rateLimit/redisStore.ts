@@ -197,6 +197,7 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   if (client instanceof Cluster && seeds) {
     reconnectThroughKnownNodes(client, seeds)
     refuseUnreadableSlotMaps()
+    refuseRedirectsToNowhere(client)
   }
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
   const credentialsChanged = () => credentialWatchers.get(client)?.forEach((watcher) => watcher())
@@ -289,6 +290,23 @@ function refuseUnreadableSlotMaps(): void {
     if (unreadable) throw new Error('a CLUSTER SLOTS reply that is no slot map (a nil where a slot range or node should be)')
     return reply
   })
+}
+
+/**
+ * A MOVED or ASK that names no node (`MOVED 5`, `ASK`) made ioredis map `undefined` to a node
+ * address, a TypeError thrown from the socket's data handler: the gateway process died. Only a
+ * broken or hostile node, or a forged reply, says that; the command now fails with the node's
+ * words instead, as any error reply does (the request goes per onStoreFailure).
+ */
+function refuseRedirectsToNowhere(client: Cluster): void {
+  // handleError is ioredis's own method (private in its types), which every error reply passes.
+  const cluster = client as unknown as { handleError(error: Error, ttl: unknown, handlers: { defaults(): void }): void }
+  const handleError = cluster.handleError.bind(client)
+  cluster.handleError = (error, ttl, handlers) => {
+    const [kind, , node] = error.message.split(' ')
+    if ((kind === 'MOVED' || kind === 'ASK') && !/^\S*:\d+$/.test(node ?? '')) return handlers.defaults()
+    handleError(error, ttl, handlers)
+  }
 }
 
 type ConnectorClass = new (options: unknown) => AbstractConnector & {
