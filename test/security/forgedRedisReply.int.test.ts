@@ -106,15 +106,11 @@ describe('a Redis reply forged on the wire', () => {
     }
   }, 60_000)
 
-  describe('a Redis Cluster seed whose CLUSTER SLOTS replies are no slot map', () => {
+  describe('a Redis Cluster node whose replies ioredis cannot read', () => {
     const cluster = suiteService(() => startRedisCluster())
 
-    // ioredis reads the reply in a callback that threw a TypeError on each of these, re-thrown
-    // outside any handler: the gateway process died at the first one, at start or at any later
-    // slot-map refresh.
-    it.each(Object.entries(FORGED_SLOT_MAPS))('%s: the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the seed answers for real', async (shape, forged) => {
-      const seed = await clusterSeedAnswering(cluster.nodes[0]!)
-      seed.forgeSlots(Buffer.from(forged))
+    /** A gateway with `seed` as its one Cluster seed (onStoreFailure closed), and a keyed request's status through it. */
+    async function gatewayOn(seed: Awaited<ReturnType<typeof clusterSeedAnswering>>) {
       const gateway = await startGatewayProcess({
         databaseUrl: database.url,
         petsUrl: upstream.url,
@@ -125,14 +121,34 @@ describe('a Redis reply forged on the wire', () => {
         },
         notReady: true,
         readyTimeoutMillis: 30_000,
+      }).catch(async (error: unknown) => {
+        await seed.close()
+        throw error
       })
-      try {
-        const { key } = await createKeyRepository(pool).create({ name: 'forged-slot-map', plan: 'free' })
-        const request = async () => {
+      const { key } = await createKeyRepository(pool).create({ name: 'unreadable-cluster-reply', plan: 'free' })
+      return {
+        gateway,
+        async request() {
           const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` }, signal: AbortSignal.timeout(5_000) })
           await response.arrayBuffer()
           return response.status
-        }
+        },
+        async stop() {
+          gateway.proc.kill()
+          gateway.cleanup()
+          await seed.close()
+        },
+      }
+    }
+
+    // ioredis reads the reply in a callback that threw a TypeError on each of these, re-thrown
+    // outside any handler: the gateway process died at the first one, at start or at any later
+    // slot-map refresh.
+    it.each(Object.entries(FORGED_SLOT_MAPS))('%s: the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the seed answers for real', async (shape, forged) => {
+      const seed = await clusterSeedAnswering(cluster.nodes[0]!)
+      seed.forgeSlots(Buffer.from(forged))
+      const { gateway, request, stop } = await gatewayOn(seed)
+      try {
         // After a failed refresh the client asks the seed again within a second, then every second.
         await eventually(async () => seed.forgedReplies() >= 3, 10_000)
         const whileForged = [await request(), await request()]
@@ -152,9 +168,7 @@ describe('a Redis reply forged on the wire', () => {
           test: 'test/security/forgedRedisReply.int.test.ts',
         })
       } finally {
-        gateway.proc.kill()
-        gateway.cleanup()
-        await seed.close()
+        await stop()
       }
     }, 60_000)
 
@@ -163,24 +177,8 @@ describe('a Redis reply forged on the wire', () => {
     it.each(Object.entries(REDIRECTS_TO_NOWHERE))('a master answering %s (a redirect naming no node): the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the slot map is the cluster\'s', async (shape, forged) => {
       const seed = await clusterSeedAnswering(cluster.nodes[0]!)
       seed.claimSlots(Buffer.from(forged))
-      const gateway = await startGatewayProcess({
-        databaseUrl: database.url,
-        petsUrl: upstream.url,
-        env: { REDIS_CLUSTER_NODES: `127.0.0.1:${seed.port}` },
-        configure: (file) => {
-          file.redis.keyPrefix = prefix
-          file.onStoreFailure = 'closed'
-        },
-        notReady: true,
-        readyTimeoutMillis: 30_000,
-      })
+      const { gateway, request, stop } = await gatewayOn(seed)
       try {
-        const { key } = await createKeyRepository(pool).create({ name: 'redirect-to-nowhere', plan: 'free' })
-        const request = async () => {
-          const response = await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` }, signal: AbortSignal.timeout(5_000) })
-          await response.arrayBuffer()
-          return response.status
-        }
         const whileForged = []
         for (let i = 0; i < 3; i++) {
           whileForged.push(await request())
@@ -202,9 +200,7 @@ describe('a Redis reply forged on the wire', () => {
           test: 'test/security/forgedRedisReply.int.test.ts',
         })
       } finally {
-        gateway.proc.kill()
-        gateway.cleanup()
-        await seed.close()
+        await stop()
       }
     }, 60_000)
   })
