@@ -145,3 +145,71 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
     }
   })
 })
+
+// README, Managed Postgres and Redis: a Redis that asks clients for a certificate (tls-auth-clients
+// yes, Redis's default) gets the pair REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE name.
+describe.skipIf(opensslMissing)('gateway config: the certificate presented to Redis (REDIS_TLS_CERT_FILE, REDIS_TLS_KEY_FILE)', () => {
+  let directory: string
+  let client: TestCertificate
+  let other: TestCertificate
+  const TLS_REDIS = { REDIS_URL: 'rediss://redis.example.com:6380' }
+
+  beforeAll(() => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-redis-client-tls-'))
+    const ca = makeCa(directory)
+    client = issueCertificate(ca, 'client', '2001')
+    other = issueCertificate(ca, 'other', '2002')
+  })
+  afterAll(() => rmSync(directory, { recursive: true, force: true }))
+
+  const load = (env: NodeJS.ProcessEnv) => loadGatewayConfig('config/gateway.yaml', env)
+
+  it('takes the pair for a rediss:// REDIS_URL or rediss:// seeds, a relative path from the working directory; none by default', () => {
+    const env = { REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: path.relative(process.cwd(), client.keyFile) }
+    expect(load({ ...TLS_REDIS, ...env }).redis.clientCertificate).toEqual({ certFile: client.certFile, keyFile: client.keyFile })
+    expect(load({ REDIS_CLUSTER_NODES: 'rediss://node-1.example.com:6379,rediss://node-2.example.com:6379', ...env }).redis.clientCertificate).toEqual({
+      certFile: client.certFile,
+      keyFile: client.keyFile,
+    })
+    expect(load(TLS_REDIS).redis.clientCertificate).toBeUndefined()
+  })
+
+  it('refuses one without the other, and a pair no connection would present (no Redis, or one reached without TLS)', () => {
+    expect(() => load({ ...TLS_REDIS, REDIS_TLS_CERT_FILE: client.certFile })).toThrow(
+      new EnvError('REDIS_TLS_CERT_FILE is set without REDIS_TLS_KEY_FILE: a client certificate for Redis needs both the certificate and its key'),
+    )
+    expect(() => load({ ...TLS_REDIS, REDIS_TLS_KEY_FILE: client.keyFile })).toThrow('REDIS_TLS_KEY_FILE is set without REDIS_TLS_CERT_FILE')
+    const pair = { REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: client.keyFile }
+    const refusal = 'REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE are set but no Redis is reached over TLS (a rediss:// REDIS_URL, or rediss:// seeds in REDIS_CLUSTER_NODES): no connection would present the certificate'
+    for (const redis of [{}, { REDIS_URL: 'redis://redis.example.com:6379' }, { REDIS_CLUSTER_NODES: 'node-1.example.com:6379' }]) {
+      expect(() => load({ ...redis, ...pair })).toThrow(new EnvError(refusal))
+    }
+  })
+
+  it('reads the pair at start, naming the variable of a file that is missing, not PEM, or not the pair', () => {
+    const missing = path.join(directory, 'missing.key')
+    expect(() => load({ ...TLS_REDIS, REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: missing })).toThrow(
+      new EnvError(`REDIS_TLS_KEY_FILE: ${missing} cannot be read (ENOENT)`),
+    )
+    expect(() => load({ ...TLS_REDIS, REDIS_TLS_CERT_FILE: client.keyFile, REDIS_TLS_KEY_FILE: client.keyFile })).toThrow(
+      `REDIS_TLS_CERT_FILE: ${client.keyFile} holds no PEM certificate`,
+    )
+    expect(() => load({ ...TLS_REDIS, REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: other.keyFile })).toThrow(
+      new EnvError(`REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE: ${other.keyFile} is not the private key of the certificate in ${client.certFile}`),
+    )
+    // A config reload reads none of the files.
+    expect(loadGatewayConfig('config/gateway.yaml', { ...TLS_REDIS, REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: missing }, undefined, { tlsFiles: false }).redis.clientCertificate?.keyFile).toBe(missing)
+  })
+
+  it('refuses PEM text given where a path goes, without printing it', () => {
+    const pem = readFileSync(client.keyFile, 'utf8')
+    let refused: unknown
+    try {
+      load({ ...TLS_REDIS, REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: pem })
+    } catch (error) {
+      refused = error
+    }
+    expect(refused).toEqual(new EnvError('REDIS_TLS_KEY_FILE holds PEM text (or several lines), not a path: name the file that holds it (the value is not shown)'))
+    expect(String((refused as Error).message)).not.toContain(pem.split('\n')[1]!)
+  })
+})

@@ -96,9 +96,11 @@ export interface TestClusterOptions {
   password?: string
   /**
    * TLS only, clients and cluster bus alike, with this certificate and its CA; clients need no
-   * certificate of their own (as managed offerings ask none). Default plain TCP.
+   * certificate of their own (as managed offerings ask none), unless `clientsNeedCertificate`
+   * (Redis's own default, tls-auth-clients yes): then each must present one the CA signed (the
+   * helper's own connections present the nodes'). Default plain TCP.
    */
-  tls?: { certFile: string; keyFile: string; caFile: string }
+  tls?: { certFile: string; keyFile: string; caFile: string; clientsNeedCertificate?: boolean }
   /**
    * The name every node announces in the slot map instead of its address (Redis 7's
    * cluster-announce-hostname, as managed offerings name their nodes); TestCluster.nodes use it too.
@@ -111,7 +113,8 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
   const replicas = options.replicasPerMaster ?? 0
   const { password, tls, announceHostname } = options
   const host = announceHostname ?? '127.0.0.1'
-  const client = { host, password, ...(tls ? { tls: { ca: readFileSync(tls.caFile) } } : {}) }
+  const ownCertificate = tls?.clientsNeedCertificate ? { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) } : {}
+  const client = { host, password, ...(tls ? { tls: { ca: readFileSync(tls.caFile), ...ownCertificate } } : {}) }
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-cluster-'))
   const members = 3 * (1 + replicas)
   const ports = await clusterPorts(members + (options.spareNodes ?? 0))
@@ -127,7 +130,7 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
         ...(tls === undefined
           ? []
           : ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile,
-              '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no', '--tls-cluster', 'yes', '--tls-replication', 'yes']),
+              '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', tls.clientsNeedCertificate ? 'yes' : 'no', '--tls-cluster', 'yes', '--tls-replication', 'yes']),
         ...(announceHostname === undefined ? [] : ['--cluster-announce-hostname', announceHostname, '--cluster-preferred-endpoint-type', 'hostname']),
       ],
       { stdio: ['ignore', 'pipe', 'ignore'] },
@@ -165,7 +168,7 @@ export async function startRedisCluster(options: TestClusterOptions = {}): Promi
   try {
     for (const index of ports.keys()) await answering(index)
     const auth = password === undefined ? [] : ['-a', password, '--no-auth-warning']
-    const secure = tls === undefined ? [] : ['--tls', '--cacert', tls.caFile]
+    const secure = tls === undefined ? [] : ['--tls', '--cacert', tls.caFile, ...(tls.clientsNeedCertificate ? ['--cert', tls.certFile, '--key', tls.keyFile] : [])]
     // Addresses, not the announced name: nodes meet each other at them.
     const addresses = ports.slice(0, members).map((port) => `127.0.0.1:${port}`)
     const created = spawnSync('redis-cli', [...auth, ...secure, '--cluster', 'create', ...addresses, '--cluster-replicas', String(replicas), '--cluster-yes'], {

@@ -35,9 +35,11 @@ export interface PrivateRedis {
 export interface PrivateRedisOptions {
   /**
    * TLS only, with this certificate (for 127.0.0.1) and its CA: `url` is then rediss://, and
-   * clients need no certificate of their own (as managed offerings ask none). Default plain TCP.
+   * clients need no certificate of their own (as managed offerings ask none), unless
+   * `clientsNeedCertificate` (Redis's own default, tls-auth-clients yes): then each must present
+   * one the CA signed (admin() presents the server's). Default plain TCP.
    */
-  tls?: { certFile: string; keyFile: string; caFile: string }
+  tls?: { certFile: string; keyFile: string; caFile: string; clientsNeedCertificate?: boolean }
 }
 
 export async function startPrivateRedis(options: PrivateRedisOptions = {}): Promise<PrivateRedis> {
@@ -58,7 +60,7 @@ export async function startPrivateRedis(options: PrivateRedisOptions = {}): Prom
       lazyConnect: true,
       maxRetriesPerRequest: 1,
       retryStrategy: () => null,
-      ...(tls ? { tls: { ca: readFileSync(tls.caFile) } } : {}),
+      ...(tls ? { tls: { ca: readFileSync(tls.caFile), ...(tls.clientsNeedCertificate ? { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) } : {}) } } : {}),
     })
     // Failures surface on the commands; the connection-level event only needs a listener.
     client.on('error', () => undefined)
@@ -83,7 +85,7 @@ export async function startPrivateRedis(options: PrivateRedisOptions = {}): Prom
       'redis-server',
       [
         ...(tls
-          ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile, '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', 'no']
+          ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.certFile, '--tls-key-file', tls.keyFile, '--tls-ca-cert-file', tls.caFile, '--tls-auth-clients', tls.clientsNeedCertificate ? 'yes' : 'no']
           : ['--port', String(port)]),
         '--bind', '127.0.0.1', '--dir', directory, '--save', '', '--appendonly', 'no', '--protected-mode', 'yes',
       ],

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs'
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { Cluster } from 'ioredis'
@@ -232,5 +232,107 @@ describe.skipIf(opensslMissing)('one Redis server over TLS (the real gateway pro
     } finally {
       for (const client of clients) client.disconnect()
     }
+  }, 30_000)
+})
+
+// README, Managed Postgres and Redis: a Redis that asks every client for a certificate its CA
+// signed (tls-auth-clients yes, Redis's own default) gets the pair REDIS_TLS_CERT_FILE and
+// REDIS_TLS_KEY_FILE name, on every connection: the single server's, and each Cluster node's.
+describe.skipIf(opensslMissing)('Redis asking the gateway for a client certificate (the real gateway process)', () => {
+  const database = suiteDatabase()
+  let directory: string
+  let ca: TestCa
+  let clientPair: Record<string, string>
+  let upstream: Awaited<ReturnType<typeof recordingUpstream>>
+  let redis: PrivateRedis
+  let cluster: TestCluster
+  let clusterAdmin: Cluster
+
+  beforeAll(async () => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-redis-client-tls-'))
+    ca = makeCa(directory)
+    const server = issueCertificate(ca, 'redis', '5ed17')
+    const nodes = issueCertificate(ca, 'redis-cluster', '5ed18', 'DNS:localhost')
+    const client = issueCertificate(ca, 'gateway-client', '5ed19')
+    clientPair = { REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: client.keyFile, NODE_EXTRA_CA_CERTS: ca.certFile }
+    upstream = await recordingUpstream()
+    redis = await startPrivateRedis({ tls: { ...server, caFile: ca.certFile, clientsNeedCertificate: true } })
+    cluster = await startRedisCluster({ tls: { ...nodes, caFile: ca.certFile, clientsNeedCertificate: true }, announceHostname: 'localhost' })
+    const [host, port] = cluster.nodes[0]!.split(':')
+    clusterAdmin = new Cluster([{ host: host!, port: Number(port) }], {
+      dnsLookup: (address, callback) => callback(null, address),
+      redisOptions: { tls: { ca: ca.pem, cert: readFileSync(nodes.certFile), key: readFileSync(nodes.keyFile) } },
+    })
+    clusterAdmin.on('error', () => undefined)
+  }, 60_000)
+  afterEach(killAll)
+  afterAll(async () => {
+    clusterAdmin?.disconnect()
+    await cluster?.close()
+    await redis?.close()
+    await upstream?.close()
+    if (directory) rmSync(directory, { recursive: true, force: true })
+  })
+
+  it('one server: it is ready, admits then answers 429, counted in Redis', async () => {
+    const admin = redis.admin()
+    try {
+      await expectAdmitsThenLimits({ databaseUrl: database.url, upstream }, { REDIS_URL: redis.url, ...clientPair }, 'redis-client-certificate', async (key) => {
+        await admin.connect()
+        return admin.pttl(key)
+      })
+    } finally {
+      admin.disconnect()
+    }
+  }, 30_000)
+
+  it('reads the pair again at each new connection: a pair Redis refuses is used from the next reconnect on, one that cannot be read leaves the last in use', async () => {
+    const certFile = path.join(directory, 'rotating.crt')
+    const keyFile = path.join(directory, 'rotating.key')
+    const install = (pair: { certFile: string; keyFile: string }) => {
+      copyFileSync(pair.certFile, certFile)
+      copyFileSync(pair.keyFile, keyFile)
+    }
+    install({ certFile: clientPair.REDIS_TLS_CERT_FILE!, keyFile: clientPair.REDIS_TLS_KEY_FILE! })
+    const gateway = await startGatewayProcess({
+      databaseUrl: database.url,
+      petsUrl: upstream.url,
+      env: { REDIS_URL: redis.url, ...clientPair, REDIS_TLS_CERT_FILE: certFile, REDIS_TLS_KEY_FILE: keyFile },
+      configure: limited(testKeyPrefix()),
+    })
+    const pool = createPool({ connectionString: database.url, applicationName: 'redis-tls-test' })
+    try {
+      const status = async () => {
+        const { key } = await createKeyRepository(pool).create({ name: 'redis-client-certificate-rotation', plan: 'free' })
+        return (await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })).status
+      }
+      expect(await status()).toBe(200)
+
+      // Signed by a CA Redis does not trust: refused once the gateway connects again.
+      install(issueCertificate(makeCa(directory, 'untrusted-ca'), 'untrusted-client', '5ed1a'))
+      await redis.restart()
+      // Not the restart's own moment without Redis: still refused seconds later, for the handshake.
+      await new Promise((resolve) => setTimeout(resolve, 2_000))
+      await eventually(async () => (await status()) === 503, 10_000)
+      expect((await gateway.readyz()).body.reasons?.redis).toMatch(/ECONNRESET|alert/)
+
+      install({ certFile: clientPair.REDIS_TLS_CERT_FILE!, keyFile: clientPair.REDIS_TLS_KEY_FILE! })
+      await eventually(async () => (await status()) === 200, 10_000)
+
+      // Half written: the key is not the certificate's, nor PEM at all.
+      writeFileSync(keyFile, 'not a key yet\n')
+      await redis.restart()
+      await eventually(async () => (await status()) === 200, 10_000)
+      expect((await gateway.readyz()).status).toBe(200)
+      expect(gateway.proc.hasExited()).toBe(false)
+    } finally {
+      await pool.end()
+      gateway.cleanup()
+    }
+  }, 60_000)
+
+  it('a Cluster reached through rediss:// seeds: it is ready, admits then answers 429, counted in the cluster', async () => {
+    const seeds = cluster.nodes.map((node) => `rediss://${node}`).join(',')
+    await expectAdmitsThenLimits({ databaseUrl: database.url, upstream }, { REDIS_CLUSTER_NODES: seeds, ...clientPair }, 'redis-cluster-client-certificate', (key) => clusterAdmin.pttl(key))
   }, 30_000)
 })

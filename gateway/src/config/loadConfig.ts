@@ -54,6 +54,11 @@ export interface GatewayConfig {
      */
     username?: string
     password?: string
+    /**
+     * REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE (absolute paths): the certificate every TLS
+     * connection to Redis presents, for a server that asks clients for one (tls-auth-clients).
+     */
+    clientCertificate?: TlsFiles
     commandTimeoutMillis: number
     keyPrefix: string
   }
@@ -377,6 +382,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
       ...(env.REDIS_URL ? { url: redisUrlFrom(env.REDIS_URL) } : {}),
       ...(env.REDIS_CLUSTER_NODES ? { clusterNodes: clusterNodesFrom(env.REDIS_CLUSTER_NODES) } : {}),
       ...redisCredentialsFrom(env),
+      ...optional('clientCertificate', redisClientCertificateFrom(env)),
       commandTimeoutMillis: file.redis.commandTimeoutMillis,
       keyPrefix: file.redis.keyPrefix,
     },
@@ -445,6 +451,57 @@ function checkTlsFiles(config: GatewayConfig, text: string, source: string, env:
     const lines = new LineCounter()
     const document = parseDocument(text, { lineCounter: lines })
     throw new ConfigError([`${source}:${keyLine(document, lines, path)}: ${path.join('.')} ${error.message}`])
+  }
+}
+
+/** The variables naming the certificate the gateway presents to Redis, per setting. */
+const REDIS_TLS_VARIABLES = { certFile: 'REDIS_TLS_CERT_FILE', keyFile: 'REDIS_TLS_KEY_FILE' } as const
+
+/**
+ * REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE, as absolute paths (relative ones from the directory
+ * the process runs in). Both or neither; and only beside a Redis reached over TLS, since no other
+ * connection could present them: given for a `redis://` URL they would be ignored while the
+ * operator believes the connection authenticated.
+ */
+function redisClientCertificateFrom(env: NodeJS.ProcessEnv): TlsFiles | undefined {
+  for (const variable of Object.values(REDIS_TLS_VARIABLES)) {
+    const problem = env[variable] ? tlsPathProblem(env[variable]) : undefined
+    if (problem) throw new EnvError(`${variable} ${problem}`)
+  }
+  const certFile = env.REDIS_TLS_CERT_FILE || undefined
+  const keyFile = env.REDIS_TLS_KEY_FILE || undefined
+  if (certFile === undefined && keyFile === undefined) return undefined
+  if (certFile === undefined || keyFile === undefined) {
+    const [given, missing] = certFile === undefined ? ['REDIS_TLS_KEY_FILE', 'REDIS_TLS_CERT_FILE'] : ['REDIS_TLS_CERT_FILE', 'REDIS_TLS_KEY_FILE']
+    throw new EnvError(`${given} is set without ${missing}: a client certificate for Redis needs both the certificate and its key`)
+  }
+  const overTls = env.REDIS_URL
+    ? /^rediss:\/\//i.test(env.REDIS_URL)
+    : env.REDIS_CLUSTER_NODES
+      ? clusterUsesTls(env.REDIS_CLUSTER_NODES.split(',').map((node) => node.trim()).filter(Boolean))
+      : false
+  if (!overTls) {
+    throw new EnvError(
+      'REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE are set but no Redis is reached over TLS (a rediss:// REDIS_URL, or rediss:// seeds in REDIS_CLUSTER_NODES): no connection would present the certificate',
+    )
+  }
+  return { certFile: resolve(certFile), keyFile: resolve(keyFile) }
+}
+
+/**
+ * Reads the pair REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE name and says what is wrong with it,
+ * naming the variable: at start, rather than at each connection's handshake, where Redis would
+ * only say that the client sent no certificate it accepts.
+ */
+function checkRedisClientCertificate(config: GatewayConfig): void {
+  const files = config.redis.clientCertificate
+  if (!files) return
+  try {
+    readTlsPair(files)
+  } catch (error) {
+    if (!(error instanceof TlsFilesError)) throw error
+    const variables = error.setting === 'both' ? 'REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE' : REDIS_TLS_VARIABLES[error.setting]
+    throw new EnvError(`${variables}: ${error.message}`)
   }
 }
 
@@ -582,7 +639,7 @@ export function loadGatewayConfig(
   path = process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH,
   env = process.env,
   directory = process.cwd(),
-  /** false: server.tls's files are not read (a config reload: their rotation is checked on its own). */
+  /** false: server.tls's and Redis's certificate files are not read (a config reload: their rotation is checked on its own). */
   options: { tlsFiles?: boolean } = {},
 ): GatewayConfig {
   let text: string
@@ -593,7 +650,10 @@ export function loadGatewayConfig(
     throw new ConfigError([`${path}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'}${where})`])
   }
   const config = resolveGatewayConfig(parseGatewayConfig(text, path), env, dirname(resolve(directory, path)))
-  if (options.tlsFiles !== false) checkTlsFiles(config, text, path, env)
+  if (options.tlsFiles !== false) {
+    checkTlsFiles(config, text, path, env)
+    checkRedisClientCertificate(config)
+  }
   return config
 }
 

@@ -80,8 +80,8 @@ export interface LimiterOptions {
  */
 export function createLimiter(options: LimiterOptions): Limiter {
   const boot = options.config()
-  const { url, clusterNodes, username, password, commandTimeoutMillis, keyPrefix } = boot.redis
-  const redis = url || clusterNodes?.length ? connectRedis({ url, clusterNodes, username, password, commandTimeoutMillis, keyPrefix }) : undefined
+  const { url, clusterNodes, commandTimeoutMillis, keyPrefix } = boot.redis
+  const redis = url || clusterNodes?.length ? connectRedis(boot.redis) : undefined
   if (!redis) {
     options.logger.warn(
       'no REDIS_URL or REDIS_CLUSTER_NODES: rate limits are kept in this process, valid for a single gateway only',

@@ -5,6 +5,7 @@ import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './li
 import { UNBAN_APPLIED_MILLIS, limitKey, unbanAppliedKey } from './limitStore.ts'
 import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
 import { clusterSeed, clusterUsesTls } from '../config/loadConfig.ts'
+import { readTlsPair, type TlsFiles } from '../config/tlsFiles.ts'
 
 export type RedisClient = Redis | Cluster
 
@@ -31,6 +32,8 @@ export interface RedisConnection {
   /** AUTH for every connection (each Cluster node's); a `url` with its own credentials keeps them. */
   username?: string
   password?: string
+  /** The certificate every TLS connection presents (read again at each connection, so a rotated pair is taken up). */
+  clientCertificate?: TlsFiles
   /** Key prefix, so tests and several deployments can share a server safely. */
   keyPrefix?: string
   /** Budget for one command; past it the request is answered per onStoreFailure (see withinBudget). */
@@ -159,7 +162,7 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   })
   // ioredis takes TLS for a URL from its scheme alone (the config has made it lower-case).
   const tls = connection.clusterNodes !== undefined ? clusterUsesTls(connection.clusterNodes) : connection.url?.startsWith('rediss://') === true
-  const handshakes = tls ? handshakeErrors() : undefined
+  const handshakes = tls ? handshakeErrors(connection.clientCertificate) : undefined
   const client = seeds?.length
     ? new Cluster(
         seeds,
@@ -336,10 +339,23 @@ function standaloneConnector(): ConnectorClass {
  * Every socket therefore keeps a listener of its own; the latest socket's first error is the
  * reason `explain` appends to the client's errors, until the client is ready again.
  */
-function handshakeErrors(): { Connector: NonNullable<RedisOptions['Connector']>; explain(text: string): string; clear(): void } {
+function handshakeErrors(clientCertificate: TlsFiles | undefined): { Connector: NonNullable<RedisOptions['Connector']>; explain(text: string): string; clear(): void } {
   let last: { message: string; fromTls: boolean } | undefined
+  let pair: { cert: Buffer; key: Buffer } | undefined
   class Connector extends standaloneConnector() {
     async connect(...args: Parameters<AbstractConnector['connect']>) {
+      if (clientCertificate) {
+        // The files were checked at start; a pair that cannot be read now (a rotation half done)
+        // leaves the last good one in use: a connector that fails ends ioredis's client for good.
+        try {
+          const { cert, key } = readTlsPair(clientCertificate)
+          pair = { cert, key }
+        } catch {
+          // The pair read before stays.
+        }
+        const options = (this as unknown as { options: { tls?: object | boolean } }).options
+        options.tls = { ...(typeof options.tls === 'object' ? options.tls : {}), ...pair }
+      }
       const stream = await super.connect(...args)
       // The first error is the reason; the ones after it (ECONNRESET, the server's alert) follow from it.
       let first = true
