@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { ApiError } from '../../common/src/http/apiError.ts'
 import { toApiError } from '../../common/src/http/errorHandler.ts'
 import { petsErrors, petsFrameworkErrors } from '../../pets-service/src/errors.ts'
@@ -8,6 +8,8 @@ function fastifyError(code: string, statusCode: number, message = 'boom') {
 }
 
 describe('errors as clients see them', () => {
+  afterEach(() => vi.restoreAllMocks())
+
   it.each([
     ['FST_ERR_CTP_BODY_TOO_LARGE', 413, 'payload_too_large'],
     ['FST_ERR_CTP_INVALID_MEDIA_TYPE', 415, 'unsupported_media_type'],
@@ -37,6 +39,19 @@ describe('errors as clients see them', () => {
     const error = toApiError(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }), petsFrameworkErrors)
     expect(error.toBody()).toEqual({ code: 'service_unavailable', message: expect.not.stringContaining('5432'), status: 503 })
     expect(error.headers).toEqual({ 'retry-after': expect.stringMatching(/^[3-7]$/) })
+  })
+
+  // README: Retry-After "from 3 to 7 (whole seconds, drawn for each answer)". Every value of the
+  // range must be drawn, the last one too: a draw that never reached 7 would crowd the retries
+  // of an outage into four seconds instead of five.
+  it('draws the 503\'s Retry-After from every whole second from 3 to 7, both ends included', () => {
+    const unreachable = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })
+    const drawn = new Set<string>()
+    for (const random of [0, 0.1, 0.3, 0.5, 0.7, 0.9, 0.999_999]) {
+      vi.spyOn(Math, 'random').mockReturnValue(random)
+      drawn.add(toApiError(unreachable, petsFrameworkErrors).headers['retry-after']!)
+    }
+    expect([...drawn].sort()).toEqual(['3', '4', '5', '6', '7'])
   })
 
   it('answers 503 with Retry-After, not 500, when the process has no file descriptor left to reach Postgres', () => {
