@@ -121,6 +121,11 @@ describe('gateway metrics', () => {
       expect(text).toMatch(/gateway_bans_total\{step="0"\} 1\n/)
       expect(text).toMatch(/gateway_rate_limit_requests_total\{plan="enterprise",outcome="admitted",source="store"\} 5/)
       expect(text).toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="minute",outcome="exceeded"\} 1/)
+      // The request refused for its minute had 94 of its day left: the day window had room, and
+      // is not reported spent (six decisions carried windows: five admitted, one limited).
+      expect(text).toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="minute",outcome="allowed"\} 5\n/)
+      expect(text).toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="day",outcome="allowed"\} 6\n/)
+      expect(text).not.toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="day",outcome="exceeded"\}/)
       expect(text).toMatch(/gateway_rate_limit_near_limit_total\{plan="enterprise",window="minute"\} 2/)
       // Seven keyed decisions (the seventh started a ban, so the eighth was refused from the ban
       // cache) and the unknown key, a guess counted per IP in Redis.
