@@ -120,6 +120,9 @@ describe('gateway metrics', () => {
       expect(samples(text, 'gateway_bans_total')).toEqual([{ step: '0' }, { step: '1' }])
       expect(text).toMatch(/gateway_bans_total\{step="0"\} 1\n/)
       expect(text).toMatch(/gateway_rate_limit_requests_total\{plan="enterprise",outcome="admitted",source="store"\} 5/)
+      // The seventh was banned by Redis; the eighth was answered from the ban cache, without Redis.
+      expect(text).toMatch(/gateway_rate_limit_requests_total\{plan="enterprise",outcome="banned",source="store"\} 1\n/)
+      expect(text).toMatch(/gateway_rate_limit_requests_total\{plan="enterprise",outcome="banned",source="ban_cache"\} 1\n/)
       expect(text).toMatch(/gateway_rate_limit_window_decisions_total\{plan="enterprise",window="minute",outcome="exceeded"\} 1/)
       // The request refused for its minute had 94 of its day left: the day window had room, and
       // is not reported spent (six decisions carried windows: five admitted, one limited).
