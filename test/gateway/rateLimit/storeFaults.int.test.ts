@@ -499,6 +499,12 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
     expect(await statuses(third!.key, 1)).toEqual([200])
     expect(await statuses(first!.key, 1)).toEqual([200])
     expect(fullWarnings()).toEqual([expect.objectContaining({ level: 40, maxKeys: 2 })])
+    // Every one of those ten decisions was the per-process count's, and the metric says so: an
+    // operator tells decisions made without Redis from Redis's own by their source.
+    const decisions = await gateway.registry.getSingleMetricAsString('gateway_rate_limit_requests_total')
+    expect(decisions).toMatch(/^gateway_rate_limit_requests_total\{plan="free",outcome="admitted",source="fallback"\} 8$/m)
+    expect(decisions).toMatch(/^gateway_rate_limit_requests_total\{plan="free",outcome="limited",source="fallback"\} 2$/m)
+    expect(decisions).not.toMatch(/source="store"/)
   })
 
   it('open: a ban the per-process fallback starts holds on this gateway only, and is not recorded for the keys CLI', async () => {
@@ -529,6 +535,10 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
       [40, 'rate-limit store call failed'],
       [50, 'rate-limit store failing'],
     ])
+    // Counted as what they were, requests no limit could be checked for, not as requests over one.
+    const decisions = await gateway.registry.getSingleMetricAsString('gateway_rate_limit_requests_total')
+    expect(decisions).toMatch(/^gateway_rate_limit_requests_total\{plan="free",outcome="store_unavailable",source="store"\} 30$/m)
+    expect(decisions).not.toMatch(/outcome="limited"/)
   })
 
   it('key guesses: warns at the first failed count, says once at error level that it is still failing a second later, and counts each failed call with the store errors', async () => {
