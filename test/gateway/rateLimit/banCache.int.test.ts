@@ -155,6 +155,10 @@ describe('429 answers as a client reads them', () => {
       expect(fromCache.json()).toMatchObject({ code: 'api_key_banned' })
       expect(fromCache.headers['retry-after']).toBe('63')
       expect(fromCache.headers.ratelimit).toBe('"minute";r=0;t=63, "day";r=0;t=63')
+      // On the store's clock, as the store's own answer was (here years from this host's): the same
+      // moment, give or take the second the two clocks are read apart.
+      expect(Number(fromCache.headers['x-ratelimit-reset']) - (T0 / 1_000 + 65)).toBeGreaterThanOrEqual(-1)
+      expect(Number(fromCache.headers['x-ratelimit-reset']) - (T0 / 1_000 + 65)).toBeLessThanOrEqual(0)
     } finally {
       await app.close()
     }
