@@ -77,6 +77,18 @@ describe('gateway metrics', () => {
     expect(await gauge()).toBe('1')
   })
 
+  it('counts each reload under its outcome, a refused one as failure', async () => {
+    const registry = new Registry()
+    const metrics = createGatewayMetrics(registry)
+    const reloads = async () =>
+      Object.fromEntries([...(await registry.metrics()).matchAll(/^gateway_config_reloads_total\{outcome="(\w+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]))
+    expect(await reloads()).toEqual({ success: 0, failure: 0 })
+    metrics.configReload('failure')
+    metrics.configReload('failure')
+    metrics.configReload('success')
+    expect(await reloads()).toEqual({ success: 1, failure: 2 })
+  })
+
   it('counts the requests the HTTP parser refused before any route saw them, by status', async () => {
     const refused = async () =>
       Object.fromEntries([...(await gateway.registry.metrics()).matchAll(/^http_requests_refused_total\{status="(\d+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]))
@@ -165,6 +177,16 @@ describe('gateway metrics', () => {
     // The same request as HTTP/1.1 is still counted.
     await gateway.request('/v1/pets')
     expect(await failures()).toEqual({ ...before, missing: before.missing! + 1 })
+  })
+
+  it("counts a key's first request a key-cache miss and the ones after it hits", async () => {
+    const lookups = async () =>
+      Object.fromEntries([...(await gateway.registry.metrics()).matchAll(/^gateway_key_cache_lookups_total\{result="(\w+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]))
+    const { key } = await gateway.createKey()
+    await gateway.announced(key)
+    const before = await lookups()
+    for (let i = 0; i < 3; i++) expect((await gateway.request('/v1/pets', { key })).status).toBe(200)
+    expect(await lookups()).toEqual({ hit: before.hit! + 2, miss: before.miss! + 1 })
   })
 })
 
