@@ -102,6 +102,10 @@ describe('requests without a valid key are limited per client IP', () => {
     expect(g.cache.stats.misses - lookups).toBe(3)
     // … while a key it holds passes as always.
     expect((await g.request('/v1/pets', { key: inUse.key })).status).toBe(200)
+    // The operator's auth-failure panel tells the keys refused unread from those looked up in vain.
+    const failures = await g.registry.getSingleMetricAsString('gateway_auth_failures_total')
+    expect(failures).toMatch(/^gateway_auth_failures_total\{reason="unknown"\} 6$/m)
+    expect(failures).toMatch(/^gateway_auth_failures_total\{reason="over_ip_limit"\} 18$/m)
   })
 
   /** What the gateway answered on raw connections so far: statuses and Retry-After values. */
