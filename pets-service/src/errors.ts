@@ -15,9 +15,9 @@ export const petsErrors = defineErrorCodes({
   method_not_allowed: { status: 405, message: 'This path does not answer this method; the Allow header lists the ones it does.' },
   request_timeout: { status: 408, message: 'The request was not received in time.' },
   payload_too_large: { status: 413, message: 'The request body is larger than 1 MiB.' },
-  uri_too_long: { status: 414, message: 'The request target (path and query) is longer than 16 KiB.' },
+  uri_too_long: { status: 414, message: 'The request target (path and query) is too long.' },
   unsupported_media_type: { status: 415, message: 'The request body must be application/json.' },
-  headers_too_large: { status: 431, message: 'The request line and headers together are larger than 16 KiB.' },
+  headers_too_large: { status: 431, message: 'The request line and headers together are too large.' },
   idempotency_key_reused: {
     status: 422,
     message: 'This Idempotency-Key was already used with a different request body.',

@@ -108,6 +108,19 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     })
   })
 
+  // Regression: the pets-service reads about three times the gateway's 16 KiB, yet its 414 and 431
+  // said "longer than 16 KiB", a limit it does not have (it served a 30 KB target).
+  it("the pets-service's 414 and 431 do not name the gateway's 16 KiB, which it serves past", async () => {
+    const served = parse(await raw(pets.url, `GET /pets?limit=1&q=${'a'.repeat(30_000)} HTTP/1.1\r\nHost: x\r\nX-Internal-Token: ${TEST_INTERNAL_TOKEN}\r\nConnection: close\r\n\r\n`))
+    expect(served.body).toMatchObject({ code: 'validation_failed' })
+    const tooLong = parse(await raw(pets.url, `GET /pets?q=${'a'.repeat(60_000)} HTTP/1.1\r\nHost: x\r\n\r\n`))
+    const tooLarge = parse(await raw(pets.url, `GET /pets HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(60_000)}\r\n\r\n`))
+    expect(tooLong.body).toMatchObject({ code: 'uri_too_long', status: 414 })
+    expect(tooLarge.body).toMatchObject({ code: 'headers_too_large', status: 431 })
+    expect((tooLong.body as { message: string }).message).not.toMatch(/16 KiB/)
+    expect((tooLarge.body as { message: string }).message).not.toMatch(/16 KiB/)
+  })
+
   it.each([
     ['gateway', () => gateway.url],
     ['pets-service', () => pets.url],
