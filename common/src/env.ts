@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
 import type { Logger } from 'pino'
 
@@ -89,7 +90,35 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
   if (!/^(?:postgres|postgresql|socket):/i.test(raw) && !raw.startsWith('/')) {
     throw new EnvError('DATABASE_URL must be a postgres:// URL, e.g. postgres://user@127.0.0.1:5432/db (it is set, but is not one)')
   }
+  const unreadable = unreadableSslFile(raw)
+  if (unreadable) throw new EnvError(unreadable)
   return raw
+}
+
+/** The URL parameters whose value pg reads as a file each time it makes a connection. */
+const SSL_FILE_PARAMETERS = ['sslrootcert', 'sslcert', 'sslkey']
+
+/**
+ * pg reads sslrootcert, sslcert and sslkey as it makes each client, and throws there when one
+ * cannot be read: the services stopped with a stack trace (from the code that words Postgres's
+ * refusals). Said at start instead, naming the parameter, its path and why (never the contents).
+ * The query is read as pg reads it (URLSearchParams: percent-decoded, `+` a space).
+ */
+function unreadableSslFile(url: string): string | undefined {
+  const start = url.indexOf('?')
+  if (start < 0) return undefined
+  const parameters = new URLSearchParams(url.slice(start + 1).split('#')[0])
+  for (const name of SSL_FILE_PARAMETERS) {
+    const file = parameters.get(name)
+    if (!file) continue
+    try {
+      readFileSync(file)
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code ?? (error as Error).message
+      return `DATABASE_URL's ${name} cannot be read: ${file} (${code}); pg reads it at every new connection`
+    }
+  }
+  return undefined
 }
 
 /** Default DATABASE_POOL_SIZE: connections each service process keeps to Postgres at most. */

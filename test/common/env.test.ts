@@ -106,6 +106,22 @@ describe('environment the services read at boot', () => {
     }
   })
 
+  // pg reads these files as it makes each client and throws there: both services stopped with a
+  // stack trace (from the code wording Postgres's refusals), and the keys CLI said it could not
+  // prepare the gateway schema.
+  it('refuses a DATABASE_URL whose sslrootcert, sslcert or sslkey cannot be read, naming the parameter and path', () => {
+    const base = 'postgres://app@db/pets?sslmode=verify-full'
+    for (const name of ['sslrootcert', 'sslcert', 'sslkey']) {
+      expect(() => databaseUrlFromEnv({ DATABASE_URL: `${base}&${name}=/nonexistent/${name}.pem` }), name).toThrow(
+        `DATABASE_URL's ${name} cannot be read: /nonexistent/${name}.pem (ENOENT); pg reads it at every new connection`,
+      )
+    }
+    expect(() => databaseUrlFromEnv({ DATABASE_URL: `${base}&sslkey=%2Fnonexistent%2Fk.pem` })).toThrow("sslkey cannot be read: /nonexistent/k.pem (ENOENT)")
+    expect(() => databaseUrlFromEnv({ DATABASE_URL: `${base}&sslcert=/tmp` })).toThrow("sslcert cannot be read: /tmp (EISDIR)")
+    const readable = `${base}&sslrootcert=package.json&sslcert=package.json&sslkey=package.json`
+    expect(databaseUrlFromEnv({ DATABASE_URL: readable })).toBe(readable)
+  })
+
   it('takes LOG_LEVEL as one of pino\'s levels, unset or empty as info, and refuses any other by name', () => {
     for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent', '']) expect(() => checkLogLevel({ LOG_LEVEL: level })).not.toThrow()
     expect(() => checkLogLevel({})).not.toThrow()

@@ -97,7 +97,14 @@ const EXPLAIN_BOUND_MILLIS = 10_000
 
 /** The role and database a new connection of the pool logs in as and to. */
 function loginOf(pool: pg.Pool): { role: string; database: string } {
-  const client = new pg.Client(pool.options) as pg.Client & { user?: string; database?: string }
+  let client: pg.Client & { user?: string; database?: string }
+  try {
+    client = new pg.Client(pool.options)
+  } catch {
+    // pg reads DATABASE_URL's sslrootcert, sslcert and sslkey as it makes a client: one gone
+    // since the start (a rotation half done) threw here, out of the error line, as a stack trace.
+    return { role: pool.options.user ?? '', database: pool.options.database ?? '' }
+  }
   return { role: client.user ?? '', database: client.database ?? '' }
 }
 
