@@ -109,6 +109,23 @@ function loginOf(pool: pg.Pool): { role: string; database: string } {
 }
 
 /**
+ * A login refused for its TLS or client certificate (28000, as pg_hba.conf's `hostssl … cert`
+ * refuses it): the fix is in DATABASE_URL's ssl parameters, not in the role.
+ */
+function certificateLoginFix(message: string, role: string): string | undefined {
+  if (message.includes('requires a valid client certificate')) {
+    return `give DATABASE_URL the client certificate and key Postgres asks for (sslcert=/path/client.crt&sslkey=/path/client.key: signed by a CA in the server's ssl_ca_file, its CN the role's name, ${quoted(role)}), or allow the role another method in pg_hba.conf`
+  }
+  if (message.includes('certificate authentication failed')) {
+    return `give DATABASE_URL (sslcert, sslkey) a client certificate whose CN is the role's name, ${quoted(role)}, or map its CN to the role in pg_ident.conf`
+  }
+  if (/^no pg_hba\.conf entry .*no encryption/.test(message)) {
+    return `connect over TLS (sslmode=verify-full&sslrootcert=/path/ca.crt in DATABASE_URL) if pg_hba.conf takes the role on hostssl lines only, or allow it in pg_hba.conf`
+  }
+  return undefined
+}
+
+/**
  * What to do about a refusal no query can look into, one at login: said from its code, naming the
  * role and database this process logs in as.
  */
@@ -119,7 +136,7 @@ export function loginRefusalFix(error: unknown, pool: pg.Pool): string | undefin
     case '42501':
       return `GRANT CONNECT ON DATABASE ${quoted(database)} TO ${quoted(role)}`
     case '28000':
-      return `let the role log in (ALTER ROLE ${quoted(role)} LOGIN, or create it again if it was dropped), or allow it in pg_hba.conf, or set DATABASE_URL's user to one that may`
+      return certificateLoginFix(String((error as { message?: unknown }).message ?? ''), role) ?? `let the role log in (ALTER ROLE ${quoted(role)} LOGIN, or create it again if it was dropped), or allow it in pg_hba.conf, or set DATABASE_URL's user to one that may`
     case '28P01':
       return `set DATABASE_URL's password (or PGPASSWORD) to the role ${quoted(role)}'s current password`
     case '3D000':
