@@ -34,15 +34,19 @@ export interface TestCertificate {
   serialNumber: string
 }
 
-/** A server certificate for 127.0.0.1 and localhost (or `altNames`) signed by `ca`, with the serial `serial` (hex). */
-export function issueCertificate(ca: TestCa, name: string, serial: string, altNames = 'IP:127.0.0.1,DNS:localhost'): TestCertificate {
+/**
+ * A server certificate for 127.0.0.1 and localhost (or `altNames`) signed by `ca`, with the serial
+ * `serial` (hex). `commonName` is the subject's CN: a client certificate for Postgres's `cert`
+ * authentication names the database user there.
+ */
+export function issueCertificate(ca: TestCa, name: string, serial: string, altNames = 'IP:127.0.0.1,DNS:localhost', commonName = 'localhost'): TestCertificate {
   const { directory } = ca
   const keyFile = path.join(directory, `${name}.key`)
   const certFile = path.join(directory, `${name}.crt`)
   const csr = path.join(directory, `${name}.csr`)
   const extensions = path.join(directory, `${name}.ext`)
   writeFileSync(extensions, `subjectAltName=${altNames}\n`)
-  openssl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', keyFile, '-out', csr, '-subj', '/CN=localhost'], directory)
+  openssl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', keyFile, '-out', csr, '-subj', `/CN=${commonName}`], directory)
   openssl(['x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile, '-set_serial', `0x${serial}`, '-days', '1', '-extfile', extensions, '-out', certFile], directory)
   return { certFile, keyFile, serialNumber: serial.toUpperCase() }
 }

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { reachable } from './postgres.ts'
@@ -18,6 +18,8 @@ export interface PrivatePostgres {
   port: number
   /** postgres://postgres@127.0.0.1:<port>/postgres */
   url: string
+  /** The same server over its Unix socket, which pg_hba.conf always trusts (`hba` replaces only the TCP lines). */
+  socketUrl: string
   /** Starts the postmaster (again) and resolves once it accepts queries. */
   start(): Promise<void>
   /** SIGKILL to the postmaster and every backend at once (its process group), as a machine crash would stop them. */
@@ -41,8 +43,26 @@ function postgresUser(): { uid: number; gid: number } | undefined {
   return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) }
 }
 
-/** `settings` are extra `-c name=value` server settings (the tests use the defaults). */
-export async function startPrivatePostgres(settings: Record<string, string> = {}): Promise<PrivatePostgres> {
+export interface PrivatePostgresOptions {
+  /**
+   * Serves TLS (ssl = on) with this certificate and key, and verifies client certificates against
+   * `caFile` when given. The files are copied into the server's directory, owned by the server's
+   * user, the key 0600 (Postgres refuses a key others can read).
+   */
+  ssl?: { certFile: string; keyFile: string; caFile?: string }
+  /**
+   * pg_hba.conf's lines for TCP connections, instead of initdb's `trust` ones: e.g.
+   * `hostssl all all 127.0.0.1/32 cert` for a server that takes only a client certificate. The
+   * Unix socket stays trusted (`socketUrl`), for the helper's own readiness check and the test's setup.
+   */
+  hba?: string[]
+}
+
+/** pg_hba.conf lines for a server that takes only TLS connections with a client certificate whose CN is the user (`cert`), no password. */
+export const CLIENT_CERTIFICATE_HBA = ['hostssl all all 127.0.0.1/32 cert', 'hostssl all all ::1/128 cert']
+
+/** `settings` are extra `-c name=value` server settings (the tests use the defaults); `options` TLS and pg_hba.conf (none: initdb's). */
+export async function startPrivatePostgres(settings: Record<string, string> = {}, options: PrivatePostgresOptions = {}): Promise<PrivatePostgres> {
   const user = postgresUser()
   if (!user) throw new Error('no postgres user on this machine')
   // Running as root, the server must run as postgres; as any other user, as that user.
@@ -62,8 +82,34 @@ export async function startPrivatePostgres(settings: Record<string, string> = {}
     rmSync(directory, { recursive: true, force: true })
     throw new Error(`initdb failed: ${initdb.stderr || initdb.stdout}`)
   }
+  const serverSettings = { ...settings }
+  const own = (file: string, mode: number) => {
+    chmodSync(file, mode)
+    if (owner) chownSync(file, owner.uid, owner.gid)
+  }
+  if (options.ssl) {
+    const { certFile, keyFile, caFile } = options.ssl
+    const copy = (from: string, name: string, mode: number) => {
+      const to = path.join(directory, name)
+      copyFileSync(from, to)
+      own(to, mode)
+      return to
+    }
+    serverSettings.ssl = 'on'
+    serverSettings.ssl_cert_file = copy(certFile, 'server.crt', 0o644)
+    serverSettings.ssl_key_file = copy(keyFile, 'server.key', 0o600)
+    if (caFile) serverSettings.ssl_ca_file = copy(caFile, 'ca.crt', 0o644)
+  }
+  if (options.hba) {
+    const hbaFile = path.join(data, 'pg_hba.conf')
+    writeFileSync(hbaFile, ['local all all trust', ...options.hba, ''].join('\n'))
+    own(hbaFile, 0o600)
+  }
   const port = await freePort()
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`
+  const socketUrl = `postgres://postgres@/postgres?host=${encodeURIComponent(directory)}&port=${port}`
+  // With pg_hba.conf's TCP lines replaced, the TCP URL may need what the test gives (a client certificate).
+  const readinessUrl = options.hba ? socketUrl : url
   let child: ChildProcess | undefined
   let log = ''
   const killGroup = (server: ChildProcess) => {
@@ -86,7 +132,7 @@ export async function startPrivatePostgres(settings: Record<string, string> = {}
         path.join(POSTGRES_BIN, 'postgres'),
         [
           '-D', data, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-k', directory,
-          ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+          ...Object.entries(serverSettings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
         ],
         // Its own process group, so a crash takes the backends and the WAL writer with it.
         { env, cwd: directory, stdio: ['ignore', 'ignore', 'pipe'], detached: true, ...owner },
@@ -94,7 +140,7 @@ export async function startPrivatePostgres(settings: Record<string, string> = {}
       server.stderr?.on('data', (chunk: Buffer) => (log = (log + chunk.toString()).slice(-20_000)))
       child = server
       while (Date.now() < deadline && server.exitCode === null && server.signalCode === null) {
-        if (await reachable(url, 1_000)) return
+        if (await reachable(readinessUrl, 1_000)) return
         await new Promise((resolve) => setTimeout(resolve, 100))
       }
       child = undefined
@@ -124,6 +170,7 @@ export async function startPrivatePostgres(settings: Record<string, string> = {}
   return {
     port,
     url,
+    socketUrl,
     start,
     crash,
     async close() {
