@@ -248,7 +248,7 @@ describe('npm start on the embedded default', () => {
         process.kill(first.pid, 'SIGCONT')
       }
       await waitForReady(`http://127.0.0.1:${stack.opsPort}/readyz`, first, READY_MILLIS)
-      expect(await sigterm(first)).toEqual({ code: 0, signal: null })
+      expect(await sigterm(first), first.output().slice(-4_000)).toEqual({ code: 0, signal: null })
     },
     3 * READY_MILLIS,
   )
