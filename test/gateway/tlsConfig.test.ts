@@ -186,6 +186,16 @@ describe.skipIf(opensslMissing)('gateway config: the certificate presented to Re
     }
   })
 
+  // connectRedis uses REDIS_CLUSTER_NODES when both are set: the check must look where the gateway connects.
+  it('beside both REDIS_URL and REDIS_CLUSTER_NODES, judges by the seeds, which the gateway connects to', () => {
+    const pair = { REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: client.keyFile }
+    expect(load({ REDIS_URL: 'redis://redis.example.com:6379', REDIS_CLUSTER_NODES: 'rediss://node-1.example.com:6379', ...pair }).redis.clientCertificate).toEqual({
+      certFile: client.certFile,
+      keyFile: client.keyFile,
+    })
+    expect(() => load({ ...TLS_REDIS, REDIS_CLUSTER_NODES: 'node-1.example.com:6379', ...pair })).toThrow('no Redis is reached over TLS')
+  })
+
   it('reads the pair at start, naming the variable of a file that is missing, not PEM, or not the pair', () => {
     const missing = path.join(directory, 'missing.key')
     expect(() => load({ ...TLS_REDIS, REDIS_TLS_CERT_FILE: client.certFile, REDIS_TLS_KEY_FILE: missing })).toThrow(

@@ -475,11 +475,9 @@ function redisClientCertificateFrom(env: NodeJS.ProcessEnv): TlsFiles | undefine
     const [given, missing] = certFile === undefined ? ['REDIS_TLS_KEY_FILE', 'REDIS_TLS_CERT_FILE'] : ['REDIS_TLS_CERT_FILE', 'REDIS_TLS_KEY_FILE']
     throw new EnvError(`${given} is set without ${missing}: a client certificate for Redis needs both the certificate and its key`)
   }
-  const overTls = env.REDIS_URL
-    ? /^rediss:\/\//i.test(env.REDIS_URL)
-    : env.REDIS_CLUSTER_NODES
-      ? clusterUsesTls(env.REDIS_CLUSTER_NODES.split(',').map((node) => node.trim()).filter(Boolean))
-      : false
+  // The seeds first: beside a REDIS_URL, the cluster is what the gateway connects to (connectRedis).
+  const seeds = (env.REDIS_CLUSTER_NODES ?? '').split(',').map((node) => node.trim()).filter(Boolean)
+  const overTls = seeds.length > 0 ? clusterUsesTls(seeds) : env.REDIS_URL ? /^rediss:\/\//i.test(env.REDIS_URL) : false
   if (!overTls) {
     throw new EnvError(
       'REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE are set but no Redis is reached over TLS (a rediss:// REDIS_URL, or rediss:// seeds in REDIS_CLUSTER_NODES): no connection would present the certificate',
