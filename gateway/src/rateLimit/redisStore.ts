@@ -160,8 +160,9 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     if (!seed) throw new Error(`not a Redis Cluster seed (host:port): "${node}"`)
     return seed
   })
-  // ioredis takes TLS for a URL from its scheme alone (the config has made it lower-case).
-  const tls = connection.clusterNodes !== undefined ? clusterUsesTls(connection.clusterNodes) : connection.url?.startsWith('rediss://') === true
+  // ioredis takes TLS for a URL from its scheme alone (the config has made it lower-case). The
+  // seeds decide only when there are some: a REDIS_CLUSTER_NODES of blanks and commas leaves REDIS_URL's server.
+  const tls = seeds?.length ? clusterUsesTls(connection.clusterNodes!) : connection.url?.startsWith('rediss://') === true
   const handshakes = tls ? handshakeErrors(connection.clientCertificate) : undefined
   const client = seeds?.length
     ? new Cluster(
