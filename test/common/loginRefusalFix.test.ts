@@ -37,6 +37,9 @@ describe('the fix a refused login is said with', () => {
   it('does not throw when DATABASE_URL names an sslkey that cannot be read any more', () => {
     const gone = new pg.Pool({ connectionString: 'postgres://app@127.0.0.1:5432/pets?sslmode=verify-full&sslkey=/nonexistent/client.key' })
     expect(() => loginRefusalFix(refusal('role "app" is not permitted to log in'), gone)).not.toThrow()
+    // … and still names the role and database DATABASE_URL gives, not "".
+    expect(loginRefusalFix(refusal('role "app" is not permitted to log in'), gone)).toContain('ALTER ROLE "app" LOGIN')
+    expect(loginRefusalFix(Object.assign(new Error('database "pets" does not exist'), { code: '3D000' }), gone)).toContain('the database "pets"')
     void gone.end()
   })
 })

@@ -103,9 +103,24 @@ function loginOf(pool: pg.Pool): { role: string; database: string } {
   } catch {
     // pg reads DATABASE_URL's sslrootcert, sslcert and sslkey as it makes a client: one gone
     // since the start (a rotation half done) threw here, out of the error line, as a stack trace.
-    return { role: pool.options.user ?? '', database: pool.options.database ?? '' }
+    // The role and database are read from the URL without them (its files play no part in either).
+    try {
+      client = new pg.Client({ ...pool.options, connectionString: withoutSslFiles(pool.options.connectionString) })
+    } catch {
+      return { role: pool.options.user ?? '', database: pool.options.database ?? '' }
+    }
   }
   return { role: client.user ?? '', database: client.database ?? '' }
+}
+
+/** A connection string without the parameters pg reads as files (sslrootcert, sslcert, sslkey). */
+function withoutSslFiles(url: string | undefined): string | undefined {
+  const start = url?.indexOf('?') ?? -1
+  if (url === undefined || start < 0) return url
+  const [query, ...fragment] = url.slice(start + 1).split('#')
+  const parameters = new URLSearchParams(query)
+  for (const name of ['sslrootcert', 'sslcert', 'sslkey']) parameters.delete(name)
+  return `${url.slice(0, start + 1)}${parameters.toString()}${fragment.length > 0 ? `#${fragment.join('#')}` : ''}`
 }
 
 /**
