@@ -22,12 +22,15 @@ const NESTED_REPLY = Buffer.from(`${'*1\r\n'.repeat(10_000)}:1\r\n`)
 
 /**
  * CLUSTER SLOTS replies that are no slot map, each where ioredis's reader indexes into it: no
- * map at all, a nil where a slot range should be, a nil where a range's node should be.
+ * map at all, a nil where a slot range should be, a nil where a range's node should be; and a
+ * range past the 16,384 slots, which ioredis fills slot by slot.
  */
 const FORGED_SLOT_MAPS = {
   nil: '*-1\r\n',
   'a nil slot range': '*1\r\n*-1\r\n',
   'a nil node': '*1\r\n*3\r\n:0\r\n:16383\r\n*-1\r\n',
+  // Not a nil, but ioredis filled its slot table up to it: V8 stopped the process (out of memory).
+  'a slot range ending at slot 4,000,000,000': '*1\r\n*3\r\n:0\r\n:4000000000\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n',
 }
 const CLUSTER_SLOT_COUNT = 16_384
 /** Redirects to no node, each answered to every command by a master holding every slot. */

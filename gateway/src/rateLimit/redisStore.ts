@@ -282,7 +282,8 @@ function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port
  * ioredis reads a CLUSTER SLOTS reply in a callback that indexes into it unchecked: a nil where
  * the map, a slot range or a range's node should be (from a broken or hostile node, or forged on a
  * cleartext connection) threw a TypeError that ioredis re-throws outside any handler, and the
- * gateway process died, at start or at any later refresh. Such a reply now fails the command
+ * gateway process died, at start or at any later refresh (and ranges past the 16,384 slots, see
+ * slotsCounted, ended it out of memory). Such a reply now fails the command
  * instead, as a node that cannot answer does: ioredis asks the next node and, failing all, retries
  * (meanwhile requests are decided per onStoreFailure). The transformer is ioredis's own hook and
  * global to the process; the one other CLUSTER reply ioredis reads (INFO, a string) passes as is.
@@ -290,10 +291,27 @@ function reconnectThroughKnownNodes(client: Cluster, seeds: { host: string; port
 function refuseUnreadableSlotMaps(): void {
   Command.setReplyTransformer('cluster', (reply: unknown) => {
     const missing = (value: unknown) => value === null || value === undefined
-    const unreadable = missing(reply) || (Array.isArray(reply) && reply.some((range) => missing(range) || (Array.isArray(range) && range.slice(2).some(missing))))
-    if (unreadable) throw new Error('a CLUSTER SLOTS reply that is no slot map (a nil where a slot range or node should be)')
+    const unreadable =
+      missing(reply) || (Array.isArray(reply) && (reply.some((range) => missing(range) || (Array.isArray(range) && range.slice(2).some(missing))) || slotsCounted(reply) > CLUSTER_SLOTS))
+    if (unreadable) throw new Error('a CLUSTER SLOTS reply that is no slot map (a nil where a slot range or node should be, or ranges beyond the 16,384 slots)')
     return reply
   })
+}
+
+/**
+ * How many slots ioredis would fill from a reply's ranges: it counts from each range's first item
+ * to its second with `<=` and `++`. A real map names each slot once, 16,384 at most; a range ending
+ * at 4,000,000,000 (a number or a string) grew ioredis's slot table until V8 stopped the process, a
+ * fatal error no handler catches, and many full ranges would hold the event loop for minutes.
+ * Items that are no number (CLUSTER SHARDS's and LINKS's field names) count once at most: nothing.
+ */
+function slotsCounted(reply: unknown[]): number {
+  let total = 0
+  for (const range of reply) {
+    const span = Array.isArray(range) ? Number(range[1]) - Number(range[0]) + 1 : 0
+    if (span > 0) total += span
+  }
+  return total
 }
 
 /**
