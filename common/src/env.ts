@@ -96,7 +96,7 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
 }
 
 /** The URL parameters whose value pg reads as a file each time it makes a connection. */
-const SSL_FILE_PARAMETERS = ['sslrootcert', 'sslcert', 'sslkey']
+export const SSL_FILE_PARAMETERS = ['sslrootcert', 'sslcert', 'sslkey']
 
 /**
  * pg reads sslrootcert, sslcert and sslkey as it makes each client, and throws there when one

@@ -1,6 +1,6 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
-import { EnvError } from '../env.ts'
+import { EnvError, SSL_FILE_PARAMETERS } from '../env.ts'
 import { DependencyDown } from '../ops/dependencyDown.ts'
 import { dropConnection } from './pool.ts'
 
@@ -119,7 +119,7 @@ function withoutSslFiles(url: string | undefined): string | undefined {
   if (url === undefined || start < 0) return url
   const [query, ...fragment] = url.slice(start + 1).split('#')
   const parameters = new URLSearchParams(query)
-  for (const name of ['sslrootcert', 'sslcert', 'sslkey']) parameters.delete(name)
+  for (const name of SSL_FILE_PARAMETERS) parameters.delete(name)
   return `${url.slice(0, start + 1)}${parameters.toString()}${fragment.length > 0 ? `#${fragment.join('#')}` : ''}`
 }
 
