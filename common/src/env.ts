@@ -95,6 +95,17 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
   return raw
 }
 
+/** The files a connection string names for pg to read at each new connection, by parameter (percent-decoded, as pg reads them). */
+export function sslFilesOf(url: string): [string, string][] {
+  const start = url.indexOf('?')
+  if (start < 0) return []
+  const parameters = new URLSearchParams(url.slice(start + 1).split('#')[0])
+  return SSL_FILE_PARAMETERS.flatMap((name) => {
+    const file = parameters.get(name)
+    return file ? [[name, file] as [string, string]] : []
+  })
+}
+
 /** The URL parameters whose value pg reads as a file each time it makes a connection. */
 export const SSL_FILE_PARAMETERS = ['sslrootcert', 'sslcert', 'sslkey']
 
@@ -105,12 +116,7 @@ export const SSL_FILE_PARAMETERS = ['sslrootcert', 'sslcert', 'sslkey']
  * The query is read as pg reads it (URLSearchParams: percent-decoded, `+` a space).
  */
 function unreadableSslFile(url: string): string | undefined {
-  const start = url.indexOf('?')
-  if (start < 0) return undefined
-  const parameters = new URLSearchParams(url.slice(start + 1).split('#')[0])
-  for (const name of SSL_FILE_PARAMETERS) {
-    const file = parameters.get(name)
-    if (!file) continue
+  for (const [name, file] of sslFilesOf(url)) {
     try {
       readFileSync(file)
     } catch (error) {

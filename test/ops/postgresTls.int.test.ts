@@ -1,8 +1,9 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { issueCertificate, makeCa, opensslMissing } from '../helpers/certificates.ts'
 import { CLIENT_CERTIFICATE_HBA, privatePostgresAvailable, startPrivatePostgres, type PrivatePostgres } from '../helpers/postgresServer.ts'
 import { baseEnv, exitWithin, freePort, killAll, runKeysCli, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
@@ -108,6 +109,39 @@ describe.skipIf(opensslMissing !== undefined || !privatePostgresAvailable())('a 
     } finally {
       gateway.cleanup()
     }
+  }, 30_000)
+
+  it('an sslkey gone while the pets-service runs: what needs a new connection gets 503 with Retry-After, not 500, /readyz says Postgres is down, the error line names the file, and it serves again once the file is back', async () => {
+    const keyFile = path.join(directory, 'rotating-client.key')
+    copyFileSync(files.key, keyFile)
+    const pets = await petsServiceEnv(databaseUrl(`&sslcert=${files.cert}&sslkey=${keyFile}`))
+    const petsService = startNode('pets-service/src/main.ts', pets.env)
+    await waitForReady(`http://127.0.0.1:${pets.opsPort}/readyz`, petsService, 20_000)
+    const list = () => fetch(`http://127.0.0.1:${pets.port}/pets`, { headers: { 'x-internal-token': OPS_TEST_TOKEN } })
+    expect((await list()).status).toBe(200)
+
+    rmSync(keyFile)
+    // Its connections end (as at a Postgres restart): the next query needs a new one.
+    const admin = new pg.Client({ connectionString: postgres.socketUrl })
+    await admin.connect()
+    try {
+      await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pets-service'`)
+    } finally {
+      await admin.end()
+    }
+    const refused = await list()
+    expect(refused.status).toBe(503)
+    expect(((await refused.json()) as { code: string }).code).toBe('service_unavailable')
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+    const readyz = await fetch(`http://127.0.0.1:${pets.opsPort}/readyz`)
+    expect(readyz.status).toBe(503)
+    expect(await readyz.json()).toMatchObject({ dependencies: { postgres: 'down' } })
+    // The operator's error line says which file (log lines leave in batches: a moment later).
+    await eventually(async () => petsService.output().includes(`no such file or directory, open '${keyFile}'`), 5_000)
+
+    copyFileSync(files.key, keyFile)
+    await eventually(async () => (await list()).status === 200, 10_000)
+    expect(petsService.hasExited()).toBe(false)
   }, 30_000)
 
   /** A service started on `url`: its exit within 15 s, and what it wrote. */

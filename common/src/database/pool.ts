@@ -1,6 +1,6 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
-import { DEFAULT_POOL_SIZE } from '../env.ts'
+import { DEFAULT_POOL_SIZE, sslFilesOf } from '../env.ts'
 import { postgresRefusal } from './privileges.ts'
 
 export interface PoolOptions {
@@ -47,8 +47,16 @@ export function createPool(options: PoolOptions): pg.Pool {
     options.logger?.warn({ error: error.message, code: error.code }, 'idle Postgres connection lost')
   })
   boundStatementsOnClient(pool, statementTimeout + STATEMENT_GRACE_MILLIS, options.logger)
+  for (const [, file] of sslFilesOf(options.connectionString ?? '')) sslFilesInUse.add(file)
   return pool
 }
+
+/**
+ * The files DATABASE_URL names for pg to read at each new connection (sslrootcert, sslcert,
+ * sslkey). Checked at start (databaseUrlFromEnv); one that cannot be read later (removed, a
+ * rotation half done) fails each new connection as Postgres down would, until it is back.
+ */
+const sslFilesInUse = new Set<string>()
 
 /**
  * Runs `work` on one connection of the pool, then gives it back; one whose work failed is dropped
@@ -220,8 +228,9 @@ const UNAVAILABLE_MESSAGES = [
 export function isDatabaseUnavailable(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false
   if (postgresRefusal(error) !== undefined) return true
-  const { code, message } = error as { code?: unknown; message?: unknown }
+  const { code, message, syscall, path } = error as { code?: unknown; message?: unknown; syscall?: unknown; path?: unknown }
   if (typeof code === 'string' && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_NODE_CODES.has(code))) return true
+  if (syscall === 'open' && typeof path === 'string' && sslFilesInUse.has(path)) return true
   if (error instanceof AggregateError) return error.errors.some(isDatabaseUnavailable)
   return typeof message === 'string' && UNAVAILABLE_MESSAGES.some((text) => message.includes(text))
 }
