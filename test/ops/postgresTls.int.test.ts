@@ -3,7 +3,7 @@ import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { eventually } from '../gateway/rateLimit/httpLimits.ts'
+import { eventually, sleep } from '../gateway/rateLimit/httpLimits.ts'
 import { issueCertificate, makeCa, opensslMissing } from '../helpers/certificates.ts'
 import { CLIENT_CERTIFICATE_HBA, privatePostgresAvailable, startPrivatePostgres, type PrivatePostgres } from '../helpers/postgresServer.ts'
 import { baseEnv, exitWithin, freePort, killAll, runKeysCli, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
@@ -143,6 +143,51 @@ describe.skipIf(opensslMissing !== undefined || !privatePostgresAvailable())('a 
     await eventually(async () => (await list()).status === 200, 10_000)
     expect(petsService.hasExited()).toBe(false)
   }, 30_000)
+
+  it('an sslkey gone while the gateway runs: it keeps running, keys it holds are served, one it must look up gets 503, and its key-change feed comes back with the file', async () => {
+    const keyFile = path.join(directory, 'rotating-gateway.key')
+    copyFileSync(files.key, keyFile)
+    const url = databaseUrl(`&sslcert=${files.cert}&sslkey=${keyFile}`)
+    const pets = await petsServiceEnv(withCertificate())
+    const petsService = startNode('pets-service/src/main.ts', pets.env)
+    await waitForReady(`http://127.0.0.1:${pets.opsPort}/readyz`, petsService, 20_000)
+    const gateway = await startGatewayProcess({ databaseUrl: url, petsUrl: `http://127.0.0.1:${pets.port}`, env: { LOG_LEVEL: 'info' } })
+    try {
+      const cliEnv = { ...baseEnv(), DATABASE_URL: withCertificate() }
+      const keyOf = async (name: string) => {
+        const created = await runKeysCli(['create', '--plan', 'free', '--name', name, '--json'], cliEnv)
+        expect(created.code, created.stderr).toBe(0)
+        return (JSON.parse(created.stdout) as { key: string }).key
+      }
+      const held = await keyOf('held-before-the-key-file-went')
+      const status = async (key: string) => (await fetch(`${gateway.url}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })).status
+      expect(await status(held)).toBe(200)
+      const unseen = await keyOf('first-used-after-the-key-file-went')
+
+      rmSync(keyFile)
+      // Every connection ends (as at a Postgres restart), the LISTEN of the gateway's key-change feed among them.
+      const admin = new pg.Client({ connectionString: postgres.socketUrl })
+      await admin.connect()
+      try {
+        await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
+      } finally {
+        await admin.end()
+      }
+      // The feed tries to listen again 5 s after it lost its connection.
+      await sleep(6_500)
+      expect(gateway.proc.hasExited(), gateway.proc.output().slice(-3_000)).toBe(false)
+      expect(await status(held)).toBe(200)
+      expect(await status(unseen)).toBe(503)
+
+      copyFileSync(files.key, keyFile)
+      await eventually(async () => (await status(unseen)) === 200, 10_000)
+      // Log lines leave in batches: the feed's line comes a moment after it listens again.
+      await eventually(async () => gateway.proc.output().includes('API key change notifications restored'), 15_000)
+      expect(gateway.proc.hasExited()).toBe(false)
+    } finally {
+      gateway.cleanup()
+    }
+  }, 60_000)
 
   /** A service started on `url`: its exit within 15 s, and what it wrote. */
   async function exitOf(script: string, url: string): Promise<{ code: number | null; output: string }> {

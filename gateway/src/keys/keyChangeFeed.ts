@@ -175,7 +175,17 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   }
   const listen = async () => {
     if (stopped) return
-    const client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 2_000 })
+    let client: pg.Client
+    try {
+      client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 2_000 })
+    } catch (error) {
+      // pg reads DATABASE_URL's sslrootcert, sslcert and sslkey as it makes a client: one that
+      // cannot be read now (removed, a rotation half done) threw here, out of this timer's call,
+      // and ended the process. It is tried again, as a Postgres that cannot be reached is.
+      if (!reported) logger.warn({ err: error }, 'LISTEN unavailable; relying on the periodic read and trying again')
+      reported = true
+      return listenLater()
+    }
     let lost = false
     client.on('notification', () => void catchUp())
     client.on('error', (error) => {
