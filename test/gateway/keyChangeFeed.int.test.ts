@@ -108,6 +108,34 @@ describe('API key change notifications', () => {
     }
   }, 30_000)
 
+  it('say once that their periodic read fails while Postgres cannot be reached, not at every read, and once that it works again', async () => {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const viaRelay = new URL(database.url)
+    viaRelay.port = String(relay.port)
+    const pool = createPool({ connectionString: viaRelay.toString(), applicationName: 'key-feed-test', connectionTimeoutMillis: 500 })
+    await migrate(pool, GATEWAY_MIGRATIONS)
+    const lines: { level: number; msg: string; failedReads?: number }[] = []
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) })
+    const feed = await startKeyChangeFeed({ repository: createKeyRepository(pool), connectionString: viaRelay.toString(), onChange: () => undefined, logger, pollMillis: 100 })
+    try {
+      await relay.cut()
+      await new Promise((resolve) => setTimeout(resolve, 3_000))
+      const said = (text: string) => lines.filter((line) => line.msg.startsWith(text))
+      expect(said('reading API key changes failed')).toHaveLength(1)
+      expect(said('reading API key changes still fails')).toEqual([])
+      await relay.restore()
+      await vi.waitFor(() => expect(said('reading API key changes works again')).toHaveLength(1), { timeout: 5_000, interval: 50 })
+      // A read every 100 ms for 3 s, each failing within the 500 ms a connection may take.
+      expect(said('reading API key changes works again')[0]!.failedReads).toBeGreaterThanOrEqual(5)
+      expect(said('reading API key changes failed')).toHaveLength(1)
+    } finally {
+      await feed.stop()
+      await relay.close()
+      await pool.end()
+    }
+  }, 30_000)
+
   // A network or NAT that drops an idle connection silently: no error, no close, nothing answered.
   it('come back by themselves after their connection stopped answering without being closed', async () => {
     const subject = await feedThroughRelay()

@@ -39,6 +39,9 @@ interface ReadInProgress {
 /** How long the LISTEN connection may take to answer LISTEN or a ping before it is taken for lost. */
 const LISTEN_ANSWER_MILLIS = 2_000
 
+/** While the periodic read keeps failing, how often that is said again. */
+const FAILING_TOLD_EVERY_MILLIS = 60_000
+
 /** Entries read per statement: one operator transaction may hold millions, and each statement has the pool's timeout. */
 const PAGE_ENTRIES = 5_000
 
@@ -120,6 +123,12 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   let reading: Promise<void> | undefined
   let again = false
 
+  /**
+   * The failed reads since the last one that worked: a Postgres down for minutes failed the read of
+   * every second, and each wrote its warning. Now the first failure is told, then one line a
+   * minute while it lasts, and the read that works again says so.
+   */
+  let failing: { since: number; reads: number; toldAt: number } | undefined
   const catchUp = async (): Promise<void> => {
     if (reading) {
       again = true
@@ -130,8 +139,20 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
         again = false
         try {
           await readOnce()
+          if (failing) logger.info({ failedReads: failing.reads, failingSeconds: Math.round((performance.now() - failing.since) / 1_000) }, 'reading API key changes works again')
+          failing = undefined
         } catch (error) {
-          logger.warn({ err: error }, 'reading API key changes failed; cached keys stay until their TTL')
+          const now = performance.now()
+          if (!failing) {
+            failing = { since: now, reads: 1, toldAt: now }
+            logger.warn({ err: error }, 'reading API key changes failed; cached keys stay until their TTL')
+          } else {
+            failing.reads++
+            if (now - failing.toldAt >= FAILING_TOLD_EVERY_MILLIS) {
+              failing.toldAt = now
+              logger.warn({ err: error, failedReads: failing.reads, failingSeconds: Math.round((now - failing.since) / 1_000) }, 'reading API key changes still fails; cached keys stay until their TTL')
+            }
+          }
         }
       } while (again && !stopped)
     })().finally(() => {
