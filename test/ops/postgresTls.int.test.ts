@@ -98,7 +98,7 @@ describe.skipIf(opensslMissing !== undefined || !privatePostgresAvailable())('a 
           `SELECT a.application_name, s.ssl, s.client_dn FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
             WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()`,
         )
-        expect(rows.map((row) => row.application_name)).toEqual(expect.arrayContaining(['gateway', 'pets-service']))
+        expect(rows.map((row) => row.application_name)).toEqual(expect.arrayContaining(['gateway', 'gateway-key-changes', 'pets-service']))
         for (const row of rows) expect(row, row.application_name).toMatchObject({ ssl: true, client_dn: '/CN=postgres' })
       } finally {
         await admin.end()

@@ -198,7 +198,8 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     if (stopped) return
     let client: pg.Client
     try {
-      client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 2_000 })
+      // Named, so an operator tells it in pg_stat_activity from the pool's `gateway` connections.
+      client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 2_000, application_name: 'gateway-key-changes' })
     } catch (error) {
       // pg reads DATABASE_URL's sslrootcert, sslcert and sslkey as it makes a client: one that
       // cannot be read now (removed, a rotation half done) threw here, out of this timer's call,
