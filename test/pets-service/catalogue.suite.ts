@@ -347,6 +347,15 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         expect(await response.json()).toEqual(sold)
       })
 
+      it.each(['available', 'pending'])('answers ?status=%s with pets of that status only, none of a status that sorts after it', async (status) => {
+        const asked = await seed(2, status)
+        await seed(2, 'sold')
+        await seed(1, status === 'available' ? 'pending' : 'available')
+        const response = await service.request(`/pets?status=${status}`)
+        expect(response.status).toBe(200)
+        expect(await response.json()).toEqual(asked)
+      })
+
       it.each([
         ['limit=0'],
         ['limit=101'],
