@@ -53,6 +53,22 @@ describe('the key cache', () => {
     expect(keys.calls.count).toBe(1)
   })
 
+  it('asks again about an unknown key once negativeTtlMillis has passed, while a known key stays cached for ttlMillis', async () => {
+    const keys = table()
+    const cache = createKeyCache(keys, { maxEntries: 3, ttlMillis: 60_000, negativeTtlMillis: 50 })
+    const known = generateApiKey()
+    keys.rows.set(hashApiKey(known).toString('hex'), record('key_a'))
+    const guess = generateApiKey()
+    await cache.lookup(known)
+    expect(await cache.lookup(guess)).toBeUndefined()
+    await new Promise((resolve) => setTimeout(resolve, 120))
+    // Issued meanwhile (its announcement lost): found once the unknown entry has lapsed.
+    keys.rows.set(hashApiKey(guess).toString('hex'), record('key_b'))
+    expect((await cache.lookup(guess))?.id).toBe('key_b')
+    expect((await cache.lookup(known))?.id).toBe('key_a')
+    expect(keys.calls.count).toBe(3)
+  })
+
   it('holds at most maxEntries unknown keys, and as many known ones', async () => {
     const keys = table()
     const cache = createKeyCache(keys, options)
