@@ -466,6 +466,15 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         await expectErrorResponse(response, 404, 'pet_not_found')
       })
 
+      it('answers 200 with the pet whose id is 2^53 - 1, the last id assigned', async () => {
+        await service.pool.query('ALTER TABLE pets.pets ALTER COLUMN id RESTART WITH 9007199254740991')
+        const pet = await createPet({ name: 'Last', categoryId: 1 })
+        expect(pet.id).toBe(Number.MAX_SAFE_INTEGER)
+        const response = await service.request('/pets/9007199254740991')
+        expect(response.status).toBe(200)
+        expect(await response.json()).toEqual(pet)
+      })
+
       it.each(['9007199254740993', '9223372036854775807'])('answers 404 for the well-formed int64 id %s, above 2^53 - 1', async (petId) => {
         await expectErrorResponse(await service.request(`/pets/${petId}`), 404, 'pet_not_found')
       })
