@@ -190,6 +190,26 @@ describe('npm start on the embedded default', () => {
   )
 
   it(
+    'a service that does not stop within 15 s of SIGTERM is killed: npm start names it, still closes the database, and exits 1',
+    async () => {
+      const stack = await startedBeforeStack()
+      const first = await npmStart(stack)
+      const petsPid = Number(/\[start\] {3}pets-service .* pid (\d+)$/m.exec(first.output())?.[1])
+      expect(petsPid).toBeGreaterThan(0)
+      // Stopped, it cannot act on SIGTERM, as a service stuck in a busy loop cannot.
+      process.kill(petsPid, 'SIGSTOP')
+
+      expect(await sigterm(first)).toEqual({ code: 1, signal: null })
+      expect(first.output()).toContain('[start] error: pets-service did not stop within 15 s and was killed')
+      expect(first.output()).not.toContain('[start] stopped')
+      await waitForPortClosed(stack.petsPort, 5_000)
+      // The database was still closed and the folder given back: the next start is no recovery.
+      expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
+    },
+    4 * READY_MILLIS,
+  )
+
+  it(
     'npm start killed during its very first start comes up next time',
     async () => {
       const stack = await newStack()
