@@ -176,6 +176,33 @@ describe('migrations at boot', () => {
     }
   }, 60_000)
 
+  // README (Upgrades): a failed migration is rolled back and stops the service, leaving the
+  // database as it was before that migration; the error names it.
+  it('fail naming the migration that failed, leaving what it did undone and unrecorded, and the ones before it applied', async () => {
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'failing_migration-'))
+    await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE failing_migration.first (id int);')
+    await writeFile(path.join(directory, '002_broken.sql'), 'CREATE TABLE failing_migration.second (id int); SELECT 1 / 0;')
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-failing-test' })
+    try {
+      const failure = await migrate(pool, { schema: 'failing_migration', directory }).then(
+        () => undefined,
+        (error: unknown) => error as Error,
+      )
+      expect(failure?.message).toBe('migration 002_broken.sql failed')
+      expect((failure?.cause as Error | undefined)?.message).toBe('division by zero')
+      const { rows: recorded } = await pool.query<{ version: number }>('SELECT version FROM failing_migration.schema_migrations ORDER BY version')
+      expect(recorded.map((row) => row.version)).toEqual([1])
+      const { rows: tables } = await pool.query<{ name: string }>(
+        `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'failing_migration' ORDER BY table_name`,
+      )
+      expect(tables.map((table) => table.name)).toEqual(['first', 'schema_migrations'])
+    } finally {
+      await pool.query('DROP SCHEMA failing_migration CASCADE').catch(() => undefined)
+      await pool.end()
+      await rm(directory, { recursive: true, force: true })
+    }
+  }, 30_000)
+
   // Neither an index build nor the wait for another instance's lock has a deadline: the watch for
   // a mute connection sees the server at work and leaves it be.
   it('run a migration for as long as it takes (here 8 s, longer than the watch waits before looking)', async () => {
