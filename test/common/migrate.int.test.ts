@@ -49,10 +49,16 @@ describe('migrations at boot', () => {
     await holder.connect()
     const lock = createHash('sha256').update(`migrations:${GATEWAY_MIGRATIONS.schema}`).digest().readBigInt64BE(0)
     await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock.toString()])
-    setTimeout(() => void holder.query('SELECT pg_advisory_unlock($1::bigint)', [lock.toString()]), 6_500)
+    let released = false
+    setTimeout(() => {
+      released = true
+      void holder.query('SELECT pg_advisory_unlock($1::bigint)', [lock.toString()])
+    }, 6_500)
     const pool = createPool({ connectionString: database.url, applicationName: 'migrate-wait-test' })
     try {
       expect(await migrate(pool, GATEWAY_MIGRATIONS)).not.toHaveLength(0)
+      // It waited for the other instance: nothing was applied before its lock was let go.
+      expect(released).toBe(true)
     } finally {
       await holder.end()
       await pool.end()
