@@ -14,6 +14,8 @@ export interface KeyChangeFeedOptions {
   pollMillis?: number
   /** Entries read per statement (PAGE_ENTRIES; tests use fewer). */
   pageEntries?: number
+  /** While the periodic read keeps failing, how often that is said again (FAILING_TOLD_EVERY_MILLIS; tests use less). */
+  failingToldEveryMillis?: number
 }
 
 export const KEY_CHANGES_CHANNEL = 'gateway_api_key_changes'
@@ -148,7 +150,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
             logger.warn({ err: error }, 'reading API key changes failed; cached keys stay until their TTL')
           } else {
             failing.reads++
-            if (now - failing.toldAt >= FAILING_TOLD_EVERY_MILLIS) {
+            if (now - failing.toldAt >= (options.failingToldEveryMillis ?? FAILING_TOLD_EVERY_MILLIS)) {
               failing.toldAt = now
               logger.warn({ err: error, failedReads: failing.reads, failingSeconds: Math.round((now - failing.since) / 1_000) }, 'reading API key changes still fails; cached keys stay until their TTL')
             }
