@@ -210,6 +210,27 @@ describe('npm start on the embedded default', () => {
   )
 
   it(
+    'a second signal while npm start waits for a service to stop kills everything at once and exits 1, saying so',
+    async () => {
+      const stack = await startedBeforeStack()
+      const first = await npmStart(stack)
+      const petsPid = Number(/\[start\] {3}pets-service .* pid (\d+)$/m.exec(first.output())?.[1])
+      expect(petsPid).toBeGreaterThan(0)
+      process.kill(petsPid, 'SIGSTOP')
+      process.kill(first.pid, 'SIGTERM')
+      await waitForOutput(first, '[start] SIGTERM: stopping', 10_000)
+      // The gateway stops first; then npm start waits on the stopped pets-service, up to 15 s.
+      await waitForPortClosed(stack.gatewayPort, 10_000)
+      process.kill(first.pid, 'SIGTERM')
+      expect(await exitWithin(first, 5_000)).toEqual({ code: 1, signal: null })
+      expect(first.output()).toContain('[start] warning: SIGTERM again: killing everything now')
+      // A stopped process keeps its port (the kernel still accepts on it): closed, it was killed.
+      await waitForPortClosed(stack.petsPort, 5_000)
+    },
+    4 * READY_MILLIS,
+  )
+
+  it(
     'npm start killed during its very first start comes up next time',
     async () => {
       const stack = await newStack()
