@@ -126,9 +126,9 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   let again = false
 
   /**
-   * The failed reads since the last one that worked: a Postgres down for minutes failed the read of
-   * every second, and each wrote its warning. Now the first failure is told, then one line a
-   * minute while it lasts, and the read that works again says so.
+   * The failed reads since the last one that worked. A Postgres down for minutes fails the read of
+   * every second: the first failure is told, then one line a minute while it lasts, and the read
+   * that works again says so, rather than a warning per read.
    */
   let failing: { since: number; reads: number; toldAt: number } | undefined
   const catchUp = async (): Promise<void> => {
