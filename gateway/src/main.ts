@@ -147,7 +147,6 @@ async function main(): Promise<void> {
   await app.listen({ host: config.server.host, port: config.server.port })
   started = true
 
-  stopStartWatch()
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain connections', run: () => app.drain(drainMillis) },
@@ -159,7 +158,7 @@ async function main(): Promise<void> {
     { name: 'close rate-limit store', run: () => limiter.close(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
-  ], { npmScript: 'start:gateway', deadlineMillis: drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
+  ], { npmScript: 'start:gateway', replaces: stopStartWatch, deadlineMillis: drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
 }
 
 /** Redis's own words for the operator (`OOM command not allowed …`, `Redis did not answer within 50 ms`). */

@@ -65,7 +65,6 @@ async function main(): Promise<void> {
   await app.listen({ host: config.host, port: config.port })
   started = true
 
-  stopStartWatch()
   onShutdownSignal(logger, [
     { name: 'stop accepting', run: async () => (accepting = false) },
     { name: 'drain connections', run: () => app.drain(config.drainMillis) },
@@ -73,7 +72,7 @@ async function main(): Promise<void> {
     { name: 'stop purging', run: async () => stopPurge() },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
-  ], { npmScript: 'start:pets', deadlineMillis: config.drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
+  ], { npmScript: 'start:pets', replaces: stopStartWatch, deadlineMillis: config.drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
 }
 
 main().catch((error: unknown) => {

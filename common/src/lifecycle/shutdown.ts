@@ -27,6 +27,13 @@ export interface ShutdownOptions {
    * service would be left running, orphaned) and SIGHUP to nobody; see launcher.ts.
    */
   npmScript?: string
+  /**
+   * The start watch this takes over from (exitWhenStoppedWhileStarting's stop), stopped once the
+   * shutdown's own listeners are in place. Removing the last SIGTERM listener stops Node watching
+   * for the signal, and a SIGTERM already caught but not yet handled is dropped: stopped first,
+   * the watch lost a SIGTERM that came as the service began listening, and the service ran on.
+   */
+  replaces?: () => void
 }
 
 /**
@@ -65,6 +72,7 @@ export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options:
   }
   process.on('SIGTERM', (signal) => void shutdown({ signal }))
   process.on('SIGINT', (signal) => void shutdown({ signal }))
+  options.replaces?.()
   if (options.npmScript !== undefined && process.env.npm_lifecycle_event === options.npmScript) {
     watchLauncher((launcher) => {
       if (!stopping) void shutdown({ launcher: `${launcher} exited` })
