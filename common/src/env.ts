@@ -106,8 +106,18 @@ export function sslFilesOf(url: string): [string, string][] {
   })
 }
 
+/** A connection string without the parameters pg reads as files (sslrootcert, sslcert, sslkey). */
+export function withoutSslFiles(url: string | undefined): string | undefined {
+  const start = url?.indexOf('?') ?? -1
+  if (url === undefined || start < 0) return url
+  const [query, ...fragment] = url.slice(start + 1).split('#')
+  const parameters = new URLSearchParams(query)
+  for (const name of SSL_FILE_PARAMETERS) parameters.delete(name)
+  return `${url.slice(0, start + 1)}${parameters.toString()}${fragment.length > 0 ? `#${fragment.join('#')}` : ''}`
+}
+
 /** The URL parameters whose value pg reads as a file each time it makes a connection. */
-export const SSL_FILE_PARAMETERS = ['sslrootcert', 'sslcert', 'sslkey']
+const SSL_FILE_PARAMETERS = ['sslrootcert', 'sslcert', 'sslkey']
 
 /**
  * pg reads sslrootcert, sslcert and sslkey as it makes each client, and throws there when one

@@ -1,6 +1,6 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
-import { EnvError, SSL_FILE_PARAMETERS } from '../env.ts'
+import { EnvError, withoutSslFiles } from '../env.ts'
 import { DependencyDown } from '../ops/dependencyDown.ts'
 import { dropConnection } from './pool.ts'
 
@@ -111,16 +111,6 @@ function loginOf(pool: pg.Pool): { role: string; database: string } {
     }
   }
   return { role: client.user ?? '', database: client.database ?? '' }
-}
-
-/** A connection string without the parameters pg reads as files (sslrootcert, sslcert, sslkey). */
-function withoutSslFiles(url: string | undefined): string | undefined {
-  const start = url?.indexOf('?') ?? -1
-  if (url === undefined || start < 0) return url
-  const [query, ...fragment] = url.slice(start + 1).split('#')
-  const parameters = new URLSearchParams(query)
-  for (const name of SSL_FILE_PARAMETERS) parameters.delete(name)
-  return `${url.slice(0, start + 1)}${parameters.toString()}${fragment.length > 0 ? `#${fragment.join('#')}` : ''}`
 }
 
 /**
