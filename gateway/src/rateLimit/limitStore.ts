@@ -82,13 +82,22 @@ export interface LimitStore {
    */
   holdsKeys?(domain: string): boolean
   /**
-   * Lifts a ban and clears strikes; the ladder step reached is kept. Once per unban: every
+   * Lifts a ban and clears strikes; the ladder step reached is kept, and the lifted ban, which
+   * ends now, is remembered for climbing it for `memoryMillis` from now, as a ban that ended on
+   * its own would be (not from the end it was due). Once per unban: every
    * gateway applies the same unban (`changeId`, its entry in the key change log), and a lift
    * arriving after the key earned a new ban would lift that one too. Resolves false when this
    * unban was applied already (by this store or, for Redis, another gateway) and nothing changed.
    */
-  unban(keyId: string, changeId: number): Promise<boolean>
+  unban(keyId: string, changeId: number, options?: UnbanOptions): Promise<boolean>
   close(): Promise<void>
+}
+
+export interface UnbanOptions {
+  /** Tests only: a fixed store time in ms. Production leaves it unset and the store reads its own clock (Redis TIME). */
+  nowMillis?: number
+  /** How long the lifted ban is remembered for climbing the ladder (BanPolicy.memoryMillis; 24 h unless given). */
+  memoryMillis?: number
 }
 
 /** Every Redis key of one API key shares this hash tag, so one Cluster slot holds them all. */

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache'
 import { UNBAN_APPLIED_MILLIS } from './limitStore.ts'
-import type { LimitDecision, LimitRequest, LimitStore, WindowSpec, WindowState } from './limitStore.ts'
+import type { LimitDecision, LimitRequest, LimitStore, UnbanOptions, WindowSpec, WindowState } from './limitStore.ts'
+import { BAN_MEMORY_MILLIS } from './planLimits.ts'
 
 interface Ring {
   /** Bucket length (ms) the ring was kept with. */
@@ -211,13 +212,16 @@ export function createMemoryStore(options: MemoryStoreOptions = {}): LimitStore 
         newBan,
       }
     },
-    async unban(keyId: string, changeId: number) {
+    async unban(keyId: string, changeId: number, options: UnbanOptions = {}) {
       if (unbansApplied.has(changeId)) return false
       unbansApplied.set(changeId, true)
       const state = states.get(keyId)
       if (!state) return true
       state.banUntil = 0
       state.strikes.fill(0)
+      // The lifted ban ends now: the ladder remembers it from here, not from the end it was due.
+      const now = options.nowMillis ?? clock()
+      state.levelUntil = Math.min(state.levelUntil, now + (options.memoryMillis ?? BAN_MEMORY_MILLIS))
       return true
     },
     async close() {

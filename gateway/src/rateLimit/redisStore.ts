@@ -1,8 +1,9 @@
 import { createRequire } from 'node:module'
 import calculateSlot from 'cluster-key-slot'
 import { Cluster, Command, Redis, type AbstractConnector, type RedisOptions, type Result } from 'ioredis'
-import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore } from './limitStore.ts'
+import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore, UnbanOptions } from './limitStore.ts'
 import { UNBAN_APPLIED_MILLIS, limitKey, unbanAppliedKey } from './limitStore.ts'
+import { BAN_MEMORY_MILLIS } from './planLimits.ts'
 import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
 import { clusterSeed, clusterUsesTls } from '../config/loadConfig.ts'
 import { readTlsPair, type TlsFiles } from '../config/tlsFiles.ts'
@@ -14,7 +15,7 @@ type ScriptReply = [number, number, number, number, number, number, number, numb
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     slidingWindow(key: string, ...args: (string | number)[]): Result<ScriptReply, Context>
-    unbanKey(key: string, appliedKey: string, appliedMillis: number): Result<number, Context>
+    unbanKey(key: string, appliedKey: string, appliedMillis: number, nowOverrideMillis: number, memoryMillis: number): Result<number, Context>
   }
 }
 
@@ -599,8 +600,15 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
       if (reply[0] === EXPIRED) throw new RedisDeadlineError()
       return decisionOf(request, reply)
     },
-    async unban(keyId: string, changeId: number) {
-      return (await client.unbanKey(limitKey(keyId), unbanAppliedKey(keyId, changeId), UNBAN_APPLIED_MILLIS)) !== -1
+    async unban(keyId: string, changeId: number, options: UnbanOptions = {}) {
+      const applied = await client.unbanKey(
+        limitKey(keyId),
+        unbanAppliedKey(keyId, changeId),
+        UNBAN_APPLIED_MILLIS,
+        options.nowMillis ?? 0,
+        options.memoryMillis ?? BAN_MEMORY_MILLIS,
+      )
+      return applied !== -1
     },
     async close() {
       client.disconnect()

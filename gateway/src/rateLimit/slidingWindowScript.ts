@@ -219,8 +219,12 @@ return { outcome, now,
 `
 
 /**
- * Unban: clear the ban and the strikes, keep the ladder level. KEYS[1] state key, KEYS[2] the
- * unban's applied mark (same hash tag), ARGV[1] how long the mark is kept (ms). An unban already
+ * Unban: clear the ban and the strikes, keep the ladder level. The lifted ban ends now, so the
+ * ladder remembers it for the ban memory from now, as one that ended on its own (not from the end
+ * it was due: a 24 h ban lifted at once would climb the ladder for 48 h). KEYS[1] state key,
+ * KEYS[2] the unban's applied mark (same hash tag), ARGV[1] how long the mark is kept (ms),
+ * ARGV[2] nowOverrideMs (0 = Redis TIME), ARGV[3] the ban memory (ms; absent: the level's end
+ * is left as it is, as gateways of the previous version call it). An unban already
  * marked returns -1 and changes nothing: the ban in force now is one the key earned since. Reads
  * the layout from the state's own header (nM, nD), so it needs no window settings; a state still
  * in the layout before bucket lengths were kept has its 32-byte tail edited as that layout had it.
@@ -229,6 +233,15 @@ export const UNBAN_LUA = `
 if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then return -1 end
 local raw = redis.call('GET', KEYS[1])
 if not raw or string.len(raw) < 4 then return 0 end
+local now, memory = tonumber(ARGV[2]) or 0, tonumber(ARGV[3])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function remembered(levelUntil)
+  if memory then return math.min(levelUntil, now + memory) end
+  return levelUntil
+end
 local nM, nD = struct.unpack('<I2I2', raw)
 ${STATE_LAYOUT_LUA}
 local format = layout(nM, nD)
@@ -237,11 +250,12 @@ local packed
 if n == struct.size(format) then
   local v = { struct.unpack(format, raw) }
   v[5] = 0
+  v[7] = remembered(v[7])
   for i = 9 + nM, 8 + 2 * nM do v[i] = 0 end
   packed = struct.pack(format, unpack(v, 1, 9 + 2 * nM + nD))
 else
   local level, levelUntil = struct.unpack('<I4d', raw:sub(n - 11))
-  packed = raw:sub(1, n - 32) .. struct.pack('<I4ddI4d', 0, 0, 0, level, levelUntil)
+  packed = raw:sub(1, n - 32) .. struct.pack('<I4ddI4d', 0, 0, 0, level, remembered(levelUntil))
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then redis.call('SET', KEYS[1], packed, 'PX', ttl) else redis.call('SET', KEYS[1], packed) end

@@ -230,12 +230,27 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       await subject.store.consume(request(keyId, T0, plan))
       await subject.store.consume(request(keyId, T0 + 1, plan))
       expect((await subject.store.consume(request(keyId, T0 + 2, plan))).outcome).toBe('banned')
-      await subject.store.unban(keyId, newChangeId())
+      await subject.store.unban(keyId, newChangeId(), { nowMillis: T0 + 1_000 })
       expect((await subject.store.consume(request(keyId, T0 + 3_000, plan))).outcome).toBe('admitted')
       // One strike after the unban is not enough to ban again (strikes were cleared)...
       expect((await subject.store.consume(request(keyId, T0 + 3_001, plan))).outcome).toBe('limited')
       // ...the second is, and the ban is the ladder's second step.
       expect(await subject.store.consume(request(keyId, T0 + 3_002, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+    })
+
+    // The lifted ban ended at the unban: the ladder remembers it for the memory from then, as it
+    // would a ban that ended on its own, not from the end the lifted ban would have had.
+    it('keeps the ladder step for the ban memory from the unban, not from the end the lifted ban was due', async () => {
+      const keyId = newKeyId()
+      const bans = { strikes: 1, ladderMillis: [1_000, 50_000], memoryMillis: 10_000 }
+      const plan = { minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 }, bans }
+      await subject.store.consume(request(keyId, T0, plan))
+      expect(await subject.store.consume(request(keyId, T0 + 1, plan))).toMatchObject({ outcome: 'banned', banStep: 0 })
+      // The second ban, 50 s, would end at T0 + 52 s; it is lifted at T0 + 3 s.
+      expect(await subject.store.consume(request(keyId, T0 + 2_000, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
+      await subject.store.unban(keyId, newChangeId(), { nowMillis: T0 + 3_000, memoryMillis: bans.memoryMillis })
+      // 17 s after the unban, past the 10 s memory: the next ban starts again from the first step.
+      expect(await subject.store.consume(request(keyId, T0 + 20_000, plan))).toMatchObject({ outcome: 'banned', newBan: true, banStep: 0, banMillisLeft: 1_000 })
     })
 
     it('applies each unban once: a repeat of it leaves a ban the key earned since, another unban lifts it', async () => {
@@ -245,14 +260,14 @@ export function describeLimitStore(label: string, open: () => Promise<StoreUnder
       await subject.store.consume(request(keyId, T0, plan))
       expect((await subject.store.consume(request(keyId, T0 + 1, plan))).outcome).toBe('banned')
       const unban = newChangeId()
-      expect(await subject.store.unban(keyId, unban)).toBe(true)
+      expect(await subject.store.unban(keyId, unban, { nowMillis: T0 + 1_000 })).toBe(true)
       expect((await subject.store.consume(request(keyId, T0 + 2_000, plan))).outcome).toBe('admitted')
       // The key earns its next ban after the unban was applied...
       expect(await subject.store.consume(request(keyId, T0 + 2_001, plan))).toMatchObject({ outcome: 'banned', newBan: true, banStep: 1 })
       // ...and the same unban applied again (by a gateway further from the store) leaves it.
-      expect(await subject.store.unban(keyId, unban)).toBe(false)
+      expect(await subject.store.unban(keyId, unban, { nowMillis: T0 + 2_001 })).toBe(false)
       expect(await subject.store.consume(request(keyId, T0 + 2_002, plan))).toMatchObject({ outcome: 'banned', banStep: 1 })
-      expect(await subject.store.unban(keyId, newChangeId())).toBe(true)
+      expect(await subject.store.unban(keyId, newChangeId(), { nowMillis: T0 + 3_000 })).toBe(true)
       expect((await subject.store.consume(request(keyId, T0 + 4_000, plan))).outcome).toBe('admitted')
     })
 
