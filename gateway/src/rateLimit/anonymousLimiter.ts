@@ -40,6 +40,8 @@ export interface AnonymousCounts {
   here: LRUCache<string, LocalWindow>
   /** When a window Redis said is spent resets, by address. */
   spent: LRUCache<string, number>
+  /** The limit those windows were spent under. */
+  limit: number
 }
 
 /** rate-limiter-flexible's prefix for the per-IP counts in Redis. */
@@ -95,8 +97,11 @@ export function createAnonymousLimiter(options: {
         send: budgetedSender(options.redis, budgetMillis),
       }
     : undefined
-  // Client IP → when its spent window in Redis resets, on this process's monotonic clock.
-  const spent = options.replacing?.spent ?? new LRUCache<string, number>({ max: maxAddresses })
+  // Client IP → when its spent window in Redis resets, on this process's monotonic clock. Spent
+  // under a lower limit is no longer spent: such an address has the room a raised limit gives it
+  // at once (Redis still holds what it spent, and says so at its next guess).
+  const carried = options.replacing && options.replacing.limit < limit ? undefined : options.replacing?.spent
+  const spent = carried ?? new LRUCache<string, number>({ max: maxAddresses })
 
   /** The address's window in this process, a new one if it had none or it has reset. */
   function windowHere(clientIp: string, now: number): LocalWindow {
@@ -193,7 +198,7 @@ export function createAnonymousLimiter(options: {
 
   return {
     /** What a limiter replacing this one carries over. */
-    counts: { here, spent } as AnonymousCounts,
+    counts: { here, spent, limit } as AnonymousCounts,
     /** The per-IP policy, for answers that charge nothing to it. */
     policy: { limit, windowSeconds },
     /** Any request without a valid key that made no lookup: counted in this process only, no I/O. */

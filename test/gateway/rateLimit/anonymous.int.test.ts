@@ -451,6 +451,27 @@ describe('requests without a valid key are limited per client IP', () => {
     }
   })
 
+  // A reload that raises anonymous.perMinute: the address keeps what it spent, and has the room
+  // the new limit leaves it at once, as a key does when its plan's limit is raised.
+  it('answers a guess from an address that had spent the old limit once a reload raises it, not 429 until the old window ends', async () => {
+    const redis = new Redis(TEST_REDIS_URL, { keyPrefix: `${prefix}raised:` })
+    try {
+      const before = createAnonymousLimiter({ perMinute: 2, windowSeconds: 60, redis })
+      for (let i = 0; i < 2; i++) expect((await before.consumeGuess('192.0.2.11')).admitted).toBe(true)
+      expect(await before.consumeGuess('192.0.2.11')).toMatchObject({ admitted: false, remaining: 0 })
+      const raised = createAnonymousLimiter({ perMinute: 10, windowSeconds: 60, redis, replacing: before.counts })
+      // Three guesses counted here (two in Redis) under the old limit: six left after this one.
+      expect(await raised.consumeGuess('192.0.2.11')).toMatchObject({ admitted: true, limit: 10, remaining: 6 })
+      // Its key lookups are not held back as an address past its limit either.
+      expect(raised.beginLookUp('192.0.2.11').kind).toBe('go')
+      // Lowered again, what it spent still refuses it.
+      const lowered = createAnonymousLimiter({ perMinute: 3, windowSeconds: 60, redis, replacing: raised.counts })
+      expect(await lowered.consumeGuess('192.0.2.11')).toMatchObject({ admitted: false, remaining: 0 })
+    } finally {
+      redis.disconnect()
+    }
+  })
+
   it('never charges a key: a valid key from the same, exhausted IP has its whole quota', async () => {
     const g = await gateway()
     const { key } = await g.createKey({ plan: 'free' })
