@@ -1,9 +1,11 @@
 import type { Socket } from 'node:net'
+import fc from 'fast-check'
 import { Redis } from 'ioredis'
 import { describe, expect, it } from 'vitest'
 import { LATE_AFTER_MILLIS, connectRedis, createRedisStore, redisClockFor, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
 import { generateKeyId } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { limitKey } from '../../../gateway/src/rateLimit/limitStore.ts'
+import { createMemoryStore } from '../../../gateway/src/rateLimit/memoryStore.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../../../gateway/src/rateLimit/redisFootprint.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
 import { describeLimitStore } from './store.suite.ts'
@@ -94,6 +96,64 @@ function storedState(state: { minute: number[]; minuteHead: number; day: number[
   f64(state.levelUntil)
   return Buffer.concat(parts)
 }
+
+// The conformance suite checks each store against chosen cases; this checks them against each
+// other on random histories mixing what those cases take one at a time: limits and window settings
+// changing between requests (reloads, plan changes, gateways on either config), bans climbing and
+// forgotten, unbans, and the store's clock stepping back.
+describe('the in-process store and the Redis script', () => {
+  it('agree on every decision of random histories of requests, reloads, bans, unbans and clock steps', async () => {
+    const T0 = 1_800_000_000_000
+    const shapes = [
+      { minute: { limit: 3, windowMillis: 1_000, bucketMillis: 100 }, day: { limit: 8, windowMillis: 5_000, bucketMillis: 500 } },
+      { minute: { limit: 2, windowMillis: 1_000, bucketMillis: 100 }, day: { limit: 8, windowMillis: 5_000, bucketMillis: 500 } },
+      { minute: { limit: 3, windowMillis: 2_000, bucketMillis: 200 }, day: { limit: 8, windowMillis: 5_000, bucketMillis: 500 } },
+      { minute: { limit: 3, windowMillis: 1_000, bucketMillis: 250 }, day: { limit: 5, windowMillis: 10_000, bucketMillis: 1_000 } },
+    ]
+    const banPolicies = [
+      { strikes: 3, ladderMillis: [300, 1_000, 3_000], memoryMillis: 2_000 },
+      { strikes: 2, ladderMillis: [200, 600], memoryMillis: 1_000 },
+    ]
+    await withPrefixedRedis(async ({ client }) => {
+      const redis = createRedisStore(client)
+      let changes = 0
+      let histories = 0
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(
+            fc.record({
+              // Mostly close together (windows fill, strikes ban), now and then a long pause or a clock step back.
+              gap: fc.oneof({ arbitrary: fc.integer({ min: -50, max: 400 }), weight: 8 }, { arbitrary: fc.integer({ min: -12_000, max: 6_000 }), weight: 1 }),
+              shape: fc.integer({ min: 0, max: shapes.length - 1 }),
+              bans: fc.integer({ min: 0, max: banPolicies.length - 1 }),
+              unban: fc.integer({ min: 0, max: 10 }).map((draw) => draw === 0),
+            }),
+            { minLength: 1, maxLength: 80, size: 'max' },
+          ),
+          async (history) => {
+            const memory = createMemoryStore({ maxKeys: 4 })
+            const keyId = `key_parity${histories++}`
+            let now = T0
+            for (const step of history) {
+              now += step.gap
+              const bans = banPolicies[step.bans]!
+              if (step.unban) {
+                const change = ++changes
+                const at = { nowMillis: now, memoryMillis: bans.memoryMillis }
+                expect(await redis.unban(keyId, change, at)).toBe(await memory.unban(keyId, change, at))
+                continue
+              }
+              const request = { keyId, nowMillis: now, ...shapes[step.shape]!, bans }
+              expect(await redis.consume(request)).toEqual(await memory.consume(request))
+            }
+          },
+        ),
+        // Unshrunk: shrinking a long history against Redis outlasts the test's time.
+        { numRuns: 60, endOnFailure: true },
+      )
+    })
+  })
+})
 
 describe('stored state', () => {
   it('honours counts, strikes and bans in the layout gateways wrote before bucket lengths were kept', async () => {
