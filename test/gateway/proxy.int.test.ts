@@ -1,7 +1,16 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import http from 'node:http'
+import https from 'node:https'
 import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
+import { createPool } from '../../common/src/database/pool.ts'
+import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
+import { OPS_TEST_TOKEN, startGatewayProcess } from '../ops/gatewayProcess.ts'
+import { killAll } from '../scripts/processes.ts'
+import { issueCertificate, makeCa, opensslMissing, type TestCa } from '../helpers/certificates.ts'
 import { expectErrorResponse } from '../helpers/assertions.ts'
 import {
   garbageUpstream,
@@ -1339,5 +1348,68 @@ describe('rotating INTERNAL_TOKEN without an outage', () => {
     }
     const { key } = await strayGateway.createKey()
     await expectErrorResponse(await strayGateway.request('/v1/pets?limit=1', { key }), 502, 'bad_gateway')
+  })
+})
+
+describe('an https:// upstream', () => {
+  const database = suiteDatabase()
+  let directory: string
+  let ca: TestCa
+  let servers: https.Server[] = []
+  /** The x-internal-token each request that reached an https upstream carried. */
+  const credentials: (string | undefined)[] = []
+
+  beforeAll(() => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'aas-upstream-tls-'))
+    ca = makeCa(directory)
+  })
+  afterEach(async () => {
+    for (const server of servers) await new Promise((resolve) => server.close(resolve))
+    servers = []
+    credentials.length = 0
+  })
+  afterAll(async () => {
+    await killAll()
+    rmSync(directory, { recursive: true, force: true })
+  })
+
+  /** An https upstream with a certificate for 127.0.0.1 signed by `ca`: 204 to /auth-check, `[]` to anything else. */
+  async function httpsUpstream(): Promise<string> {
+    const certificate = issueCertificate(ca, `upstream-${servers.length}`, `0${servers.length + 1}`)
+    const server = https.createServer({ cert: readFileSync(certificate.certFile), key: readFileSync(certificate.keyFile) }, (request, response) => {
+      credentials.push(request.headers['x-internal-token'] as string | undefined)
+      if (request.url === '/auth-check') return void response.writeHead(204).end()
+      response.writeHead(200, { 'content-type': 'application/json' }).end('[]')
+    })
+    servers.push(server)
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    return `https://127.0.0.1:${(server.address() as net.AddressInfo).port}`
+  }
+
+  // The proxy's undici pool was made with rejectUnauthorized: false: a machine answering for the
+  // upstream's address with any certificate at all was handed INTERNAL_TOKEN and every client's request.
+  it.skipIf(opensslMissing)('never sends the internal credential to an upstream whose certificate it cannot verify: 502 bad_gateway', async () => {
+    const gateway = await startGateway({ databaseUrl: database.url, petsUrl: await httpsUpstream() })
+    try {
+      const { key } = await gateway.createKey()
+      await expectErrorResponse(await gateway.request('/v1/pets?limit=1', { key, contract: false }), 502, 'bad_gateway')
+      expect(credentials).toEqual([])
+    } finally {
+      await gateway.close()
+    }
+  })
+
+  it.skipIf(opensslMissing)('serves through an upstream whose certificate comes from a CA given with NODE_EXTRA_CA_CERTS', { timeout: 30_000 }, async () => {
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: await httpsUpstream(), env: { NODE_EXTRA_CA_CERTS: ca.certFile } })
+    try {
+      const pool = createPool({ connectionString: database.url, applicationName: 'tls-upstream-test', max: 1 })
+      const key = await createKeyRepository(pool).create({ name: 'tls upstream', plan: 'free' }).finally(() => pool.end())
+      const response = await fetch(`${gateway.url}/v1/pets?limit=1`, { headers: { authorization: `Bearer ${key.key}` } })
+      expect(response.status).toBe(200)
+      expect(await response.json()).toEqual([])
+      expect(credentials.at(-1)).toBe(OPS_TEST_TOKEN)
+    } finally {
+      gateway.cleanup()
+    }
   })
 })

@@ -53,10 +53,12 @@ export interface UpstreamObserver {
 
 /**
  * reply-from's undici defaults (lib/request.js getUndiciOptions), which applied before: 128
- * connections, no pipelining, and TLS certificates not verified (its `tls` option, which undici
- * spreads into `connect`). The upstream is on the private network over plain HTTP here.
+ * connections, no pipelining. Not its third, TLS certificates not verified: every request to an
+ * https:// upstream carries INTERNAL_TOKEN, which a machine answering for the upstream's address
+ * with any certificate at all was handed. An https:// upstream's certificate is verified as the
+ * readiness probe's is (Node's CAs and NODE_EXTRA_CA_CERTS), and the request is not sent without.
  */
-const UNDICI_DEFAULTS = { connections: 128, pipelining: 1, connect: { rejectUnauthorized: false } }
+const UNDICI_DEFAULTS = { connections: 128, pipelining: 1 }
 
 /** Connections the gateway opens to one upstream at most. */
 export const UPSTREAM_CONNECTIONS = UNDICI_DEFAULTS.connections
