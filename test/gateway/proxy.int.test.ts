@@ -1305,6 +1305,26 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(Object.values(seen)).not.toContain('forged')
     })
 
+    // RFC 9110 §9.3.8: the final recipient of a TRACE reflects the request it received as the body of
+    // a 200 (Apache httpd does by default), and a client must not put sensitive fields into one. The
+    // gateway forwarded TRACE like any method, with INTERNAL_TOKEN added: any key holder read the
+    // credential back from such an upstream, and with it could call the upstream directly.
+    it('never forwards TRACE, whose answer would reflect the internal credential: 501 not_implemented, the upstream asked nothing', async () => {
+      const reflecting = await scriptedUpstream((request, response) => {
+        const head = [`${request.method} ${request.url} HTTP/1.1`, ...Object.entries(request.headers).map(([name, value]) => `${name}: ${String(value)}`)].join('\r\n')
+        response.writeHead(200, { 'content-type': 'message/http' }).end(`${head}\r\n\r\n`)
+      })
+      const { gateway, key } = await gatewayTo(reflecting)
+      for (const path of ['/v1/pets', '/v1/pets/1']) {
+        const answer = await nodeRequest(`${gateway.url}${path}`, { method: 'TRACE', headers: { authorization: `Bearer ${key}` } })
+        expect(answer.body, path).not.toContain(TEST_INTERNAL_TOKEN)
+        expect(answer.status, answer.body).toBe(501)
+        expect(JSON.parse(answer.body)).toEqual({ code: 'not_implemented', message: expect.any(String), status: 501 })
+        expect(answer.headers['x-ratelimit-limit'], path).toBeDefined()
+      }
+      expect(reflecting.requests).toEqual([])
+    })
+
     it('forwards the query without a fragment the client sent in the request line', async () => {
       const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
       const { gateway, key } = await gatewayTo(recorder)

@@ -213,8 +213,13 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
   }
 
   function forward(request: FastifyRequest, reply: FastifyReply, destination: string): void {
-    if (!roomFor(reply)) return
     const raw = request.raw
+    // RFC 9110 §9.3.8: TRACE's final recipient reflects the request it received in its answer, and
+    // a client must not put sensitive fields into one. Forwarded, it carried INTERNAL_TOKEN and the
+    // caller's key id to an upstream that honours TRACE (Apache httpd does by default), and its 200
+    // handed them to the client. The gateway reflects nothing itself either.
+    if (raw.method === 'TRACE') return sendApiError(reply, gatewayErrors.create('not_implemented', 'This method is not supported.'))
+    if (!roomFor(reply)) return
     // A fragment is not part of a request target (RFC 9112 §3.2), but Node's parser lets one through.
     const target = raw.url ?? ''
     const fragmentAt = target.indexOf('#')
@@ -267,8 +272,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // The upstream writes Location and Link with the public prefix it is given.
     internalRewriteLocationHeader: false,
     disableRequestLogging: true,
-    // Every method the router knows goes to the upstream, which owns the paths below the prefix
-    // and answers 405 with the Allow header only it can get right for each of them.
+    // Every method the router knows goes to the upstream (TRACE excepted: forward), which owns the
+    // paths below the prefix and answers 405 with the Allow header only it can get right for each.
     httpMethods: app.supportedMethods,
     // The handler below takes the query from the raw URL (as reply-from did); without it here,
     // http-proxy does not parse and re-serialise a query it would throw away.
