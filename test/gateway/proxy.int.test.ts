@@ -1265,25 +1265,43 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(response.headers.get('x-end-to-end')).toBe('kept')
     })
 
-    it('drops the client\'s other spellings of its address, a proxy credential and URL overrides; adds itself to Via', async () => {
+    // README: every X-Forwarded-* is dropped. Only five were (for, host, proto, port, prefix): a
+    // client's X-Forwarded-Ssl or X-Forwarded-Scheme (Rack, Spring read them: "the client came over
+    // HTTPS"), X-Forwarded-Uri or X-Forwarded-Method (forward-auth middlewares) reached the upstream
+    // as if the gateway had said them, as did the address spellings CDNs and frameworks read
+    // (Client-IP in Rails, True-Client-IP, CF-Connecting-IP, X-Client-IP, X-Cluster-Client-IP …).
+    it('drops the client\'s other spellings of its address, every X-Forwarded-* field, a proxy credential and URL overrides; adds itself to Via', async () => {
       const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
       const { gateway, key } = await gatewayTo(recorder)
+      const spoofed = {
+        forwarded: 'for=1.2.3.4;host=evil;proto=https',
+        'x-real-ip': '1.2.3.4',
+        'x-forwarded-port': '1',
+        'x-forwarded-ssl': 'on',
+        'x-forwarded-scheme': 'https',
+        'x-forwarded-server': 'evil',
+        'x-forwarded-uri': '/admin',
+        'x-forwarded-method': 'DELETE',
+        'x-forwarded': 'for=1.2.3.4',
+        'forwarded-for': '1.2.3.4',
+        'client-ip': '1.2.3.4',
+        'x-client-ip': '1.2.3.4',
+        'true-client-ip': '1.2.3.4',
+        'cf-connecting-ip': '1.2.3.4',
+        'fastly-client-ip': '1.2.3.4',
+        'x-cluster-client-ip': '1.2.3.4',
+        'proxy-authorization': 'Basic c2VjcmV0',
+        'x-original-url': '/admin',
+        'x-rewrite-url': '/admin',
+      }
       const response = await gateway.request('/v1/pets', {
         key,
         contract: false,
-        headers: {
-          forwarded: 'for=1.2.3.4;host=evil;proto=https',
-          'x-real-ip': '1.2.3.4',
-          'x-forwarded-port': '1',
-          'proxy-authorization': 'Basic c2VjcmV0',
-          'x-original-url': '/admin',
-          'x-rewrite-url': '/admin',
-          via: '1.1 client-proxy',
-        },
+        headers: { ...spoofed, X_Forwarded_Ssl: 'on', via: '1.1 client-proxy' },
       })
       expect(response.status).toBe(200)
       const seen = recorder.requests[0]!.headers
-      for (const name of ['forwarded', 'x-real-ip', 'x-forwarded-port', 'proxy-authorization', 'x-original-url', 'x-rewrite-url']) {
+      for (const name of [...Object.keys(spoofed), 'x_forwarded_ssl']) {
         expect(seen[name], name).toBeUndefined()
       }
       expect(seen.via).toBe('1.1 client-proxy, 1.1 aas-gateway')

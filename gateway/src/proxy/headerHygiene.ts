@@ -24,12 +24,46 @@ const INTERNAL_HEADERS = [
 ]
 
 /**
- * A client's headers that would speak for the gateway or steer the upstream's routing: the other
- * spellings of the client's address (RFC 7239 Forwarded, X-Real-IP), a credential meant for a
- * proxy (Proxy-Authorization, consumed here, RFC 9110 §11.7.2) and the URL overrides some
- * frameworks obey (X-Original-URL, X-Rewrite-URL). Dropped with the gateway-only ones.
+ * The other spellings of the client's address that servers, frameworks and CDNs read: RFC 7239
+ * Forwarded, X-Real-IP (nginx), Client-IP (Rails), X-Client-IP, X-Cluster-Client-IP, X-Forwarded
+ * and Forwarded-For (PHP's usual list), True-Client-IP (Akamai), CF-Connecting-IP (Cloudflare),
+ * Fastly-Client-IP. Only the gateway says where a request came from (X-Forwarded-For).
  */
-export const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, 'forwarded', 'x-real-ip', 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
+const ADDRESS_SPELLINGS = [
+  'forwarded',
+  'x-real-ip',
+  'client-ip',
+  'x-client-ip',
+  'x-cluster-client-ip',
+  'x-forwarded',
+  'forwarded-for',
+  'true-client-ip',
+  'cf-connecting-ip',
+  'fastly-client-ip',
+]
+
+/**
+ * A client's headers that would speak for the gateway or steer the upstream's routing: the other
+ * spellings of the client's address, a credential meant for a proxy (Proxy-Authorization,
+ * consumed here, RFC 9110 §11.7.2) and the URL overrides some frameworks obey (X-Original-URL,
+ * X-Rewrite-URL). Dropped with the gateway-only ones, and with every X-Forwarded-* field
+ * (isClientDropped).
+ */
+const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, ...ADDRESS_SPELLINGS, 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
+
+/** Fields a proxy says about the request it forwards; the gateway writes the ones it means itself. */
+const FORWARDED_FIELD = 'x-forwarded-'
+
+/**
+ * Whether a client's header (its lower-case name) is dropped before forwarding: one of
+ * CLIENT_DROPPED, or any X-Forwarded-* field. Beyond the five the gateway knows, upstream
+ * frameworks read X-Forwarded-Ssl and X-Forwarded-Scheme (Rack, Spring: the client came over
+ * HTTPS), X-Forwarded-Uri and X-Forwarded-Method (forward-auth middlewares), X-Forwarded-Server:
+ * a client's copy would reach them as if the gateway had said it.
+ */
+export function isClientDropped(name: string): boolean {
+  return CLIENT_DROPPED.has(name) || name.startsWith(FORWARDED_FIELD)
+}
 
 /**
  * Whether a client's header name with underscores (`X_Internal_Token`) is one of those dropped,
@@ -39,7 +73,7 @@ export const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, 'forwarded', 'x-real
  * is not the pets-service may not.
  */
 export function spellsDropped(name: string): boolean {
-  return CLIENT_DROPPED.has(name.replaceAll('_', '-'))
+  return isClientDropped(name.replaceAll('_', '-'))
 }
 
 /** An upstream's headers that are not the client's business: the internal ones, and what software it runs. */

@@ -6,7 +6,7 @@ import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
 import { sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { spreadAnswers, type RetryAfterSpread } from '../../../common/src/http/retryAfter.ts'
 import { gatewayErrors } from '../errors.ts'
-import { ANSWER_DROPPED, CLIENT_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, sanitizeHeaderValue, spellsDropped } from './headerHygiene.ts'
+import { ANSWER_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, isClientDropped, sanitizeHeaderValue, spellsDropped } from './headerHygiene.ts'
 import {
   UpstreamDeadlineError,
   UpstreamSilentError,
@@ -240,7 +240,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     const body = Buffer.isBuffer(request.body) ? request.body : undefined
     const headers = gatewayHeaders(request, options.internalToken)
     for (const key in incoming) {
-      if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || CLIENT_DROPPED.has(key)) continue
+      if (HOP_BY_HOP_SET.has(key) || key === 'expect' || key === 'authorization' || isClientDropped(key)) continue
       if (key.includes('_') && spellsDropped(key)) continue
       if (named.length > 0 && named.includes(key)) continue
       headers[key] = incoming[key]
