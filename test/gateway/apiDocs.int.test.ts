@@ -91,6 +91,10 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
         expect(response.headers.get('ratelimit-policy')).toMatch(/^"anonymous";/)
         await expectErrorResponse(response, 405, 'method_not_allowed')
       }
+      // Whatever body it carries, even one whose Content-Type is no media type at all (it was 415).
+      const withBody = await gateway.request(path, { method, headers: { 'content-type': 'bogus' }, body: '{}' })
+      expect(withBody.headers.get('allow'), `${method} ${path} with a bogus Content-Type`).toBe('GET, HEAD')
+      await expectErrorResponse(withBody, 405, 'method_not_allowed')
     }
   })
 
@@ -126,8 +130,11 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
     }
     const head = await gateway.request('/', { method: 'HEAD' })
     expect(head.status).toBe(404)
-    // Not 405 with an Allow naming GET, which has no operation here either.
-    await expectErrorResponse(await gateway.request('/', { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } }), 404, 'not_found')
+    // Not 405 with an Allow naming GET, which has no operation here either; and whatever the body's
+    // type, even one that is no media type at all (it was 415).
+    for (const contentType of ['application/json', 'bogus', 'application/json, text/plain']) {
+      await expectErrorResponse(await gateway.request('/', { method: 'POST', body: '{}', headers: { 'content-type': contentType } }), 404, 'not_found')
+    }
     // Only / itself: another path outside /v1 still asks for a key first.
     await expectErrorResponse(await gateway.request('/pets'), 401, 'missing_api_key')
   })

@@ -195,6 +195,21 @@ describe('gateway authentication', () => {
     await expectErrorResponse(orders, 405, 'method_not_allowed')
   })
 
+  // Regression: a Content-Type that is no media type at all was refused with 415 before any route ran.
+  it('answers a body whose Content-Type is no media type, on a path that does not exist or does not take it, by the path: 404 or 405', async () => {
+    const { key } = await gateway.createKey()
+    for (const contentType of ['bogus', 'application/json, text/plain']) {
+      const noMediaType = { method: 'POST', headers: { 'content-type': contentType }, body: '{}' }
+      await expectErrorResponse(await gateway.request('/v1/nowhere', { key, ...noMediaType }), 404, 'not_found')
+      const orders = await gateway.request('/v1/store/orders', { key, ...noMediaType })
+      expect(orders.headers.get('allow'), contentType).toBe('GET, HEAD')
+      expect(orders.headers.get('x-ratelimit-limit'), contentType).not.toBeNull()
+      await expectErrorResponse(orders, 405, 'method_not_allowed')
+      // The key is still asked for first.
+      await expectUnauthorized(await gateway.request('/v1/nowhere', noMediaType), 'missing_api_key')
+    }
+  })
+
   it('answers GET /v1/store/orders with 501 not_implemented after authentication', async () => {
     await expectUnauthorized(await gateway.request('/v1/store/orders'), 'missing_api_key')
     const { key } = await gateway.createKey()

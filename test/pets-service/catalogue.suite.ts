@@ -548,6 +548,9 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
           { label: 'a rounded number', headers: { 'content-type': 'application/json' }, body: '{"categoryId":1.0000000000000001}' },
           { label: 'Latin-1', headers: { 'content-type': 'application/json; charset=latin1' }, body: '{}' },
           { label: 'gzip', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: gzipSync('{}') },
+          // A Content-Type that is no media type at all was refused with 415 before any route ran.
+          { label: 'no media type', headers: { 'content-type': 'bogus' }, body: '{}' },
+          { label: 'two media types', headers: { 'content-type': 'application/json, text/plain' }, body: '{}' },
         ]
         for (const { label, headers, body } of bodies) {
           const one = await service.request('/pets/1', { method: 'DELETE', headers, body })

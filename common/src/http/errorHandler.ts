@@ -96,6 +96,11 @@ function answers(match: { params: Record<string, string | undefined> } | null): 
   return match !== null && Object.entries(match.params).every(([name, value]) => name === '*' || value !== '')
 }
 
+/** A Content-Type sent that does not parse as a media type: Fastify would answer 415 for the body. */
+export function hasNoMediaType(request: FastifyRequest): boolean {
+  return request.headers['content-type'] !== undefined && request.mediaType === undefined
+}
+
 function notFoundAnswer(app: FastifyInstance, request: FastifyRequest, codes: FrameworkErrorCodes): ApiError {
   if (codes.unknownMethod && !app.supportedMethods.includes(request.method)) return codes.unknownMethod()
   const allowed = methodsAnswering(app, request.url)
@@ -132,6 +137,14 @@ export const errorBodies = fp(
     })
     app.setNotFoundHandler((request, reply) => {
       sendApiError(reply, notFoundAnswer(app, request, codes))
+    })
+    // Fastify refuses a Content-Type that is no media type at all (`bogus`, `a, b`) with 415 as it
+    // starts to read the body, before any handler, the not-found one's too. No route takes this
+    // request, so its body is no one's to judge: the path's answer (404, or 405 with Allow) is given
+    // instead, once every earlier stage (a key, the limits) has let the request through.
+    app.addHook('preParsing', (request, reply, payload, done) => {
+      if (request.is404 && hasNoMediaType(request)) return sendApiError(reply, notFoundAnswer(app, request, codes))
+      done(null, payload)
     })
   },
   { name: 'error-bodies' },

@@ -3,7 +3,8 @@ import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { gzipSync } from 'node:zlib'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler } from 'fastify'
+import { hasNoMediaType, sendApiError } from '../../../common/src/http/errorHandler.ts'
 import type { GatewayConfig } from '../config/loadConfig.ts'
 import { gatewayErrors } from '../errors.ts'
 import { loadOpenApiDocument, withOrdersUpstream, withServers } from '../openapi/document.ts'
@@ -96,8 +97,15 @@ export async function apiDocs(app: FastifyInstance, options: { config: () => Gat
   // Where a browser or a bare `curl <host>:8080` lands first: told where the API and its docs are
   // rather than to send a key for a path that has no operation anyway. Every method: a 405 would
   // name GET as answered here.
-  app.all('/', { config: { public: true } }, async () => {
-    throw gatewayErrors.create('not_found', ROOT_MESSAGE)
+  // Whatever body comes with it: one whose Content-Type is no media type at all, which Fastify
+  // would refuse with 415 as it started to read it, gets the same answer, before it is read.
+  const rootNotFound = () => gatewayErrors.create('not_found', ROOT_MESSAGE)
+  const notReadingTheBody: preParsingHookHandler = (request, reply, payload, done) => {
+    if (hasNoMediaType(request)) return sendApiError(reply, rootNotFound())
+    done(null, payload)
+  }
+  app.all('/', { config: { public: true }, preParsing: notReadingTheBody }, async () => {
+    throw rootNotFound()
   })
 
   const assets = readAssets()
