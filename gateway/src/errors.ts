@@ -45,7 +45,8 @@ export const gatewayFrameworkErrors: FrameworkErrorCodes = {
   // Under /v1/pets every method the router knows is forwarded; only the pets-service knows the rest.
   unknownMethod: methodNotSupported,
   payloadTooLarge: () => gatewayErrors.create('payload_too_large'),
-  // A Content-Type that does not parse (`bogus`, `a, b`): refused as the pets-service would refuse it.
+  // A Content-Type that does not parse (`bogus`, `a, b`) on a route of the gateway's own that reads a
+  // body (none but the 400 of an undecodable path); under /v1/pets it goes on to the upstream (upstreamProxy.ts).
   unsupportedMediaType: () => gatewayErrors.create('unsupported_media_type'),
   badRequest: () => gatewayErrors.create('bad_request'),
   serverError: (error) => gatewayErrors.create('internal_error', undefined, { cause: error }),

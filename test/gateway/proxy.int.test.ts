@@ -178,6 +178,20 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(await gateway.request('/v1/store/orders', { method: 'DELETE' }), 401, 'missing_api_key')
   })
 
+  it('answers a method a path does not have with 405 whatever the body\'s Content-Type, even one that is no media type (it was 415)', async () => {
+    for (const contentType of ['bogus', 'application/json, text/plain']) {
+      const deleted = await gateway.request('/v1/pets/1', { key, method: 'DELETE', headers: { 'content-type': contentType }, body: '{}' })
+      expect(deleted.headers.get('allow'), contentType).toBe('GET, HEAD')
+      expect(deleted.headers.get('x-ratelimit-limit'), contentType).not.toBeNull()
+      await expectErrorResponse(deleted, 405, 'method_not_allowed')
+      const replaced = await gateway.request('/v1/pets', { key, method: 'PUT', headers: { 'content-type': contentType }, body: '[]' })
+      expect(replaced.headers.get('allow'), contentType).toBe('GET, HEAD, POST')
+      await expectErrorResponse(replaced, 405, 'method_not_allowed')
+      // A path below /v1/pets that no operation has: the pets-service's 404.
+      await expectErrorResponse(await gateway.request('/v1/pets/1/photos', { key, method: 'POST', headers: { 'content-type': contentType }, body: '{}' }), 404, 'not_found')
+    }
+  })
+
   it('answers a method no router here knows with 501, never an Allow header it cannot get right', async () => {
     // The gateway forwards every method it knows under /v1/pets, so it cannot tell which ones the
     // pets-service answers on a path; the pets-service itself can.
@@ -367,7 +381,7 @@ describe('gateway proxy to the real pets-service', () => {
     await expectErrorResponse(response, 413, 'payload_too_large')
   })
 
-  it.each(['bogus', 'application/json, text/plain'])('refuses a body whose Content-Type "%s" is no media type with 415, as the pets-service would', async (contentType) => {
+  it.each(['bogus', 'application/json, text/plain'])('answers a create whose Content-Type "%s" is no media type 415: the pets-service refuses it, as it does any type but JSON', async (contentType) => {
     const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': contentType }, body: '{"name":"Rex","categoryId":1}' })
     await expectErrorResponse(response, 415, 'unsupported_media_type')
     expect(response.headers.get('x-ratelimit-limit')).not.toBeNull()

@@ -3,7 +3,7 @@ import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
-import { sendApiError } from '../../../common/src/http/errorHandler.ts'
+import { hasNoMediaType, sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { spreadAnswers, type RetryAfterSpread } from '../../../common/src/http/retryAfter.ts'
 import { gatewayErrors } from '../errors.ts'
 import { ANSWER_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, isClientDropped, sanitizeHeaderValue, spellsDropped } from './headerHygiene.ts'
@@ -117,6 +117,23 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       done()
     })
   }
+
+  /**
+   * A client's Content-Type that is no media type at all (`bogus`, `a, b`), set aside while the
+   * body is read. Fastify refuses such a type with 415 as it starts to read a body, before any
+   * route; below this prefix the upstream owns the paths and methods, and a method a path lacks is
+   * its 405 whatever the body (an operation that reads the body refuses the type itself, 415). So
+   * the body is read as bytes like any other, and the header goes on as the client sent it. Not a
+   * QUERY's: without its Content-Type, Fastify would refuse it with 400 as it does a QUERY that sent none.
+   */
+  const unparsedContentType = new WeakMap<FastifyRequest, string>()
+  app.addHook('preParsing', (request, _reply, payload, done) => {
+    if (request.method !== 'QUERY' && hasNoMediaType(request)) {
+      unparsedContentType.set(request, request.headers['content-type'] as string)
+      delete request.headers['content-type']
+    }
+    done(null, payload)
+  })
 
   /**
    * Requests dispatched to the pool whose exchange undici has not ended yet. A request answered
@@ -247,9 +264,11 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     }
     if (incoming.via !== undefined) headers.via = `${incoming.via}, ${VIA}`
     headers.host = host
+    const unparsed = unparsedContentType.get(request)
+    if (unparsed !== undefined) headers['content-type'] = unparsed
     if (body) {
       headers['content-length'] = String(body.length)
-      headers['content-type'] = incoming['content-type'] ?? 'application/octet-stream'
+      headers['content-type'] = unparsed ?? incoming['content-type'] ?? 'application/octet-stream'
     }
 
     const sent: Dispatcher.DispatchOptions = {
