@@ -1,4 +1,5 @@
 import { Registry, collectDefaultMetrics } from 'prom-client'
+import { requireUtf8Database } from '../../common/src/database/encoding.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
@@ -50,6 +51,7 @@ async function main(): Promise<void> {
   await ops.listen({ host: config.opsHost, port: config.opsPort })
 
   await waitForPostgres(pool, logger)
+  await requireUtf8Database(pool)
   await requirePostgresGrants(pool, PETS_POSTGRES_NEEDS, () => migrate(pool, PETS_MIGRATIONS, logger))
   const pets = createPetRepository(pool, { preparedStatements: await connectionsHaveOwnSessions(pool) })
   const app = await buildPetsService({ pets, internalToken: config.internalToken, previousInternalToken: config.previousInternalToken, logger, registry, postgresRefusals })
