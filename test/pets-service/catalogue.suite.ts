@@ -96,6 +96,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a name of 101 characters', JSON.stringify({ name: 'n'.repeat(101), categoryId: 1 })],
         ['a name with a NUL character', '{"name":"Re\\u0000x","categoryId":1}'],
         ['a name with a line break inside', '{"name":"Re\\nx","categoryId":1}'],
+        ['a name with a line separator inside (U+2028)', '{"name":"Rex\\u2028Max","categoryId":1}'],
+        ['a name with a paragraph separator inside (U+2029)', '{"name":"Rex\\u2029Max","categoryId":1}'],
         ['a name with a C1 control character', '{"name":"Re\\u0085x","categoryId":1}'],
         ['a name of only C1 control characters', '{"name":" \\u0085\\u009b ","categoryId":1}'],
         ['a name with a lone surrogate', '{"name":"Re\\ud800x","categoryId":1}'],

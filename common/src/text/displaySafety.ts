@@ -14,6 +14,12 @@ export const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/
  */
 export const BIDI_CONTROL = /[\u202a-\u202e\u2066-\u2069]/
 
+/**
+ * Unicode's line and paragraph separators (U+2028, U+2029): no control characters, but line
+ * breaks wherever text is laid out (a list of names shows one on two lines), as a newline is.
+ */
+export const LINE_SEPARATOR = /[\u2028\u2029]/
+
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const NOT_SHOWN_AS_IS = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g
 

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { BIDI_CONTROL, CONTROL_CHARACTER } from '../../../common/src/text/displaySafety.ts'
+import { BIDI_CONTROL, CONTROL_CHARACTER, LINE_SEPARATOR } from '../../../common/src/text/displaySafety.ts'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { petsErrors } from '../errors.ts'
 import { consumerId, publicPrefix } from '../http/forwarded.ts'
@@ -22,6 +22,10 @@ export function normaliseNewPet(body: NewPet): NewPetRow {
   // Control characters have no place in a name, and Postgres text cannot hold NUL at all.
   if (CONTROL_CHARACTER.test(name) || !name.isWellFormed()) {
     throw petsErrors.create('validation_failed', 'body/name must be Unicode text without control characters')
+  }
+  // A name is one line: U+2028 and U+2029 break it as a newline does, which the check above refuses.
+  if (LINE_SEPARATOR.test(name)) {
+    throw petsErrors.create('validation_failed', 'body/name must be one line, without line or paragraph separators (U+2028, U+2029)')
   }
   if (BIDI_CONTROL.test(name)) {
     throw petsErrors.create('validation_failed', 'body/name must not hold bidirectional override, embedding or isolate characters (U+202A–U+202E, U+2066–U+2069)')
