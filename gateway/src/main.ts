@@ -3,6 +3,7 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
+import { requireUtf8Database } from '../../common/src/database/encoding.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
 import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
@@ -92,6 +93,7 @@ async function main(): Promise<void> {
   await ops.listen({ host: config.server.opsHost, port: config.server.opsPort })
 
   await waitForPostgres(pool, logger)
+  await requireUtf8Database(pool)
   await requirePostgresGrants(pool, GATEWAY_POSTGRES_NEEDS, () => migrate(pool, GATEWAY_MIGRATIONS, logger))
   const redisReady = await limiter.ready()
   // A Redis that is down may come back, and the gateway starts meanwhile; one that refuses the

@@ -1,11 +1,11 @@
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import type { Redis } from 'ioredis'
 import pg from 'pg'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
@@ -13,6 +13,7 @@ import { limitKey } from '../../gateway/src/rateLimit/limitStore.ts'
 import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startPrivateRedis, type PrivateRedis } from '../helpers/redisServer.ts'
+import { TEST_DATABASE_PREFIX, dropDatabases } from '../helpers/postgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { relayTo } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
@@ -37,9 +38,12 @@ describe('starting before Postgres, and signals at the edges of a process life',
   beforeAll(async () => {
     upstream = await recordingUpstream()
   })
+  /** Databases made with another encoding than UTF-8, dropped at the end. */
+  const encodingDatabases: string[] = []
   afterEach(killAll)
   afterAll(async () => {
     await upstream?.close()
+    await dropDatabases(inject('postgresAdminUrl'), (name) => encodingDatabases.includes(name))
   })
 
   const gatewayEnv = (databaseUrl: string, extra: NodeJS.ProcessEnv = {}) => gatewayProcessEnv({ databaseUrl, petsUrl: upstream.url, extra })
@@ -119,6 +123,32 @@ describe('starting before Postgres, and signals at the edges of a process life',
     const gateway = startNode('gateway/src/main.ts', env)
     expect(await exitWithin(gateway, 30_000)).toEqual({ code: 1, signal: null })
     expect(gateway.output()).toContain('cannot use Postgres at DATABASE_URL: 3D000')
+  }, 40_000)
+
+  // On such a database a pet named "Rex 🐶" was answered 500 internal_error (LATIN1 cannot encode it;
+  // SQL_ASCII counts its bytes against the 100-character CHECK) while "Rex" was stored, and the keys
+  // CLI failed on a key name alike.
+  it.each([
+    ['pets-service', 'LATIN1'],
+    ['pets-service', 'SQL_ASCII'],
+    ['gateway', 'LATIN1'],
+  ] as const)('a %s whose database stores text as %s exits 1 at start, naming the encoding and the fix', async (service, encoding) => {
+    const name = `${TEST_DATABASE_PREFIX}${inject('testRunId')}_${encoding.toLowerCase()}_${randomBytes(3).toString('hex')}`
+    const admin = new pg.Client({ connectionString: inject('postgresAdminUrl') })
+    await admin.connect()
+    try {
+      await admin.query(`CREATE DATABASE "${name}" ENCODING '${encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'`)
+      encodingDatabases.push(name)
+    } finally {
+      await admin.end()
+    }
+    const url = new URL(inject('postgresAdminUrl'))
+    url.pathname = `/${name}`
+    const { env } = service === 'gateway' ? await gatewayEnv(url.toString()) : await petsEnv(url.toString())
+    const started = startNode(service === 'gateway' ? 'gateway/src/main.ts' : 'pets-service/src/main.ts', env)
+    expect(await exitWithin(started, 30_000)).toEqual({ code: 1, signal: null })
+    expect(started.output()).toContain(`${service} cannot start: cannot use Postgres at DATABASE_URL: the database "${name}" stores text as ${encoding}`)
+    expect(started.output()).toContain("ENCODING 'UTF8'")
   }, 40_000)
 
   // A failover to a host that is gone, as the service starts: waitForPostgres was answered, then the

@@ -4,8 +4,7 @@ import pg from 'pg'
 import type { InjectOptions } from 'fastify'
 import { pino } from 'pino'
 import { Registry } from 'prom-client'
-import { randomBytes } from 'node:crypto'
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
@@ -18,8 +17,6 @@ import { captureLog } from '../helpers/logCapture.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { relayTo } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
-import { TEST_DATABASE_PREFIX, dropDatabases } from '../helpers/postgres.ts'
-import { baseEnv, exitWithin, freePort, killAll, startNode } from '../scripts/processes.ts'
 
 const auth = { 'x-internal-token': TEST_INTERNAL_TOKEN }
 
@@ -525,40 +522,4 @@ describe('pets-service operations', () => {
       await pool.end()
     }
   })
-})
-
-describe('pets-service on a database whose encoding cannot hold Unicode names', () => {
-  const admin = () => new pg.Client({ connectionString: inject('postgresAdminUrl') })
-  const created: string[] = []
-  afterEach(killAll)
-  afterAll(async () => {
-    await dropDatabases(inject('postgresAdminUrl'), (name) => created.includes(name))
-  })
-
-  // On such a database a name like "Rex 🐶" was answered 500 internal_error (LATIN1 cannot encode
-  // it; SQL_ASCII counts its bytes against the 100-character CHECK), while "Rex" was stored.
-  it.each(['LATIN1', 'SQL_ASCII'])('exits 1 at start, naming the encoding (%s) and the fix, instead of answering 500 to the names it cannot store', async (encoding) => {
-    const name = `${TEST_DATABASE_PREFIX}${inject('testRunId')}_${encoding.toLowerCase()}_${randomBytes(3).toString('hex')}`
-    const client = admin()
-    await client.connect()
-    try {
-      await client.query(`CREATE DATABASE "${name}" ENCODING '${encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'`)
-      created.push(name)
-    } finally {
-      await client.end()
-    }
-    const url = new URL(inject('postgresAdminUrl'))
-    url.pathname = `/${name}`
-    const env = {
-      ...baseEnv(),
-      DATABASE_URL: url.toString(),
-      INTERNAL_TOKEN: TEST_INTERNAL_TOKEN,
-      PETS_PORT: String(await freePort()),
-      PETS_OPS_PORT: String(await freePort()),
-    }
-    const pets = startNode('pets-service/src/main.ts', env)
-    expect(await exitWithin(pets, 30_000)).toEqual({ code: 1, signal: null })
-    expect(pets.output()).toContain(`pets-service cannot start: cannot use Postgres at DATABASE_URL: the database "${name}" stores text as ${encoding}`)
-    expect(pets.output()).toContain("ENCODING 'UTF8'")
-  }, 40_000)
 })
