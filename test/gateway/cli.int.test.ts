@@ -227,6 +227,40 @@ describe('keys CLI (npm run keys)', () => {
     expect(listed.stderr).not.toMatch(/\n\s+at /)
   })
 
+  // `keys list | head`, a pager quit early, a reader that died: Unix tools stop quietly there.
+  it('stops quietly with exit 0 when the reader of list or show goes away (keys list | head), with no stack trace', async () => {
+    await schema()
+    await pool.query(
+      `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan)
+       SELECT 'key_pipe' || lpad(g::text, 6, '0'), sha256(('pipe' || g)::bytea), 'aas_pipe00', 'piped ' || g, 'free'
+         FROM generate_series(1, 3000) g`,
+    )
+    try {
+      const env = cleanEnv({ DATABASE_URL: database.url })
+      const runs = await Promise.all([
+        runKeysCli(['list'], env, 20_000, 'first-chunk'),
+        runKeysCli(['list', '--json'], env, 20_000, 'first-chunk'),
+        runKeysCli(['show', 'key_pipe000001'], env, 20_000, 'gone'),
+      ])
+      for (const piped of runs) {
+        expect(piped.stderr, piped.args.join(' ')).toBe('')
+        expect(piped.code, piped.args.join(' ')).toBe(0)
+      }
+    } finally {
+      await pool.query(`DELETE FROM gateway.api_keys WHERE id LIKE 'key_pipe%'`)
+      await pool.query(`DELETE FROM gateway.api_key_changes WHERE key_id LIKE 'key_pipe%'`)
+    }
+  })
+
+  // The change is made, but what it printed was lost: for create, the key itself.
+  it('says in one line on stderr, exit 1, when a change was made but its output could not be written (stdout closed)', async () => {
+    const run = await runKeysCli(['create', '--plan', 'free', '--name', 'unread'], cleanEnv({ DATABASE_URL: database.url }), 20_000, 'gone')
+    expect(run.code, run.stderr).toBe(1)
+    expect(run.stderr).toMatch(/^error: stdout was closed before the result was written[^\n]*\n$/)
+    expect(run.stderr).toContain('create was done')
+    expect(run.stderr).not.toMatch(ANY_KEY)
+  })
+
   it('lists 130,000 keys in full, in creation order, as a table and as one JSON object', async () => {
     await schema()
     // In batches: each insert also writes the change log, and one statement for all 130,000 rows

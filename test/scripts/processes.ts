@@ -185,8 +185,17 @@ export interface CliRun {
   stderr: string
 }
 
-/** `npm run keys -- …` as an operator runs it, minus npm: the real CLI entry point in a child process. */
-export function runKeysCli(args: string[], env: NodeJS.ProcessEnv, timeoutMillis = 45_000): Promise<CliRun> {
+/**
+ * `npm run keys -- …` as an operator runs it, minus npm: the real CLI entry point in a child process.
+ * `stdoutReader` stops reading the CLI's stdout as a pipe's reader can: `first-chunk` once it has
+ * one chunk (`keys list | head -1`, a pager quit), `gone` before anything was written.
+ */
+export function runKeysCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMillis = 45_000,
+  stdoutReader: 'whole' | 'first-chunk' | 'gone' = 'whole',
+): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/cli/keys.ts', ...args], {
       cwd: ROOT,
@@ -195,7 +204,11 @@ export function runKeysCli(args: string[], env: NodeJS.ProcessEnv, timeoutMillis
     })
     let stdout = ''
     let stderr = ''
-    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()))
+    if (stdoutReader === 'gone') child.stdout?.destroy()
+    child.stdout?.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString()
+      if (stdoutReader === 'first-chunk') child.stdout?.destroy()
+    })
     child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMillis)
     child.once('error', reject)

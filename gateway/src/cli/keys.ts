@@ -37,7 +37,34 @@ async function main(argv: string[], output: Output): Promise<number> {
   }
 }
 
-process.exitCode = await main(process.argv.slice(2), {
-  out: (text) => void process.stdout.write(text),
+/**
+ * stdout's reader gone (`keys list | head`, a pager quit, a closed terminal): EPIPE, which Node
+ * raised as an uncaught error with its stack trace. Reading commands stop quietly, as Unix tools
+ * do; a command that changed something says once that its result was not written, exit 1.
+ */
+const READ_ONLY = new Set(['list', 'show', 'help', '--help', '-h'])
+let stdoutGone = false
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error
+  stdoutGone = true
+})
+process.stderr.on('error', () => undefined)
+
+const argv = process.argv.slice(2)
+const code = await main(argv, {
+  out: (text) => void (stdoutGone || process.stdout.write(text)),
   err: (text) => void process.stderr.write(text),
 })
+// The EPIPE of the last write is reported on a later turn.
+await new Promise((resolve) => setImmediate(resolve))
+const command = argv.find((argument) => argument !== '--json') ?? ''
+if (stdoutGone && code === 0 && !READ_ONLY.has(command)) {
+  process.stderr.write(
+    `error: stdout was closed before the result was written; ${escapeForDisplay(command)} was done` +
+      (command === 'create' ? ', but the new key is lost with it: revoke it (`npm run keys -- list` shows it by its name) and create another' : '') +
+      '\n',
+  )
+  process.exitCode = 1
+} else {
+  process.exitCode = code
+}
