@@ -144,7 +144,7 @@ describe('gateway config', () => {
   })
 
   // A refused value is echoed so the operator sees what was read; its password must not be.
-  it('never prints the password of a refused REDIS_URL or REDIS_CLUSTER_NODES entry', () => {
+  it('never prints the password of a refused REDIS_URL, REDIS_CLUSTER_NODES entry or PETS_URL', () => {
     const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
     const refusals: [Record<string, string>, string][] = [
       [{ REDIS_URL: 'tls://default:S3cr3t-pa55@redis.example.com:6380' }, 'got "tls://default:***@redis.example.com:6380"'],
@@ -156,6 +156,9 @@ describe('gateway config', () => {
       // ioredis takes a password from the query too.
       [{ REDIS_URL: 'tls://redis.example.com:6380?password=S3cr3t-pa55&db=2' }, 'got "tls://redis.example.com:6380?password=***&db=2"'],
       [{ REDIS_URL: 'redis.example.com:6380?Password=S3cr3t-pa55' }, 'got "redis.example.com:6380?Password=***"'],
+      // An upstream behind basic authentication, its port mistyped.
+      [{ PETS_URL: 'http://gw:S3cr3t-pa55@pets:99999' }, 'got "http://gw:***@pets:99999"'],
+      [{ PETS_URL: 'ftp://gw:S3cr3t-pa55@pets:3001' }, 'got "ftp://gw:***@pets:3001"'],
     ]
     for (const [env, shown] of refusals) {
       const message = refusalOf(file, env)

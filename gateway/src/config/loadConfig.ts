@@ -506,7 +506,8 @@ function checkRedisClientCertificate(config: GatewayConfig): void {
 function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
   const raw = env.PETS_URL
   const problem = raw ? httpUrlProblem(raw) : undefined
-  if (problem) throw new EnvError(`PETS_URL ${problem} (got "${raw}")`)
+  // An upstream behind basic authentication carries its password in the URL: echoed without it.
+  if (problem) throw new EnvError(`PETS_URL ${problem} (got "${withoutPassword(raw!)}")`)
   return raw || undefined
 }
 
