@@ -1,5 +1,7 @@
+import pino from 'pino'
 import { describe, expect, it } from 'vitest'
-import { postgresNotThereYet } from '../../common/src/database/waitForPostgres.ts'
+import { createPool } from '../../common/src/database/pool.ts'
+import { postgresNotThereYet, waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 
 describe('which Postgres errors a service waits out at start', () => {
   it('waits while Postgres is not there yet: unreachable, starting, out of slots, or pg saying a connection timed out or ended', () => {
@@ -37,5 +39,22 @@ describe('which Postgres errors a service waits out at start', () => {
       Object.assign(new Error('no such database: nope'), { code: '08P01' }),
     ]
     for (const error of refused) expect(postgresNotThereYet(error), error.message).toBe(false)
+  })
+
+  // README: a password with / @ # % must be percent-encoded in the URL. Unencoded, the service
+  // said only "ERR_INVALID_URL: Invalid URL".
+  it('stops at once on a DATABASE_URL pg cannot parse (a password not percent-encoded), saying what to fix and not the password', async () => {
+    const pool = createPool({ connectionString: 'postgres://app:pa/ss#w0rd@127.0.0.1:5432/pets', applicationName: 'test' })
+    try {
+      const refusal = await waitForPostgres(pool, pino({ level: 'silent' })).then(
+        () => undefined,
+        (error: unknown) => error as Error,
+      )
+      expect(refusal?.message).toMatch(/^cannot use Postgres at DATABASE_URL: .*percent-encode/)
+      expect(refusal?.message).toContain('PGPASSWORD')
+      expect(refusal?.message).not.toContain('w0rd')
+    } finally {
+      await pool.end()
+    }
   })
 })

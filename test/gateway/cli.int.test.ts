@@ -64,6 +64,14 @@ describe('keys CLI (npm run keys)', () => {
 
   // A primary demoted in a failover, default_transaction_read_only: Postgres answers, and the
   // operator is told that, not sent to check the network.
+  // README: a password with / @ # % must be percent-encoded. Unencoded, the CLI blamed the schema.
+  it('says DATABASE_URL does not parse and what to fix, not that the schema could not be prepared, exit 1', async () => {
+    const refused = await keys(['list'], cleanEnv({ DATABASE_URL: 'postgres://app:pa/ss#w0rd@127.0.0.1:5432/pets' }))
+    expectFailure(refused, /^error: cannot use Postgres at DATABASE_URL: .*percent-encode .*PGPASSWORD/)
+    expect(refused.stderr).not.toContain('schema')
+    expect(refused.stderr).not.toContain('w0rd')
+  })
+
   it('says Postgres takes no writes, not that it cannot be reached, when the database is read-only', async () => {
     await schema()
     const { record } = await repository.create({ name: 'read-only', plan: 'free' })

@@ -33,6 +33,19 @@ const describe = (error: unknown) => {
   return [code, message?.split('\n')[0]?.slice(0, 200)].filter(Boolean).join(': ') || String(error)
 }
 
+/**
+ * What to do about a DATABASE_URL pg cannot parse (its TypeError ERR_INVALID_URL, "Invalid URL"):
+ * most often a password holding `/`, `#`, `@` or `%` as written, which ends the URL's parts early.
+ */
+export const UNPARSABLE_DATABASE_URL =
+  'DATABASE_URL does not parse as a URL: percent-encode / @ # % in its password (or leave the password out of it and set PGPASSWORD), ' +
+  'and keep its port within 1-65535'
+
+/** Whether pg refused DATABASE_URL itself, before any connection: waiting cannot mend it. */
+export function unparsableDatabaseUrl(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 'ERR_INVALID_URL'
+}
+
 const FIRST_RETRY_MILLIS = 500
 const MAX_RETRY_MILLIS = 5_000
 
@@ -54,7 +67,7 @@ export async function waitForPostgres(pool: pg.Pool, logger: Logger): Promise<vo
     } catch (error) {
       // The operator's to mend, like a bad setting: one line, no stack (its message is the cause's).
       if (!postgresNotThereYet(error)) {
-        const fix = loginRefusalFix(error, pool)
+        const fix = unparsableDatabaseUrl(error) ? UNPARSABLE_DATABASE_URL : loginRefusalFix(error, pool)
         throw new EnvError(`cannot use Postgres at DATABASE_URL: ${describe(error)}${fix === undefined ? '' : `; ${fix}`}`)
       }
       const problem = describe(error)

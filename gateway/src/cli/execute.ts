@@ -2,6 +2,7 @@ import type pg from 'pg'
 import { migrate } from '../../../common/src/database/migrate.ts'
 import { QUERY_CANCELED, createPool, isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
 import { describeRefusal } from '../../../common/src/database/privileges.ts'
+import { UNPARSABLE_DATABASE_URL, unparsableDatabaseUrl } from '../../../common/src/database/waitForPostgres.ts'
 import { ConfigError, loadGatewayConfig } from '../config/loadConfig.ts'
 import { createKeyRepository } from '../keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS, KEYS_CLI_POSTGRES_NEEDS } from '../migrations.ts'
@@ -30,6 +31,8 @@ function loadPlans(command: Command, output: Output): Plans | undefined {
 
 async function databaseError(error: unknown, location: DatabaseLocation, pool: pg.Pool): Promise<unknown> {
   if (error instanceof CliError) return error
+  // pg could not parse the URL: no Postgres was asked anything, and the URL cannot be printed.
+  if (unparsableDatabaseUrl(error)) return new CliError(`cannot use Postgres at ${location.source}: ${UNPARSABLE_DATABASE_URL}`)
   const where = location.source === 'DATABASE_URL' ? `DATABASE_URL (${printableUrl(location.url)})` : location.source
   // A privilege, the login or an object taken from the role: said with the GRANT that mends it.
   const refused = await describeRefusal(pool, KEYS_CLI_POSTGRES_NEEDS, error)
