@@ -546,6 +546,10 @@ describe('keys CLI (npm run keys)', () => {
       run('show', key, 'extra'),
       run(key),
       run('create', '--plan', key, '--name', 'x'),
+      run('create', '--plan', 'free', `--name=${key}`),
+      // Glued to a word, or cut short: still a key's characters.
+      run('show', `x${key}`),
+      run('show', key.slice(0, 23)),
     ])
     for (const refused of runs) {
       expectUsageError(refused, /an argument looks like an API key \(aas_…\), which is not repeated here: the commands take key ids \(key_…\)/)
@@ -553,6 +557,15 @@ describe('keys CLI (npm run keys)', () => {
       expect(refused.stderr).not.toContain(key.slice(4, 20))
     }
     expect((await repository.findByHash(hashApiKey(key)))?.revokedAt).toBeNull()
+  })
+
+  // The guard against a pasted key must not take a name that merely holds the four letters for one.
+  it('creates a key named saas_billing or paas_team-2: a name that contains "aas_" is no API key', async () => {
+    for (const name of ['saas_billing', 'paas_team-2']) {
+      const made = await run('create', '--plan', 'free', '--name', name, '--json')
+      expect(made.code, made.stderr).toBe(0)
+      expect((JSON.parse(made.stdout) as { name: string }).name).toBe(name)
+    }
   })
 
   it('shows the limits a key on a plan the config lacks really gets (the strictest), and why', async () => {

@@ -65,10 +65,17 @@ const COMMANDS: Record<string, { positionals: string[]; options: OptionSpec }> =
   'set-limits': { positionals: ['id'], options: { ...LIMITS, clear: { type: 'boolean' } } },
 }
 
+/**
+ * An argument holding an API key or the start of one: `aas_` opening a word, or followed by a run
+ * of base62 characters as long as half a key's, wherever it is. Not a name that merely contains
+ * the four letters (`saas_billing`, `paas_team`), which was refused as a key.
+ */
+const LOOKS_LIKE_KEY = new RegExp(`(?:^|[^0-9A-Za-z])${KEY_PREFIX}|${KEY_PREFIX}[0-9A-Za-z]{19,}`)
+
 /** Turns the command line (after `npm run keys --`) into a Command; bad arguments throw UsageError. */
 export function parseCommand(argv: string[], now = new Date()): Command {
   // Before anything can echo an argument back: an API key is a secret and is never repeated.
-  if (argv.some((argument) => argument.includes(KEY_PREFIX))) {
+  if (argv.some((argument) => LOOKS_LIKE_KEY.test(argument))) {
     throw new UsageError(
       `an argument looks like an API key (${KEY_PREFIX}…), which is not repeated here: the commands take key ids ` +
         '(key_…), never keys. `npm run keys -- list` shows each key\'s id and prefix.',
