@@ -51,6 +51,34 @@ export function listenHostProblem(host: string): string | undefined {
 }
 
 /**
+ * Whether two listeners on one port would take the same address: the same host, `::` (every
+ * address, IPv4 too, on a dual-stack host) beside anything, or `0.0.0.0` beside an IPv4 one.
+ * Host names are compared as written; what they resolve to is not known here. Port 0 is any free
+ * port, a different one for each.
+ */
+export function listenersCollide(a: { host: string; port: number }, b: { host: string; port: number }): boolean {
+  const everyAddress = (host: string) => host === '::' || host === '[::]'
+  const everyIpv4 = (host: string) => host === '0.0.0.0'
+  const ipv4 = (host: string) => /^\d{1,3}(\.\d{1,3}){3}$/.test(host)
+  const sameAddress =
+    a.host === b.host || everyAddress(a.host) || everyAddress(b.host) || (everyIpv4(a.host) && ipv4(b.host)) || (everyIpv4(b.host) && ipv4(a.host))
+  return a.port !== 0 && a.port === b.port && sameAddress
+}
+
+/**
+ * A service's public and ops listeners on one address, said naming the settings that set their
+ * ports; undefined when they can both listen. Without it the second listener failed at start with
+ * EADDRINUSE and a stack trace that named no variable.
+ */
+export function listenersCollideProblem(
+  api: { host: string; port: number; portName: string },
+  ops: { host: string; port: number; portName: string },
+): string | undefined {
+  if (!listenersCollide(api, ops)) return undefined
+  return `${ops.portName} must differ from ${api.portName} (both ${api.port}): the ops and public listeners would take one address`
+}
+
+/**
  * What is wrong with `url` as an http(s) URL, or undefined. The WHATWG parser judges, as it is the
  * one that refuses the value later (a port over 65535, an unclosed IPv6 bracket).
  */

@@ -1,4 +1,15 @@
-import { databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenHostFromEnv, maxConnectionsFromEnv, poolSizeFromEnv, portFromEnv, previousInternalTokenFromEnv } from '../../common/src/env.ts'
+import {
+  EnvError,
+  databaseUrlFromEnv,
+  drainMillisFromEnv,
+  internalTokenFromEnv,
+  listenHostFromEnv,
+  listenersCollideProblem,
+  maxConnectionsFromEnv,
+  poolSizeFromEnv,
+  portFromEnv,
+  previousInternalTokenFromEnv,
+} from '../../common/src/env.ts'
 
 export interface PetsServiceConfig {
   databaseUrl: string
@@ -19,13 +30,21 @@ export interface PetsServiceConfig {
 
 /** Environment only (see the README's table); a missing or malformed value stops the boot. */
 export function loadPetsConfig(env: NodeJS.ProcessEnv = process.env): PetsServiceConfig {
-  return Object.freeze({
-    databaseUrl: databaseUrlFromEnv(env),
-    poolSize: poolSizeFromEnv(env),
+  const listeners = {
     host: listenHostFromEnv('PETS_HOST', '127.0.0.1', env),
     port: portFromEnv('PETS_PORT', 3001, env),
     opsHost: listenHostFromEnv('PETS_OPS_HOST', '127.0.0.1', env),
     opsPort: portFromEnv('PETS_OPS_PORT', 9465, env),
+  }
+  const collision = listenersCollideProblem(
+    { host: listeners.host, port: listeners.port, portName: 'PETS_PORT' },
+    { host: listeners.opsHost, port: listeners.opsPort, portName: 'PETS_OPS_PORT' },
+  )
+  if (collision) throw new EnvError(collision)
+  return Object.freeze({
+    databaseUrl: databaseUrlFromEnv(env),
+    poolSize: poolSizeFromEnv(env),
+    ...listeners,
     internalToken: internalTokenFromEnv(env),
     previousInternalToken: previousInternalTokenFromEnv(env),
     drainMillis: drainMillisFromEnv(env),

@@ -58,6 +58,19 @@ describe('environment the services read at boot', () => {
     expect(loadPetsConfig({ DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456', DATABASE_POOL_SIZE: '25' }).poolSize).toBe(25)
   })
 
+  // Both on one address, the second listener failed at start with EADDRINUSE and a stack trace
+  // naming no variable.
+  it('refuses PETS_OPS_PORT equal to PETS_PORT on one address, naming both variables', () => {
+    const pets = { DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456' }
+    expect(() => loadPetsConfig({ ...pets, PETS_PORT: '3001', PETS_OPS_PORT: '3001' })).toThrow(
+      'PETS_OPS_PORT must differ from PETS_PORT (both 3001): the ops and public listeners would take one address',
+    )
+    expect(() => loadPetsConfig({ ...pets, PETS_OPS_PORT: '3001', PETS_OPS_HOST: '0.0.0.0' })).toThrow(/^PETS_OPS_PORT must differ from PETS_PORT/)
+    // Another address, or any free port for both: two listeners.
+    expect(loadPetsConfig({ ...pets, PETS_OPS_PORT: '3001', PETS_OPS_HOST: '127.0.0.2' }).opsPort).toBe(3001)
+    expect(loadPetsConfig({ ...pets, PETS_PORT: '0', PETS_OPS_PORT: '0' }).opsPort).toBe(0)
+  })
+
   it('takes PETS_MAX_CONNECTIONS as a whole number from 1 to 1000000, derived at start when unset, and refuses anything else by name', () => {
     const pets = { DATABASE_URL: 'postgres://db/pets', INTERNAL_TOKEN: '1234567890123456' }
     expect(loadPetsConfig(pets).maxConnections).toBeUndefined()

@@ -111,6 +111,19 @@ describe('gateway config', () => {
     )
   })
 
+  // check-config refuses server.opsPort equal to server.port; the same through the variables
+  // passed, and the gateway died at start on EADDRINUSE with a stack trace naming no variable.
+  it('refuses GATEWAY_OPS_PORT or GATEWAY_PORT that puts both listeners on one address, naming the variables', () => {
+    const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
+    expect(() => resolveGatewayConfig(file, { GATEWAY_OPS_PORT: '8080' })).toThrow(
+      'GATEWAY_OPS_PORT must differ from server.port (both 8080): the ops and public listeners would take one address',
+    )
+    expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: '9464' })).toThrow(/^server\.opsPort must differ from GATEWAY_PORT \(both 9464\)/)
+    expect(() => resolveGatewayConfig(file, { GATEWAY_PORT: '7000', GATEWAY_OPS_PORT: '7000' })).toThrow(/^GATEWAY_OPS_PORT must differ from GATEWAY_PORT/)
+    expect(resolveGatewayConfig(file, { GATEWAY_PORT: '7000', GATEWAY_OPS_PORT: '7000', GATEWAY_HOST: '127.0.0.1', GATEWAY_OPS_HOST: '127.0.0.2' }).server.opsPort).toBe(7000)
+    expect(resolveGatewayConfig(file, { GATEWAY_PORT: '0', GATEWAY_OPS_PORT: '0' }).server.port).toBe(0)
+  })
+
   it('takes REDIS_CLUSTER_NODES as host:port seeds, IPv6 in brackets, and refuses anything else by name', () => {
     const file = parseGatewayConfig(readFileSync('config/gateway.yaml', 'utf8'))
     const seeds = resolveGatewayConfig(file, { REDIS_CLUSTER_NODES: '10.0.0.5:7000,[::1]:7001, redis-c.internal:7002 ' })

@@ -3,7 +3,17 @@ import { dirname, isAbsolute, resolve } from 'node:path'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isCollection, isNode, isPair, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
-import { EnvError, httpUrlProblem, listenHostFromEnv, listenHostProblem, maxConnectionsFromEnv, portFromEnv, urlScheme } from '../../../common/src/env.ts'
+import {
+  EnvError,
+  httpUrlProblem,
+  listenHostFromEnv,
+  listenHostProblem,
+  listenersCollide,
+  listenersCollideProblem,
+  maxConnectionsFromEnv,
+  portFromEnv,
+  urlScheme,
+} from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 import { TlsFilesError, readTlsPair, type TlsFiles } from './tlsFiles.ts'
@@ -233,18 +243,6 @@ const MAX_BUCKET_MILLIS = 2 ** 32 - 1
 /** The longest ban step: a year, far below where a ban's end stops being a date. */
 const MAX_BAN_SECONDS = 365 * 86_400
 
-/**
- * Whether two listeners on one port would take the same address: the same host, `::` (every
- * address, IPv4 too, on a dual-stack host) beside anything, or `0.0.0.0` beside an IPv4 one.
- * Host names are compared as written; what they resolve to is not known here.
- */
-function sameAddress(a: string, b: string): boolean {
-  const everyAddress = (host: string) => host === '::' || host === '[::]'
-  const everyIpv4 = (host: string) => host === '0.0.0.0'
-  const ipv4 = (host: string) => /^\d{1,3}(\.\d{1,3}){3}$/.test(host)
-  return a === b || everyAddress(a) || everyAddress(b) || (everyIpv4(a) && ipv4(b)) || (everyIpv4(b) && ipv4(a))
-}
-
 /** Rules a JSON schema cannot express. */
 function crossChecks(config: GatewayConfigFile): { path: string[]; message: string }[] {
   const problems: { path: string[]; message: string }[] = []
@@ -293,7 +291,7 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
     const problem = httpUrlProblem(url)
     if (problem) problems.push({ path, message: problem })
   }
-  if (port !== 0 && port === opsPort && sameAddress(host, opsHost)) {
+  if (listenersCollide({ host, port }, { host: opsHost, port: opsPort })) {
     problems.push({ path: ['server', 'opsPort'], message: 'must differ from server.port: both listeners would take one address' })
   }
   for (const [name, plan] of Object.entries(config.plans)) {
@@ -350,12 +348,21 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
     timeoutMillis: Math.round((entry.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) * 1_000),
     maxInFlight: entry.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT,
   })
+  const listeners = {
+    host: listenHostFromEnv('GATEWAY_HOST', file.server.host, env),
+    port: portFromEnv('GATEWAY_PORT', file.server.port, env),
+    opsHost: listenHostFromEnv('GATEWAY_OPS_HOST', file.server.opsHost, env),
+    opsPort: portFromEnv('GATEWAY_OPS_PORT', file.server.opsPort, env),
+  }
+  // The file's own pair is checked with it (crossChecks); a variable can bring them together too.
+  const collision = listenersCollideProblem(
+    { host: listeners.host, port: listeners.port, portName: env.GATEWAY_PORT ? 'GATEWAY_PORT' : 'server.port' },
+    { host: listeners.opsHost, port: listeners.opsPort, portName: env.GATEWAY_OPS_PORT ? 'GATEWAY_OPS_PORT' : 'server.opsPort' },
+  )
+  if (collision) throw new EnvError(collision)
   const config: GatewayConfig = {
     server: {
-      host: listenHostFromEnv('GATEWAY_HOST', file.server.host, env),
-      port: portFromEnv('GATEWAY_PORT', file.server.port, env),
-      opsHost: listenHostFromEnv('GATEWAY_OPS_HOST', file.server.opsHost, env),
-      opsPort: portFromEnv('GATEWAY_OPS_PORT', file.server.opsPort, env),
+      ...listeners,
       trustedProxies: file.server.trustedProxies ?? [],
       ...optional('maxConnections', maxConnectionsFromEnv('GATEWAY_MAX_CONNECTIONS', file.server.maxConnections, env)),
       ...optional('tls', tlsFilesFrom(file.server.tls, env, configDirectory)),
