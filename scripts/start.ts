@@ -17,7 +17,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
 import { socketPath, socketUrl, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
-import { poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
+import { listenersCollide, poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
 import { printableUrl } from '../common/src/database/printableUrl.ts'
 import { DEFAULT_CONFIG_PATH, loadGatewayConfig } from '../gateway/src/config/loadConfig.ts'
 import {
@@ -170,6 +170,27 @@ async function assertServicePortsFree(planned: PlannedService[]): Promise<void> 
 }
 
 /**
+ * Two of the stack's own listeners on one port (GATEWAY_PORT=3001 beside the pets-service's
+ * default, say): each is free now, but the second service to start would die on EADDRINUSE, after
+ * the database was created. Said before anything starts, naming the variables that move them.
+ */
+function assertOwnListenersApart(planned: PlannedService[]): void {
+  const listeners = planned.flatMap(({ spec, api, ops }) => [
+    { ...api, variable: spec.api.portVariable },
+    { ...ops, variable: spec.ops.portVariable },
+  ])
+  for (const [index, first] of listeners.entries()) {
+    const second = listeners.slice(index + 1).find((other) => listenersCollide(first, other))
+    if (second) {
+      throw new Error(
+        `${first.variable} and ${second.variable} are both ${first.port} on one address (${first.host} and ${second.host}): ` +
+          'set one of them to another port',
+      )
+    }
+  }
+}
+
+/**
  * Client connections the embedded server takes: both services' pools (DATABASE_POOL_SIZE each),
  * the gateway's LISTEN connection, the keys CLI's two and the demo key's one, with room to spare.
  * PGlite is one backend however many there are; a connection past the cap would be refused.
@@ -226,6 +247,7 @@ async function main(): Promise<void> {
       throw new Error(`${spec.ops.portVariable}=0 is not supported by npm start: it must know where to ask /readyz`)
     }
   }
+  assertOwnListenersApart(planned)
   // A config the gateway would refuse stops everything now, not after a database and a
   // pets-service were started for a gateway that then exits.
   const gatewayConfig = loadGatewayConfig(undefined, env)

@@ -448,6 +448,22 @@ describe('npm start where its ports are taken', () => {
     expect(output).not.toContain('pets-service')
   })
 
+  // Free before the start, but two of its own listeners on one: the gateway died on EADDRINUSE
+  // with a stack trace, after the database had been created and the pets-service started.
+  it('refuses two of its own listeners on one port, naming both variables, before creating a database or starting a service', async () => {
+    const stack = await newStack()
+    const proc = startNode('scripts/start.ts', { ...stackEnv(stack), GATEWAY_PORT: String(stack.petsPort) }, { detached: true })
+    expect((await exitWithin(proc, 30_000)).code).toBe(1)
+    const output = proc.output()
+    expect(output).toContain(
+      `[start] error: PETS_PORT and GATEWAY_PORT are both ${stack.petsPort} on one address (127.0.0.1 and 0.0.0.0): ` +
+        'set one of them to another port',
+    )
+    expect(output).not.toContain('creating the embedded database')
+    expect(output).not.toMatch(/\n\s+at /)
+    expect(existsSync(stack.dataDir)).toBe(false)
+  })
+
   it('names every taken port and the variable moving each in one message, leaving no data folder behind; the next start is a first start', async () => {
     const stack = await newStack()
     const occupants = await Promise.all([occupy('127.0.0.1', stack.petsPort), occupy('0.0.0.0', stack.gatewayOpsPort)])
