@@ -17,7 +17,17 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
 import { socketPath, socketUrl, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
-import { listenersCollide, poolSizeFromEnv, portFromEnv } from '../common/src/env.ts'
+import {
+  databaseUrlFromEnv,
+  drainMillisFromEnv,
+  internalTokenFromEnv,
+  listenersCollide,
+  maxConnectionsFromEnv,
+  poolSizeFromEnv,
+  portFromEnv,
+  previousInternalTokenFromEnv,
+} from '../common/src/env.ts'
+import { checkLogLevel } from '../common/src/logger.ts'
 import { printableUrl } from '../common/src/database/printableUrl.ts'
 import { DEFAULT_CONFIG_PATH, loadGatewayConfig } from '../gateway/src/config/loadConfig.ts'
 import {
@@ -169,6 +179,17 @@ async function assertServicePortsFree(planned: PlannedService[]): Promise<void> 
   )
 }
 
+/** The variables a service checks at its start besides the gateway config's; each wrong one throws, naming it. */
+function checkServiceVariables(env: NodeJS.ProcessEnv): void {
+  checkLogLevel(env)
+  drainMillisFromEnv(env)
+  if (env.DATABASE_URL) databaseUrlFromEnv(env)
+  // Generated when unset; one given must be one both services take.
+  if (env.INTERNAL_TOKEN) internalTokenFromEnv(env)
+  previousInternalTokenFromEnv(env)
+  maxConnectionsFromEnv('PETS_MAX_CONNECTIONS', undefined, env)
+}
+
 /**
  * Two of the stack's own listeners on one port (GATEWAY_PORT=3001 beside the pets-service's
  * default, say): each is free now, but the second service to start would die on EADDRINUSE, after
@@ -251,6 +272,9 @@ async function main(): Promise<void> {
   // A config the gateway would refuse stops everything now, not after a database and a
   // pets-service were started for a gateway that then exits.
   const gatewayConfig = loadGatewayConfig(undefined, env)
+  // So does what the pets-service, or both services, would refuse (the gateway's own variables
+  // are checked with its config above): not after the embedded database was created.
+  checkServiceVariables(env)
   const gatewayApi = planned.find(({ spec }) => spec.name === 'gateway')?.api
   if (gatewayApi && gatewayConfig.server.tls) {
     gatewayApi.tls = true

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import path from 'node:path'
 import { readFileSync } from 'node:fs'
 import { request } from 'undici'
-import { portFromEnv } from '../../common/src/env.ts'
+import { listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
 import { DEFAULT_CONFIG_PATH, parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 
 /** One listener of a service, read from the same variables the service itself reads. */
@@ -78,7 +78,8 @@ export interface ResolvedListener {
 }
 
 export function resolveListener(spec: ListenerSpec, env: NodeJS.ProcessEnv): ResolvedListener {
-  return { host: env[spec.hostVariable] || spec.defaultHost, port: portFromEnv(spec.portVariable, spec.defaultPort, env) }
+  // Checked as the service checks it: a malformed host came back as getaddrinfo's words, naming no variable.
+  return { host: listenHostFromEnv(spec.hostVariable, spec.defaultHost, env), port: portFromEnv(spec.portVariable, spec.defaultPort, env) }
 }
 
 /** Where to reach a listener from this machine: a wildcard bind is reached over loopback. */

@@ -448,6 +448,25 @@ describe('npm start where its ports are taken', () => {
     expect(output).not.toContain('pets-service')
   })
 
+  // The gateway's variables were checked before anything started; these reached the pets-service
+  // only, after the embedded database was created, or (PETS_HOST) came back as getaddrinfo's words.
+  it.each([
+    ['PETS_HOST', 'a b', 'PETS_HOST must be an IP address or a host name (got "a b")'],
+    ['LOG_LEVEL', 'verbose', 'LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent (got "verbose")'],
+    ['PETS_MAX_CONNECTIONS', '0', 'PETS_MAX_CONNECTIONS must be a whole number of connections from 1 to 1000000, got "0"'],
+    ['INTERNAL_TOKEN', 'short', 'INTERNAL_TOKEN must be at least 16 characters'],
+    ['SHUTDOWN_DRAIN_SECONDS', '61', 'SHUTDOWN_DRAIN_SECONDS must be a number of seconds from 0 to 60, got "61"'],
+  ])('refuses %s=%s naming it, before creating a database or starting a service', async (variable, value, problem) => {
+    const stack = await newStack()
+    const proc = startNode('scripts/start.ts', { ...stackEnv(stack), [variable]: value }, { detached: true })
+    expect((await exitWithin(proc, 30_000)).code).toBe(1)
+    const output = proc.output()
+    expect(output).toContain(`[start] error: ${problem}`)
+    expect(output).not.toContain('creating the embedded database')
+    expect(output).not.toContain('pets-service cannot start')
+    expect(existsSync(stack.dataDir)).toBe(false)
+  })
+
   // Free before the start, but two of its own listeners on one: the gateway died on EADDRINUSE
   // with a stack trace, after the database had been created and the pets-service started.
   it('refuses two of its own listeners on one port, naming both variables, before creating a database or starting a service', async () => {
