@@ -408,6 +408,23 @@ describe('gateway config: YAML syntax errors', () => {
     for (const text of ['', '---\n', '{}\n']) expect(() => parseGatewayConfig(text, 'x.yaml'), JSON.stringify(text)).toThrow('x.yaml:1: the file holds no settings')
   })
 
+  // The parser only warns of a tag it does not know and reads the value as the plain text after
+  // it: check-config called the file valid, and the gateway used "REDIS_PREFIX" as the prefix.
+  it('refuses a YAML tag it does not know (!env …), at its line, rather than reading the text after it', () => {
+    const text = shippedWith('keyPrefix: ""', 'keyPrefix: !env REDIS_PREFIX')
+    expect(() => parseGatewayConfig(text, 'x.yaml')).toThrow(ConfigError)
+    try {
+      parseGatewayConfig(text, 'x.yaml')
+    } catch (error) {
+      expect((error as ConfigError).problems).toEqual([
+        `x.yaml:${shippedLine('keyPrefix:')}: the YAML tag !env is not supported: write the value itself ` +
+          '(a setting that has an environment variable, as README lists, is overridden by it)',
+      ])
+    }
+    // The standard tags still resolve as YAML says.
+    expect(parseGatewayConfig(shippedWith('strikes: 10', 'strikes: !!int "10"')).bans.strikes).toBe(10)
+  })
+
   it('says YAML merge keys are not supported, at their line, rather than calling << an unknown key', () => {
     expect(problemsOf('merge-key.yaml')).toEqual([
       `test/fixtures/config/merge-key.yaml:${shippedLine('pro:')}: YAML merge keys (<<) are not supported: write the settings out (anchors and aliases work)`,

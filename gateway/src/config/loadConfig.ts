@@ -197,6 +197,18 @@ export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): 
   if (contents === null || (isScalar(contents) && contents.value === null) || (isCollection(contents) && contents.items.length === 0)) {
     throw new ConfigError([`${source}:1: the file holds no settings (empty, or comments only): it must hold the gateway config, as config/gateway.yaml does`])
   }
+  // The parser only warns of a tag it does not know (`!env NAME`), and reads the value as the text
+  // after it: the file would pass, and the gateway use that text as the setting.
+  const tags = document.warnings
+    .filter((warning) => warning.code === 'TAG_RESOLVE_FAILED')
+    .map((warning) => {
+      const tag = /tag: (\S+)/.exec(warning.message)?.[1] ?? 'here'
+      return (
+        `${source}:${lines.linePos(warning.pos[0]).line}: the YAML tag ${tag} is not supported: write the value itself ` +
+        '(a setting that has an environment variable, as README lists, is overridden by it)'
+      )
+    })
+  if (tags.length > 0) throw new ConfigError(tags)
   const merges: string[] = []
   visit(document, {
     Pair(_key, pair) {
