@@ -1,5 +1,6 @@
 import { processIdentity } from '../../common/src/database/discoveryFile.ts'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import net from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
@@ -70,6 +71,20 @@ describe('keys CLI (npm run keys)', () => {
     expectFailure(refused, /^error: cannot use Postgres at DATABASE_URL: .*percent-encode .*PGPASSWORD/)
     expect(refused.stderr).not.toContain('schema')
     expect(refused.stderr).not.toContain('w0rd')
+  })
+
+  // A server that answers the TLS request with "no" (pg: "The server does not support SSL
+  // connections"): nothing was asked of the schema, and the CLI blamed it.
+  it('says it cannot use Postgres, not that the schema could not be prepared, when the connection itself is refused', async () => {
+    const server = net.createServer((socket) => socket.once('data', () => socket.end('N')))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      const { port } = server.address() as net.AddressInfo
+      const refused = await keys(['list'], cleanEnv({ DATABASE_URL: `postgres://app@127.0.0.1:${port}/pets?sslmode=no-verify` }))
+      expectFailure(refused, /^error: cannot use Postgres at DATABASE_URL \(postgres:\/\/app@127\.0\.0\.1:\d+\/pets\?sslmode=no-verify\): The server does not support SSL connections\n$/)
+    } finally {
+      await new Promise((resolve) => server.close(resolve))
+    }
   })
 
   it('says Postgres takes no writes, not that it cannot be reached, when the database is read-only', async () => {

@@ -29,6 +29,9 @@ function loadPlans(command: Command, output: Output): Plans | undefined {
   }
 }
 
+/** Postgres's five-character error code (every one holds a digit; Node's EPIPE, EPERM … do not). */
+const SQLSTATE = /^(?=.*\d)[0-9A-Z]{5}$/
+
 async function databaseError(error: unknown, location: DatabaseLocation, pool: pg.Pool): Promise<unknown> {
   if (error instanceof CliError) return error
   // pg could not parse the URL: no Postgres was asked anything, and the URL cannot be printed.
@@ -46,7 +49,10 @@ async function databaseError(error: unknown, location: DatabaseLocation, pool: p
         ? 'Postgres takes no writes for now (read-only)'
         : isDatabaseUnavailable(error)
           ? 'cannot reach Postgres'
-          : 'cannot prepare the gateway schema'
+          : // Only a statement Postgres answered carries a SQLSTATE; anything else failed before one ran.
+            typeof code === 'string' && SQLSTATE.test(code)
+            ? 'cannot prepare the gateway schema'
+            : 'cannot use Postgres'
   return new CliError(`${what} at ${where}: ${explain(error)}`)
 }
 
