@@ -4,6 +4,7 @@ import https from 'node:https'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
@@ -988,6 +989,50 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect(warnings).toEqual([])
     } finally {
       process.off('warning', onWarning)
+    }
+  })
+
+  it('never sends on the request of a client that left while its key was looked up: no create stored, no place held, a 499 line', async () => {
+    // Postgres slow to answer a key not in the cache (here: its table locked for a second) keeps
+    // the request in the gateway; a client that gives up meanwhile must not have it sent afterwards.
+    const log = captureLog()
+    const recorder = await recordingUpstream()
+    const { gateway, key } = await gatewayTo(recorder, 3, 3, log.stream)
+    const admin = new pg.Client({ connectionString: database.url })
+    await admin.connect()
+    try {
+      await admin.query('BEGIN')
+      await admin.query('LOCK TABLE gateway.api_keys IN ACCESS EXCLUSIVE MODE')
+      const requestIds = ['left-get', 'left-post']
+      for (const [index, requestId] of requestIds.entries()) {
+        const client = await openRaw(gateway.url)
+        const body = '{"name":"Rex","categoryId":1}'
+        client.socket.write(
+          index === 0
+            ? `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: ${requestId}\r\n\r\n`
+            : `POST /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: ${requestId}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+        )
+        await sleep(200)
+        client.socket.destroy()
+      }
+      await sleep(200)
+      await admin.query('COMMIT')
+      // The lookups end once the table is free; whatever they would have sent is sent within moments.
+      await eventually(async () => log.entries().filter((entry) => requestIds.includes(String(entry.requestId))).length === 2, 5_000, 10)
+      await sleep(300)
+      expect(recorder.requests).toHaveLength(0)
+      const inFlight = (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
+      expect(inFlight).toBe(0)
+      const lines = log.entries().filter((entry) => requestIds.includes(String(entry.requestId)))
+      expect(lines.map((entry) => [entry.msg, entry.status])).toEqual([
+        ['request aborted by the client', 499],
+        ['request aborted by the client', 499],
+      ])
+      // The key works as ever for a client that stays.
+      expect((await gateway.request('/v1/pets', { key, contract: false })).status).toBe(200)
+      expect(recorder.requests).toHaveLength(1)
+    } finally {
+      await admin.end()
     }
   })
 

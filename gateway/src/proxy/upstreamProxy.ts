@@ -230,6 +230,12 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
   }
 
   function forward(request: FastifyRequest, reply: FastifyReply, destination: string): void {
+    // A client that left while its request waited in the gateway (its key looked up in a slow
+    // Postgres, its address's lookups, Redis within the budget) is past hearing any answer, and
+    // the exchange would never learn it: the close it listens for has come already. Sent anyway,
+    // a create was stored for nobody, and a hung upstream held the request's place under
+    // maxInFlight until the timeout. The access line says 499, as for a client that leaves later.
+    if (clientLeft(request, reply)) return
     const raw = request.raw
     // RFC 9110 §9.3.8: TRACE's final recipient reflects the request it received in its answer, and
     // a client must not put sensitive fields into one. Forwarded, it carried INTERNAL_TOKEN and the
@@ -549,6 +555,11 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
     this.stream?.destroy(error)
   }
+}
+
+/** Whether the client's connection has closed (or its answer was destroyed) before its request was sent on. */
+function clientLeft(request: FastifyRequest, reply: FastifyReply): boolean {
+  return reply.raw.destroyed || request.raw.socket === null || request.raw.socket.destroyed
 }
 
 /** Methods without side effects (RFC 9110 §9.2.1): sent again when their connection closed without an answer (a POST only as mayResend says). */
