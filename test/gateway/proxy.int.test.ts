@@ -8,6 +8,8 @@ import pg from 'pg'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
+import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { MAX_UNANSWERED_PER_CONNECTION } from '../../gateway/src/proxy/requestFraming.ts'
 import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { OPS_TEST_TOKEN, startGatewayProcess } from '../ops/gatewayProcess.ts'
 import { killAll } from '../scripts/processes.ts'
@@ -28,6 +30,7 @@ import { eventually, sleep } from './rateLimit/httpLimits.ts'
 import { openRaw, parseAnswer } from '../helpers/rawClient.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { suiteService } from '../helpers/suiteService.ts'
+import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
 const json = (body: unknown, headers: Record<string, string> = {}) => ({
@@ -1035,6 +1038,46 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       await admin.end()
     }
   })
+
+  it('stops reading a client pipelining GETs while Postgres is hung once MAX_UNANSWERED_PER_CONNECTION are unanswered, and answers every one once it is back', async () => {
+    // Node stops reading a connection only once the answers it owes pile up; requests waiting on
+    // a hung Postgres owe none yet, so every one a client pipelined was read and held (4 MB of
+    // GETs on one connection held 150 MB of heap until the key lookup failed).
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const through = new URL(database.url)
+    through.host = `127.0.0.1:${relay.port}`
+    upstream = await recordingUpstream()
+    gateway = await startGateway({ databaseUrl: through.toString(), petsUrl: upstream.url })
+    const running = gateway
+    const valid = await running.createKey()
+    // Every request read and sent to the key lookup (one key: one query, however many wait for it).
+    let lookingUp = 0
+    const fetchKey = running.cache.fetch
+    running.cache.fetch = (hashHex) => (lookingUp++, fetchKey(hashHex))
+    try {
+      await relay.silence()
+      const client = await openRaw(running.url)
+      const sent = 20_000
+      client.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${generateApiKey()}\r\n\r\n`.repeat(sent))
+      await sleep(1_000)
+      // The bound, and what one read of the socket (64 KiB, some 600 of these) had brought in already.
+      expect(lookingUp).toBeGreaterThan(0)
+      expect(lookingUp).toBeLessThan(MAX_UNANSWERED_PER_CONNECTION + 1_500)
+      await relay.restore()
+      // Each answer's status line (the JSON bodies between them hold no such text).
+      const statuses = () => [...client.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1])
+      await eventually(async () => statuses().length === sent, 25_000, 100)
+      // 503 for those whose key could not be looked up, 401 for the rest once Postgres said it is no key.
+      expect(statuses().filter((status) => status !== '401' && status !== '503')).toEqual([])
+      expect(statuses()).toContain('401')
+      expect(client.isClosed()).toBe(false)
+      client.socket.destroy()
+      expect((await running.request('/v1/pets', { key: valid.key, contract: false })).status).toBe(200)
+    } finally {
+      await relay.close()
+    }
+  }, 60_000)
 
   it('logs and counts with 400 each request not carried out behind an answer that closed the connection, charging no key', async () => {
     // Node emits no 'close' for an answer still queued behind another when the connection closes,

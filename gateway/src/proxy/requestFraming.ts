@@ -115,6 +115,15 @@ function waitsForContinue(raw: IncomingMessage): boolean {
   return expectation !== undefined && raw.httpVersion !== '1.0' && expectsContinue(expectation)
 }
 
+/**
+ * Requests read from one connection and not answered yet, past which the gateway stops reading it
+ * until half of them have been answered (pipelinedBehindClose).
+ */
+export const MAX_UNANSWERED_PER_CONNECTION = 128
+
+/** The flag Node's HTTP server pauses a connection with, and its parser (internal, stable since Node 0.x). */
+type PausableSocket = Socket & { _paused?: boolean; parser?: { resume(): void } | null }
+
 /** RFC 9110 §9.2.1 (and QUERY): requests that change nothing, which may be carried out side by side. */
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'QUERY'])
 
@@ -186,6 +195,38 @@ export const pipelinedBehindClose = fp(
      */
     const holdingBack = new WeakMap<Socket, ServerResponse>()
     const notCarriedOut = () => gatewayErrors.create('bad_request', 'A request pipelined behind an answer that closed the connection is not carried out.')
+    /**
+     * Per connection, its requests read and not answered yet. Node stops reading a connection only
+     * once the answers it owes pile up, and requests waiting on a slow or hung dependency (a key
+     * looked up in a Postgres that does not answer) or on the answers ahead of them (creates) owe
+     * none yet: every request a client pipelined was read and held, 4 MB of GETs on one connection
+     * 150 MB of heap until the lookup failed. Past the bound the connection is paused as Node pauses
+     * it (its `_paused` flag, so its parser stops after this read), and read again once half of them
+     * have been answered: the requests wait in the client's socket, not in the gateway's heap. What
+     * was read already (at most one read's worth) is carried out as usual. Node resumes a paused
+     * connection whenever an answer leaves it (its own pause is for answers piling up): while held
+     * here, those resumes wait for this one.
+     */
+    const unanswered = new WeakMap<Socket, number>()
+    const held = new WeakSet<Socket>()
+    const holdBack = (socket: PausableSocket) => {
+      if (held.has(socket) || socket.destroyed) return
+      if (!Object.hasOwn(socket, 'resume')) {
+        const resume = socket.resume
+        socket.resume = function (this: PausableSocket) {
+          return held.has(this) ? this : resume.call(this)
+        }
+      }
+      held.add(socket)
+      socket._paused = true
+      socket.pause()
+    }
+    const readOn = (socket: PausableSocket) => {
+      if (!held.delete(socket) || socket.destroyed) return
+      socket._paused = false
+      socket.parser?.resume()
+      socket.resume()
+    }
 
     /** Once the answers ahead have gone: on with the request if its connection is still open. */
     function carryOutIfOpen(socket: Socket, answer: ServerResponse, done: (error?: Error) => void): void {
@@ -197,6 +238,14 @@ export const pipelinedBehindClose = fp(
 
     app.addHook('onRequest', (request, reply, done) => {
       const socket = request.raw.socket
+      const outstanding = (unanswered.get(socket) ?? 0) + 1
+      unanswered.set(socket, outstanding)
+      if (outstanding > MAX_UNANSWERED_PER_CONNECTION) holdBack(socket)
+      reply.raw.once('close', () => {
+        const left = (unanswered.get(socket) ?? 1) - 1
+        unanswered.set(socket, left)
+        if (left === Math.floor(MAX_UNANSWERED_PER_CONNECTION / 2)) readOn(socket)
+      })
       const ahead = holdingBack.get(socket)
       const behindHeldAnswer = ahead !== undefined && !ahead.writableFinished
       // Here, ahead of authentication and the rate limit: a 401 or 429 to such a request kept the
