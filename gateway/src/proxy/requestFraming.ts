@@ -196,7 +196,7 @@ export const pipelinedBehindClose = fp(
     const holdingBack = new WeakMap<Socket, ServerResponse>()
     const notCarriedOut = () => gatewayErrors.create('bad_request', 'A request pipelined behind an answer that closed the connection is not carried out.')
     /**
-     * Per connection, its requests read and not answered yet. Node stops reading a connection only
+     * Per connection, its requests read and queued behind an answer not sent yet. Node stops reading a connection only
      * once the answers it owes pile up, and requests waiting on a slow or hung dependency (a key
      * looked up in a Postgres that does not answer) or on the answers ahead of them (creates) owe
      * none yet: every request a client pipelined was read and held, 4 MB of GETs on one connection
@@ -228,6 +228,17 @@ export const pipelinedBehindClose = fp(
       socket.resume()
     }
 
+    function countUnanswered(socket: Socket, answer: ServerResponse): void {
+      const outstanding = (unanswered.get(socket) ?? 0) + 1
+      unanswered.set(socket, outstanding)
+      if (outstanding > MAX_UNANSWERED_PER_CONNECTION) holdBack(socket)
+      answer.once('close', () => {
+        const left = (unanswered.get(socket) ?? 1) - 1
+        unanswered.set(socket, left)
+        if (left === Math.floor(MAX_UNANSWERED_PER_CONNECTION / 2)) readOn(socket)
+      })
+    }
+
     /** Once the answers ahead have gone: on with the request if its connection is still open. */
     function carryOutIfOpen(socket: Socket, answer: ServerResponse, done: (error?: Error) => void): void {
       if (socket.writable && !socket.destroyed) return done()
@@ -238,14 +249,9 @@ export const pipelinedBehindClose = fp(
 
     app.addHook('onRequest', (request, reply, done) => {
       const socket = request.raw.socket
-      const outstanding = (unanswered.get(socket) ?? 0) + 1
-      unanswered.set(socket, outstanding)
-      if (outstanding > MAX_UNANSWERED_PER_CONNECTION) holdBack(socket)
-      reply.raw.once('close', () => {
-        const left = (unanswered.get(socket) ?? 1) - 1
-        unanswered.set(socket, left)
-        if (left === Math.floor(MAX_UNANSWERED_PER_CONNECTION / 2)) readOn(socket)
-      })
+      // Only a request queued behind an answer still owed is counted: the answer of one read alone
+      // on its connection (nearly every request) has the socket already, and costs nothing here.
+      if (reply.raw.socket === null) countUnanswered(socket, reply.raw)
       const ahead = holdingBack.get(socket)
       const behindHeldAnswer = ahead !== undefined && !ahead.writableFinished
       // Here, ahead of authentication and the rate limit: a 401 or 429 to such a request kept the
