@@ -4,11 +4,20 @@ import { Cluster, Command, Redis, type AbstractConnector, type RedisOptions, typ
 import type { LimitDecision, LimitOutcome, LimitRequest, LimitStore, UnbanOptions } from './limitStore.ts'
 import { UNBAN_APPLIED_MILLIS, limitKey, unbanAppliedKey } from './limitStore.ts'
 import { BAN_MEMORY_MILLIS } from './planLimits.ts'
-import { SLIDING_WINDOW_LUA, UNBAN_LUA } from './slidingWindowScript.ts'
+import { SLIDING_WINDOW_LUA, UNBAN_LUA, UNBAN_PENDING, UNBAN_PENDING_MILLIS, UNBAN_STATE_LUA } from './slidingWindowScript.ts'
 import { clusterSeed, clusterUsesTls } from '../config/loadConfig.ts'
 import { readTlsPair, type TlsFiles } from '../config/tlsFiles.ts'
 
 export type RedisClient = Redis | Cluster
+
+/**
+ * A script on two keys refused while their slot migrates: Redis answers TRYAGAIN unless both are
+ * on the node asked, and ioredis, trying again on other nodes, gives up with the last redirect.
+ */
+function slotMigrating(error: unknown): boolean {
+  const message = (error as { message?: string } | undefined)?.message ?? ''
+  return /\bTRYAGAIN\b/.test(message) || message.startsWith('Too many Cluster redirections')
+}
 
 type ScriptReply = [number, number, number, number, number, number, number, number, number, number]
 
@@ -16,12 +25,15 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     slidingWindow(key: string, ...args: (string | number)[]): Result<ScriptReply, Context>
     unbanKey(key: string, appliedKey: string, appliedMillis: number, nowOverrideMillis: number, memoryMillis: number): Result<number, Context>
+    unbanState(key: string, unused: number, nowOverrideMillis: number, memoryMillis: number): Result<number, Context>
   }
 }
 
 const OUTCOMES: LimitOutcome[] = ['admitted', 'limited', 'banned']
 /** The script's outcome when Redis ran it after its deadline: it counted nothing. */
 const EXPIRED = 3
+/** How often a gateway looks whether another one has finished applying an unban in steps. */
+const UNBAN_PENDING_POLL_MILLIS = 20
 /** A Cluster key's failure domain before the client knows the slot's master. */
 const UNKNOWN_MASTER = 'cluster'
 const CLUSTER_SLOTS = 16_384
@@ -184,6 +196,9 @@ export function connectRedis(connection: RedisConnection): RedisClient {
           // Each command is bounded by the budget anyway, and a cluster that is down says so on it.
           enableReadyCheck: false,
           clusterRetryStrategy: (attempt) => Math.min(100 * 2 ** attempt, 1_000),
+          // TRYAGAIN comes only to an unban while its key's slot migrates, which then goes on in
+          // steps (unbanInSteps): ioredis's 100 ms between its tries held that up for over a second.
+          retryDelayOnTryAgain: 10,
           // The slot map is otherwise read only at a redirect: a gateway with no traffic on a moved
           // slot kept connections to masters that had since failed over and been removed, and lost
           // them all at once with nowhere known to reconnect (reconnectThroughKnownNodes).
@@ -257,6 +272,7 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   // defineCommand sends EVALSHA and falls back to EVAL on NOSCRIPT (after a restart or failover).
   client.defineCommand('slidingWindow', { numberOfKeys: 1, lua: SLIDING_WINDOW_LUA })
   client.defineCommand('unbanKey', { numberOfKeys: 2, lua: UNBAN_LUA })
+  client.defineCommand('unbanState', { numberOfKeys: 1, lua: UNBAN_STATE_LUA })
   return client
 }
 
@@ -587,6 +603,31 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     return reply
   }
 
+  /**
+   * An unban while its key's slot migrates between Cluster masters, where the script on the state
+   * and the mark is refused (TRYAGAIN) for as long as the migration lasts (an operator's by hand,
+   * minutes): the mark first, as pending, so no other gateway lifts the ban as well; then the lift,
+   * on the state alone; then the mark says applied. Another gateway applying the same unban
+   * meanwhile waits for the mark to say applied (false), as it would wait for the script, so it
+   * forgets the ban it may have cached meanwhile only once the ban is lifted. A gateway that fails
+   * between the steps leaves the pending mark to expire (UNBAN_PENDING_MILLIS), and the unban to
+   * whichever gateway tries next.
+   */
+  async function unbanInSteps(key: string, mark: string, now: number, memory: number): Promise<boolean> {
+    const givenUpAt = performance.now() + UNBAN_PENDING_MILLIS
+    for (;;) {
+      if ((await client.set(mark, UNBAN_PENDING, 'PX', UNBAN_PENDING_MILLIS, 'NX')) !== null) {
+        await client.unbanState(key, 0, now, memory)
+        await client.set(mark, '1', 'PX', UNBAN_APPLIED_MILLIS)
+        return true
+      }
+      const value = await client.get(mark)
+      if (value !== null && value !== UNBAN_PENDING) return false
+      if (performance.now() > givenUpAt) throw new Error('unban not applied: another gateway has been applying it for longer than it takes')
+      await new Promise((resolve) => setTimeout(resolve, UNBAN_PENDING_POLL_MILLIS))
+    }
+  }
+
   return {
     kind: 'redis',
     failureDomain: (keyId) => failureDomain(limitKey(keyId)),
@@ -601,13 +642,19 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
       return decisionOf(request, reply)
     },
     async unban(keyId: string, changeId: number, options: UnbanOptions = {}) {
-      const applied = await client.unbanKey(
-        limitKey(keyId),
-        unbanAppliedKey(keyId, changeId),
-        UNBAN_APPLIED_MILLIS,
-        options.nowMillis ?? 0,
-        options.memoryMillis ?? BAN_MEMORY_MILLIS,
-      )
+      const key = limitKey(keyId)
+      const mark = unbanAppliedKey(keyId, changeId)
+      const now = options.nowMillis ?? 0
+      const memory = options.memoryMillis ?? BAN_MEMORY_MILLIS
+      let applied: number
+      try {
+        applied = await client.unbanKey(key, mark, UNBAN_APPLIED_MILLIS, now, memory)
+      } catch (error) {
+        if (!(client instanceof Cluster) || !slotMigrating(error)) throw error
+        return unbanInSteps(key, mark, now, memory)
+      }
+      // Another gateway is applying it in steps: its outcome, once known.
+      if (applied === -2) return unbanInSteps(key, mark, now, memory)
       return applied !== -1
     },
     async close() {

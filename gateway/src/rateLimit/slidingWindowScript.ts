@@ -219,6 +219,21 @@ return { outcome, now,
 `
 
 /**
+ * The applied mark's value while a gateway lifts the ban in two steps (the key's slot migrating
+ * between masters): whether the lift has happened is not known yet. Kept for UNBAN_PENDING_MILLIS
+ * at most, so a gateway that failed between the steps leaves the unban to the next to try it.
+ */
+export const UNBAN_PENDING = 'pending'
+export const UNBAN_PENDING_MILLIS = 10_000
+
+/**
+ * The unban's lift alone, on the state key only (KEYS[1]; ARGV as UNBAN_LUA's, ARGV[1] unused):
+ * while a Redis Cluster slot migrates, a script on two keys is refused (TRYAGAIN) until the
+ * migration ends, unless both are on the same node, and one on a single key is redirected (ASK).
+ */
+export const UNBAN_STATE_LUA = unbanStateLua()
+
+/**
  * Unban: clear the ban and the strikes, keep the ladder level. The lifted ban ends now, so the
  * ladder remembers it for the ban memory from now, as one that ended on its own (not from the end
  * it was due: a 24 h ban lifted at once would climb the ladder for 48 h). KEYS[1] state key,
@@ -228,10 +243,16 @@ return { outcome, now,
  * marked returns -1 and changes nothing: the ban in force now is one the key earned since. Reads
  * the layout from the state's own header (nM, nD), so it needs no window settings; a state still
  * in the layout before bucket lengths were kept has its 32-byte tail edited as that layout had it.
+ * An unban a gateway is applying in steps (UNBAN_PENDING) returns -2 and changes nothing: it is
+ * not known yet whether its lift happened, and the caller waits for the mark to say so.
  */
 export const UNBAN_LUA = `
+if redis.call('GET', KEYS[2]) == '${UNBAN_PENDING}' then return -2 end
 if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then return -1 end
-local raw = redis.call('GET', KEYS[1])
+${unbanStateLua()}`
+
+function unbanStateLua(): string {
+  return `local raw = redis.call('GET', KEYS[1])
 if not raw or string.len(raw) < 4 then return 0 end
 local now, memory = tonumber(ARGV[2]) or 0, tonumber(ARGV[3])
 if now == 0 then
@@ -261,3 +282,4 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then redis.call('SET', KEYS[1], packed, 'PX', ttl) else redis.call('SET', KEYS[1], packed) end
 return 1
 `
+}

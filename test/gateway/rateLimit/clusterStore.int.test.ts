@@ -105,3 +105,66 @@ describe('Redis Cluster: a slot no master serves', () => {
     }
   }, 60_000)
 })
+
+// An unban touches two keys of one slot: the key's state and the unban's applied mark. While the slot
+// migrates, Redis refuses a script on both (TRYAGAIN) unless the node asked holds both, and `keys
+// unban` stayed pending until the migration ended (minutes, by hand).
+describe('Redis Cluster: keys unban while the key\'s slot migrates to another master', () => {
+  let cluster: TestCluster
+  const admins: Redis[] = []
+  beforeAll(async () => {
+    cluster = await startRedisCluster()
+    for (const node of cluster.nodes) admins.push(new Redis({ host: '127.0.0.1', port: Number(node.split(':')[1]) }))
+  })
+  afterAll(async () => {
+    for (const admin of admins) admin.disconnect()
+    await cluster?.close()
+  })
+
+  it.each(['before its state has moved', 'after its state has moved'])('lifts the ban at once, once, %s', async (when) => {
+    const prefix = 'aas-test:'
+    const keyId = `key_migrating_${when.startsWith('before') ? 'a' : 'b'}`
+    const slot = (await admins[0]!.call('CLUSTER', 'KEYSLOT', `${prefix}${limitKey(keyId)}`)) as number
+    const ranges = (await admins[0]!.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][]
+    const ownerPort = ranges.find(([from, to]) => slot >= from && slot <= to)![2][1]
+    const source = admins.find((admin) => admin.options.port === ownerPort)!
+    const target = admins.find((admin) => admin !== source)!
+    // Two gateways, each with its own connections.
+    const [client, other] = [1, 2].map(() => connectRedis({ clusterNodes: cluster.nodes, keyPrefix: prefix, commandTimeoutMillis: 1_000 }))
+    try {
+      expect(await redisReady(client!)).toBe(true)
+      expect(await redisReady(other!)).toBe(true)
+      const [store, otherStore] = [client!, other!].map((each) => createRedisStore(each, { budgetMillis: 1_000 }))
+      const request: LimitRequest = {
+        keyId,
+        minute: { limit: 1, windowMillis: 60_000, bucketMillis: 5_000 },
+        day: { limit: 10_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+        bans: { strikes: 2, ladderMillis: [600_000], memoryMillis: 86_400_000 },
+      }
+      let decision = await store!.consume(request)
+      while (decision.outcome !== 'banned') decision = await store!.consume(request)
+      // What redis-cli --cluster reshard (or an operator by hand) does to the slot, left half-way.
+      const [sourceId, targetId] = [await source.call('CLUSTER', 'MYID'), await target.call('CLUSTER', 'MYID')] as string[]
+      await target.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceId!)
+      await source.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', targetId!)
+      if (when.startsWith('after')) {
+        const keys = (await source.call('CLUSTER', 'GETKEYSINSLOT', slot, 100)) as string[]
+        await source.call('MIGRATE', '127.0.0.1', String(target.options.port), '', 0, 5_000, 'KEYS', ...keys)
+      }
+      // Both gateways read the unban from the change log at once: one lifts the ban, the other says it was lifted already.
+      const started = performance.now()
+      const lifted = await Promise.all([store!, otherStore!].map((each) => each.unban(keyId, 1).then((value) => value, (error: unknown) => String(error))))
+      expect(lifted.sort()).toEqual([false, true])
+      expect(performance.now() - started, 'ms the unban took').toBeLessThan(1_000)
+      expect((await store!.consume(request)).outcome).not.toBe('banned')
+      // Applied again (a late retry), it lifts nothing: the ban the key earns next stays.
+      decision = await store!.consume(request)
+      while (decision.outcome !== 'banned') decision = await store!.consume(request)
+      expect(await otherStore!.unban(keyId, 1)).toBe(false)
+      expect((await store!.consume(request)).outcome).toBe('banned')
+    } finally {
+      client!.disconnect()
+      other!.disconnect()
+    }
+  }, 60_000)
+})
