@@ -3,6 +3,7 @@ import pino from 'pino'
 import { describe, expect, it, vi } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
+import { hashApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { startKeyChangeFeed, type KeyChangeFeedOptions } from '../../gateway/src/keys/keyChangeFeed.ts'
 import { createKeyRepository, isUsable, type FeedEntry, type KeyChange, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
@@ -585,6 +586,25 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
       expect(await cache.lookup(deleted.key)).toBeDefined()
       await operator.query('DELETE FROM gateway.api_keys WHERE id = $1', [deleted.record.id])
       await vi.waitFor(async () => expect(await cache.lookup(deleted.key)).toBeUndefined(), { timeout: 2_000, interval: 100 })
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  }, 20_000)
+
+  // The row's change was announced with its new hash only, and every gateway went on accepting the
+  // old key from its cache until the TTL (a minute by default).
+  it('refuses the old key of a row whose key hash was replaced by hand (a leaked key reissued under its id)', async () => {
+    const { repository, operator, cache, follow, close } = await gatewayAndOperator()
+    const leaked = await repository.create({ name: 'reissued by hand', plan: 'free' })
+    const reissued = await repository.create({ name: 'the new secret, made elsewhere', plan: 'free' })
+    await operator.query('DELETE FROM gateway.api_keys WHERE id = $1', [reissued.record.id])
+    const feed = await follow()
+    try {
+      expect(await cache.lookup(leaked.key)).toBeDefined()
+      await operator.query('UPDATE gateway.api_keys SET key_hash = $2 WHERE id = $1', [leaked.record.id, hashApiKey(reissued.key)])
+      await vi.waitFor(async () => expect(await cache.lookup(reissued.key)).toMatchObject({ id: leaked.record.id }), { timeout: 2_000, interval: 100 })
+      await vi.waitFor(async () => expect(await cache.lookup(leaked.key)).toBeUndefined(), { timeout: 2_000, interval: 100 })
     } finally {
       await feed.stop()
       await close()
