@@ -592,6 +592,22 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
     }
   }, 20_000)
 
+  // Row triggers do not fire on TRUNCATE: every gateway went on accepting the keys it had cached
+  // until the TTL (a minute by default), though none existed any more.
+  it('refuses every key once the keys table is truncated by hand', async () => {
+    const { repository, operator, cache, follow, close } = await gatewayAndOperator()
+    const keys = await Promise.all([1, 2, 3].map((n) => repository.create({ name: `truncated ${n}`, plan: 'free' })))
+    const feed = await follow()
+    try {
+      for (const { key } of keys) expect(await cache.lookup(key)).toBeDefined()
+      await operator.query('TRUNCATE gateway.api_keys CASCADE')
+      for (const { key } of keys) await vi.waitFor(async () => expect(await cache.lookup(key)).toBeUndefined(), { timeout: 2_000, interval: 100 })
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  }, 20_000)
+
   // The row's change was announced with its new hash only, and every gateway went on accepting the
   // old key from its cache until the TTL (a minute by default).
   it('refuses the old key of a row whose key hash was replaced by hand (a leaked key reissued under its id)', async () => {
