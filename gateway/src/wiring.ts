@@ -53,6 +53,7 @@ export async function wireGateway(options: {
     repository,
     connectionString: options.databaseUrl,
     onChange: keyChangeHandler(cache, unbans),
+    onRewound: () => cache.clear(),
     logger,
   })
   unbans.start()

@@ -592,6 +592,39 @@ describe('a gateway\'s key cache follows the change log whatever order its trans
     }
   }, 20_000)
 
+  // A database restored from a backup (or failed over to a copy that was behind) hands out again the
+  // change-log ids and transaction ids of what it lost: a change made as it came back, before the
+  // gateway's next read, looked to the feed like one it had read, and its key stayed cached.
+  it('refuses a key revoked as the database came back behind what the gateway had read (restored from a backup)', async () => {
+    const { repository, operator, cache, close } = await gatewayAndOperator()
+    const { record, key } = await repository.create({ name: 'revoked after the restore', plan: 'free' })
+    expect(await cache.lookup(key)).toBeDefined()
+    // Where the gateway had read up to on the server before the restore: 1,000 transactions and entries on.
+    let restored = false
+    const feed = await startKeyChangeFeed({
+      repository: {
+        ...repository,
+        async changeLogPosition() {
+          const position = await repository.changeLogPosition()
+          if (restored) return position
+          restored = true
+          return { ...position, xmax: String(BigInt(position.xmax) + 1_000n), maxId: String(BigInt(position.maxId) + 1_000n), xip: [] }
+        },
+      },
+      connectionString: database.url,
+      onChange: (change) => cache.invalidate(change.keyHash),
+      onRewound: () => cache.clear(),
+      logger: pino({ level: 'silent' }),
+    })
+    try {
+      await operator.query('UPDATE gateway.api_keys SET revoked_at = now() WHERE id = $1', [record.id])
+      await vi.waitFor(async () => expect(isUsable((await cache.lookup(key))!)).toBe(false), { timeout: 2_000, interval: 100 })
+    } finally {
+      await feed.stop()
+      await close()
+    }
+  }, 20_000)
+
   // Row triggers do not fire on TRUNCATE: every gateway went on accepting the keys it had cached
   // until the TTL (a minute by default), though none existed any more.
   it('refuses every key once the keys table is truncated by hand', async () => {

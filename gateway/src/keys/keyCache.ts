@@ -89,6 +89,12 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
       unknown.delete(hashHex)
       if (inFlight.has(hashHex)) changedInFlight.add(hashHex)
     },
+    /** Forgets every key, and has each lookup under way asked again (as invalidate does for one). */
+    clear(): void {
+      known.clear()
+      unknown.clear()
+      for (const hashHex of inFlight.keys()) changedInFlight.add(hashHex)
+    },
     /** Keys held, known and unknown (each kind at most maxEntries). */
     get size(): number {
       return known.size + unknown.size

@@ -9,6 +9,13 @@ export interface KeyChangeFeedOptions {
   /** For the LISTEN connection; when LISTEN is unavailable the periodic read still works. */
   connectionString: string
   onChange: (change: KeyChange) => void
+  /**
+   * The change log is behind what this feed had read (the database restored from a backup, or
+   * failed over to a copy that was behind): the entries written since it came back reuse ids and
+   * transaction ids the feed takes for read, so none of them can be told apart. Everything cached
+   * from the log's keys is to be read again.
+   */
+  onRewound?: () => void
   logger: Logger
   /** Catch-up period: the bound on propagation when notifications are lost. */
   pollMillis?: number
@@ -36,6 +43,15 @@ interface ReadInProgress {
   /** Which of them is being read (their count: the writers after the previous read), and from where. */
   olderIndex: number
   olderAfter?: { xid: string; id: number | string }
+}
+
+/**
+ * Whether `next` is behind `since` on the same log: transaction ids only grow on one server, and
+ * the highest id visible falls only when the log is emptied (the purge of a quiet day's entries,
+ * to 0). A position taken on another server's history, ahead of this one, is not one to read from.
+ */
+function rewound(since: FeedPosition, next: FeedPosition): boolean {
+  return BigInt(next.xmax) < BigInt(since.xmax) || (BigInt(next.maxId) > 0n && BigInt(next.maxId) < BigInt(since.maxId))
 }
 
 /** How long the LISTEN connection may take to answer LISTEN or a ping before it is taken for lost. */
@@ -85,6 +101,17 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       newDone: false,
       olderIndex: 0,
     })
+    if (rewound(since, read.next)) {
+      logger.warn(
+        { xmax: read.next.xmax, readUpToXmax: since.xmax, maxId: read.next.maxId, readUpToId: since.maxId },
+        'the API key change log is behind what this gateway had read (restored from a backup, or failed over to a copy that was behind): every cached key is read again',
+      )
+      options.onRewound?.()
+      position = read.next
+      delivered = new Set()
+      inProgress = undefined
+      return
+    }
     const limit = options.pageEntries ?? PAGE_ENTRIES
     const deliver = (change: FeedEntry) => {
       if (!change.inFirst) read.again.add(change.id)
