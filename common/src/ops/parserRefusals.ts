@@ -13,7 +13,7 @@ const REFUSAL_STATUSES = [400, 408, 414, 431, 501]
 export function countParserRefusals(registry: Registry): (status: number) => void {
   const refused = new Counter({
     name: 'http_requests_refused_total',
-    help: 'Requests refused by the HTTP parser before routing, by status (400 not HTTP, 408 too slow, 414 request line too long, 431 headers too large, 501 method not implemented).',
+    help: 'Requests refused by the HTTP parser before routing, by status (400 not HTTP, 408 too slow, 414 request line too long, 431 headers too large, 501 unknown method or CONNECT, the gateway only: the pets-service answers an unknown method 400).',
     labelNames: ['status'],
     registers: [registry],
   })
