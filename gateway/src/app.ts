@@ -124,7 +124,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   })
   // By plan too (DESIGN): a request without a valid key is the per-IP limit's, "anonymous".
   await app.register(httpMetrics, { registry: deps.registry, plan: (request) => request.apiKey?.plan ?? 'anonymous' })
-  await app.register(pipelinedBehindClose)
+  await app.register(pipelinedBehindClose, { timeouts })
   // 5 (registered early so every stage's failure takes the same shape)
   await app.register(errorBodies, { codes: gatewayFrameworkErrors, reported: deps.postgresRefusals?.report })
   // Before any stage reads a header: a request with more lines than are read is refused whole.

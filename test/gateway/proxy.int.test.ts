@@ -1079,6 +1079,36 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     }
   }, 60_000)
 
+  it('answers every create of a client pipelining them faster than they are answered, none refused 408 for headers it sent in time', async () => {
+    // The bound stops reading a connection in the middle of a request when a read ends there (one
+    // read rarely ends where a request does). Node's clocks for the headers (10 s) and the whole
+    // request (30 s) run from that request's first byte, also while it is held: once the answers
+    // ahead took longer than that, the request was answered 408 and the connection closed, and
+    // the rest of what the client had sent was never answered.
+    const timeouts = { headersTimeoutMillis: 1_000, requestTimeoutMillis: 3_000 }
+    upstream = await scriptedUpstream((request, response) => {
+      request.resume()
+      request.on('end', () => {
+        response.statusCode = 201
+        response.setHeader('content-type', 'application/json')
+        setTimeout(() => response.end('{"id":1,"name":"Rex","categoryId":1,"status":"available"}'), 20)
+      })
+    })
+    gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, clientTimeouts: timeouts })
+    const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const body = '{"name":"Rex","categoryId":1}'
+    const create = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+    const sent = 400
+    const client = await openRaw(gateway.url)
+    client.socket.write(create.repeat(sent))
+    const statuses = () => [...client.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1])
+    await eventually(async () => statuses().length === sent || client.isClosed(), 40_000, 50)
+    expect(statuses().filter((status) => status !== '201')).toEqual([])
+    expect(statuses()).toHaveLength(sent)
+    expect(client.isClosed()).toBe(false)
+    client.socket.destroy()
+  }, 60_000)
+
   it('logs and counts with 400 each request not carried out behind an answer that closed the connection, charging no key', async () => {
     // Node emits no 'close' for an answer still queued behind another when the connection closes,
     // and such an answer is never written: the requests the gateway did not carry out (RFC 9112

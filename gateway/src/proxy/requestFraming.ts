@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import type { ClientTimeouts } from '../../../common/src/http/clientErrors.ts'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
 import { expectsContinue } from '../../../common/src/http/expectContinue.ts'
 import { excessHeaderLines } from '../../../common/src/http/headerLines.ts'
@@ -188,7 +189,7 @@ function afterAnswersAhead(socket: Socket, answer: ServerResponse, go: () => voi
  * before authentication and the rate limit, whose refusals must close the connection too.
  */
 export const pipelinedBehindClose = fp(
-  async (app: FastifyInstance) => {
+  async (app: FastifyInstance, options: { timeouts: ClientTimeouts }) => {
     /**
      * Per connection, the last answer that may close it, or that follows an unsafe request: while
      * it is unsent, a request pipelined behind it waits for the answers ahead (afterAnswersAhead).
@@ -206,9 +207,18 @@ export const pipelinedBehindClose = fp(
      * was read already (at most one read's worth) is carried out as usual. Node resumes a paused
      * connection whenever an answer leaves it (its own pause is for answers piling up): while held
      * here, those resumes wait for this one.
+     * A read seldom ends where a request does, and Node's clocks for a request's headers and for the
+     * whole of it run from its first byte read, also while its connection is held: held longer, a
+     * request the client had sent whole and in time was refused 408 and the connection closed,
+     * the requests behind it never answered. So a hold lasts at most half the shorter of the two,
+     * then the connection is read again (the rest of that request, and at most one read more).
      */
     const unanswered = new WeakMap<Socket, number>()
-    const held = new WeakSet<Socket>()
+    /** Held connections, each with the timer that reads it again at the latest. */
+    const held = new WeakMap<Socket, NodeJS.Timeout | undefined>()
+    // A clock set to 0 does not run (Node's and Fastify's meaning).
+    const clocks = [options.timeouts.headersTimeoutMillis, options.timeouts.requestTimeoutMillis].filter((millis) => millis > 0)
+    const longestHoldMillis = clocks.length > 0 ? Math.max(1, Math.floor(Math.min(...clocks) / 2)) : undefined
     const holdBack = (socket: PausableSocket) => {
       if (held.has(socket) || socket.destroyed) return
       if (!Object.hasOwn(socket, 'resume')) {
@@ -217,12 +227,15 @@ export const pipelinedBehindClose = fp(
           return held.has(this) ? this : resume.call(this)
         }
       }
-      held.add(socket)
+      held.set(socket, longestHoldMillis === undefined ? undefined : setTimeout(readOn, longestHoldMillis, socket).unref())
       socket._paused = true
       socket.pause()
     }
-    const readOn = (socket: PausableSocket) => {
-      if (!held.delete(socket) || socket.destroyed) return
+    function readOn(socket: PausableSocket): void {
+      if (!held.has(socket)) return
+      clearTimeout(held.get(socket))
+      held.delete(socket)
+      if (socket.destroyed) return
       socket._paused = false
       socket.parser?.resume()
       socket.resume()
