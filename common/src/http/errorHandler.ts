@@ -96,7 +96,10 @@ function answers(match: { params: Record<string, string | undefined> } | null): 
   return match !== null && Object.entries(match.params).every(([name, value]) => name === '*' || value !== '')
 }
 
-/** A Content-Type sent that does not parse as a media type: Fastify would answer 415 for the body. */
+/**
+ * A Content-Type sent that does not parse as a media type: Fastify would answer 415 for the body.
+ * A request no route takes (is404) gets its path's 404 or 405 instead (errorBodies).
+ */
 export function hasNoMediaType(request: FastifyRequest): boolean {
   return request.headers['content-type'] !== undefined && request.mediaType === undefined
 }
@@ -125,6 +128,14 @@ export const errorBodies = fp(
   ) => {
     const { codes, reported } = options
     app.setErrorHandler((error, request, reply) => {
+      // Fastify refuses a Content-Type that is no media type at all (`bogus`, `a, b`) with 415 as it
+      // starts to read the body, before any handler, the not-found one's too. No route takes such a
+      // request, so its body is no one's to judge: the path's answer (404, or 405 with Allow) is
+      // given instead, after every earlier stage (a key, the limits) let the request through. Here,
+      // not in a hook, so that no other request pays for it.
+      if (request.is404 && (error as { code?: unknown }).code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' && hasNoMediaType(request)) {
+        return sendApiError(reply, notFoundAnswer(app, request, codes))
+      }
       const apiError = toApiError(error, codes)
       // A 5xx with something behind it (an exception, an upstream or database failure) is an
       // error line for the operator. A deliberate one (501 for a route not built yet, 503 while
@@ -137,14 +148,6 @@ export const errorBodies = fp(
     })
     app.setNotFoundHandler((request, reply) => {
       sendApiError(reply, notFoundAnswer(app, request, codes))
-    })
-    // Fastify refuses a Content-Type that is no media type at all (`bogus`, `a, b`) with 415 as it
-    // starts to read the body, before any handler, the not-found one's too. No route takes this
-    // request, so its body is no one's to judge: the path's answer (404, or 405 with Allow) is given
-    // instead, once every earlier stage (a key, the limits) has let the request through.
-    app.addHook('preParsing', (request, reply, payload, done) => {
-      if (request.is404 && hasNoMediaType(request)) return sendApiError(reply, notFoundAnswer(app, request, codes))
-      done(null, payload)
     })
   },
   { name: 'error-bodies' },

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { hasNoMediaType } from './errorHandler.ts'
 
 /** Node's test for the expectation it leaves to 'checkContinue' (_http_server.js continueExpression). */
 const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
@@ -36,7 +37,9 @@ export const expectContinue = fp(
         expectation !== undefined &&
         expectsContinue(expectation) &&
         request.raw.httpVersionMinor >= 1 &&
-        !(Number(request.headers['content-length']) > options.bodyLimitBytes)
+        !(Number(request.headers['content-length']) > options.bodyLimitBytes) &&
+        // No route takes it, and its body is refused unread (errorBodies: its path's 404 or 405).
+        !(request.is404 && hasNoMediaType(request))
       ) {
         reply.raw.writeContinue()
       }

@@ -270,7 +270,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     }
     if (incoming.via !== undefined) headers.via = `${incoming.via}, ${VIA}`
     headers.host = host
-    const unparsed = unparsedContentType.get(request)
+    // Set aside only where the header was taken away: a request that still has one (every create) is not looked up.
+    const unparsed = incoming['content-type'] === undefined ? unparsedContentType.get(request) : undefined
     if (unparsed !== undefined) headers['content-type'] = unparsed
     if (body) {
       headers['content-length'] = String(body.length)
