@@ -201,6 +201,8 @@ describe('gateway authentication', () => {
     for (const contentType of ['bogus', 'application/json, text/plain']) {
       const noMediaType = { method: 'POST', headers: { 'content-type': contentType }, body: '{}' }
       await expectErrorResponse(await gateway.request('/v1/nowhere', { key, ...noMediaType }), 404, 'not_found')
+      // A QUERY too: only a path an upstream answers reads its body (415 there).
+      await expectErrorResponse(await gateway.request('/v1/nowhere', { key, ...noMediaType, method: 'QUERY' }), 404, 'not_found')
       const orders = await gateway.request('/v1/store/orders', { key, ...noMediaType })
       expect(orders.headers.get('allow'), contentType).toBe('GET, HEAD')
       expect(orders.headers.get('x-ratelimit-limit'), contentType).not.toBeNull()
