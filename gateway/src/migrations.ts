@@ -31,6 +31,8 @@ export const GATEWAY_POSTGRES_NEEDS: PostgresNeeds = {
     { on: 'table', table: 'api_key_changes', privileges: ['INSERT', 'UPDATE', 'DELETE'] },
     { on: 'table', table: 'api_key_bans', privileges: ['SELECT', 'INSERT', 'UPDATE', 'DELETE'] },
   ],
+  // 014 makes the trigger that announces a TRUNCATE of the keys table.
+  migrating: [{ on: 'table', table: 'api_keys', privileges: ['TRIGGER'] }],
 }
 
 /** The keys CLI: the gateway's needs, and writing the keys themselves (a change writes the change log, through its trigger). */

@@ -1,11 +1,15 @@
 import { randomBytes } from 'node:crypto'
+import { copyFileSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
 import pg from 'pg'
 import pino from 'pino'
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
-import { watchPostgresRefusals } from '../../common/src/database/privileges.ts'
+import { requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
+import { GATEWAY_MIGRATIONS, GATEWAY_POSTGRES_NEEDS } from '../../gateway/src/migrations.ts'
 import { PETS_MIGRATIONS, PETS_POSTGRES_NEEDS } from '../../pets-service/src/migrations.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
@@ -230,6 +234,30 @@ describe('a Postgres role lacking a privilege at start', () => {
     } finally {
       await upstream.close()
       await role.sql('GRANT CREATE ON DATABASE $database TO $role')
+    }
+  }, 60_000)
+  // README's table is what the gateway's role needs at start. Migration 014 creates a trigger on
+  // gateway.api_keys, which takes TRIGGER on it: a role holding everything the table listed, and
+  // not that, could not start the version that brings 014, and was told only to 'grant the role
+  // what Postgres names'.
+  it('the gateway names the grant a migration of an upgrade needs, TRIGGER on api_keys, and starts once it is given', async () => {
+    const previous = mkdtempSync(path.join(os.tmpdir(), 'aas-gateway-migrations-'))
+    for (const file of readdirSync(GATEWAY_MIGRATIONS.directory).filter((name) => Number(name.slice(0, 3)) <= 12)) {
+      copyFileSync(path.join(GATEWAY_MIGRATIONS.directory, file), path.join(previous, file))
+    }
+    const pool = createPool({ connectionString: role.url, applicationName: 'upgrade-grants-test', max: 2 })
+    try {
+      // The schema as the version before 013 left it, made by the role (it owns it), then TRIGGER taken.
+      await migrate(pool, { ...GATEWAY_MIGRATIONS, directory: previous })
+      await role.sql('REVOKE TRIGGER ON gateway.api_keys FROM $role')
+      const upgrade = () => requirePostgresGrants(pool, GATEWAY_POSTGRES_NEEDS, () => migrate(pool, GATEWAY_MIGRATIONS))
+      await expect(upgrade()).rejects.toThrow(`GRANT TRIGGER ON TABLE gateway.api_keys TO "${role.name}"`)
+      await role.sql('GRANT TRIGGER ON gateway.api_keys TO $role')
+      await upgrade()
+      expect((await pool.query(`SELECT count(*)::int AS n FROM pg_trigger WHERE tgname = 'api_keys_truncated'`)).rows[0].n).toBe(1)
+    } finally {
+      await pool.end()
+      rmSync(previous, { recursive: true, force: true })
     }
   }, 60_000)
 })

@@ -40,6 +40,11 @@ export interface PostgresNeeds {
   serving: Grant[]
   /** What else the start-up needs (migrations, purges, the CLI's writes): checked at start with the others. */
   besides: Grant[]
+  /**
+   * What only some migration needs while it is still to apply (a trigger made on a table takes
+   * TRIGGER on it): not asked of a start with nothing to migrate, named when a migration is refused.
+   */
+  migrating?: Grant[]
 }
 
 interface Missing {
@@ -198,7 +203,7 @@ export async function requirePostgresGrants(pool: pg.Pool, needs: PostgresNeeds,
   } catch (error) {
     const words = postgresRefusal(error) ?? postgresRefusal((error as { cause?: unknown }).cause)
     if (words === undefined) throw error
-    const explained = await explain(pool, needs, grants, words)
+    const explained = await explain(pool, needs, [...grants, ...(needs.migrating ?? [])], words)
     throw refuse(explained.fix, words)
   }
   const after = await check(pool, needs.schema, grants)
@@ -212,7 +217,9 @@ export async function requirePostgresGrants(pool: pg.Pool, needs: PostgresNeeds,
 export async function describeRefusal(pool: pg.Pool, needs: PostgresNeeds, error: unknown): Promise<string | undefined> {
   const words = postgresRefusal(error) ?? postgresRefusal((error as { cause?: unknown } | null)?.cause)
   if (words === undefined) return undefined
-  const { fix } = await explain(pool, needs, [...needs.serving, ...needs.besides], words).catch(() => ({ fix: 'grant the role what Postgres names' }))
+  const { fix } = await explain(pool, needs, [...needs.serving, ...needs.besides, ...(needs.migrating ?? [])], words).catch(() => ({
+    fix: 'grant the role what Postgres names',
+  }))
   return `Postgres refuses the ${needs.who}'s role what it needs (${words}): ${fix}`
 }
 
