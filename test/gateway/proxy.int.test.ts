@@ -1109,6 +1109,39 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     client.socket.destroy()
   }, 60_000)
 
+  it('holds no more of a pipelining client\'s requests while Postgres is hung than MAX_UNANSWERED_PER_CONNECTION and the rest of the read that brought them', async () => {
+    // The test above sends requests of some 100 bytes, 600 to one 64 KiB read: a bound several
+    // times MAX_UNANSWERED_PER_CONNECTION passed it. Requests of 1 KiB bring some 60 a read.
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const through = new URL(database.url)
+    through.host = `127.0.0.1:${relay.port}`
+    upstream = await recordingUpstream()
+    gateway = await startGateway({ databaseUrl: through.toString(), petsUrl: upstream.url })
+    const running = gateway
+    let lookingUp = 0
+    const fetchKey = running.cache.fetch
+    running.cache.fetch = (hashHex) => (lookingUp++, fetchKey(hashHex))
+    try {
+      await relay.silence()
+      const client = await openRaw(running.url)
+      const request = `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${generateApiKey()}\r\nX-Pad: ${'p'.repeat(1_000)}\r\n\r\n`
+      const sent = 2_000
+      client.socket.write(request.repeat(sent))
+      await sleep(1_000)
+      const perRead = Math.ceil((64 * 1024) / request.length)
+      expect(lookingUp).toBeGreaterThanOrEqual(MAX_UNANSWERED_PER_CONNECTION)
+      expect(lookingUp).toBeLessThanOrEqual(MAX_UNANSWERED_PER_CONNECTION + perRead)
+      await relay.restore()
+      const statuses = () => [...client.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1])
+      await eventually(async () => statuses().length === sent, 25_000, 100)
+      expect(statuses().filter((status) => status !== '401' && status !== '503')).toEqual([])
+      client.socket.destroy()
+    } finally {
+      await relay.close()
+    }
+  }, 60_000)
+
   it('logs and counts with 400 each request not carried out behind an answer that closed the connection, charging no key', async () => {
     // Node emits no 'close' for an answer still queued behind another when the connection closes,
     // and such an answer is never written: the requests the gateway did not carry out (RFC 9112
