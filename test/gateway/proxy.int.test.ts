@@ -1407,6 +1407,11 @@ describe('gateway proxy header hygiene and upstream failures', () => {
             'x-internal-token': 'upstream-secret-0123456789',
             'x-consumer-id': 'key_victim',
             'x-request-id': 'upstream-chosen',
+            'x-forwarded-for': '10.0.0.7',
+            'x-forwarded-host': 'pets.internal',
+            'x-forwarded-proto': 'http',
+            'x-forwarded-port': '8081',
+            'x-forwarded-prefix': '/internal',
             server: 'secret-upstream/1.2',
             'x-powered-by': 'Express',
           })
@@ -1415,8 +1420,23 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       const { gateway, key } = await gatewayTo(chatty)
       const response = await gateway.request('/v1/pets', { key, contract: false })
       expect(response.status).toBe(200)
-      for (const name of ['x-internal-token', 'x-consumer-id', 'server', 'x-powered-by']) expect(response.headers.get(name), name).toBeNull()
+      const internal = ['x-internal-token', 'x-consumer-id', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-port', 'x-forwarded-prefix']
+      for (const name of [...internal, 'server', 'x-powered-by']) expect(response.headers.get(name), name).toBeNull()
       expect(response.headers.get('x-request-id')).toBe(chatty.requests[0]!.headers['x-request-id'])
+    })
+
+    // Trailer announces fields of this hop's chunked framing, not of the answer the client gets.
+    it('answers 200 without the upstream\'s Trailer header, which names fields of its own framing', async () => {
+      const trailing = await scriptedUpstream((_request, response) => {
+        response.writeHead(200, { 'content-type': 'application/json', trailer: 'x-checksum' })
+        response.addTrailers({ 'x-checksum': 'abc' })
+        response.end('[]')
+      })
+      const { gateway, key } = await gatewayTo(trailing)
+      const response = await gateway.request('/v1/pets', { key, contract: false })
+      expect(response.status).toBe(200)
+      expect(response.headers.get('trailer')).toBeNull()
+      expect(await response.json()).toEqual([])
     })
 
     it('keeps from the client the headers the upstream\'s Connection header names', async () => {
