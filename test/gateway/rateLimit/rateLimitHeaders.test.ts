@@ -24,7 +24,7 @@ describe('rate-limit headers', () => {
   it('name the one of two equally tight windows that frees last, and never say less than zero left or a reset in the past', () => {
     const headers = rateLimitHeaders(
       [
-        { name: 'minute', limit: 60, remaining: -2, resetMillis: NOW - 500, windowSeconds: 60 },
+        { name: 'minute', limit: 60, remaining: -2, resetMillis: NOW - 1_500, windowSeconds: 60 },
         { name: 'day', limit: 1_000, remaining: -2, resetMillis: NOW + 1_000, windowSeconds: 86_400 },
       ],
       NOW,
@@ -45,6 +45,19 @@ describe('rate-limit headers', () => {
     )
     expect(headers['x-ratelimit-limit']).toBe('12')
     expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil((NOW + 41_000) / 1_000)))
+  })
+
+  // The day window resets at a fixed hour: a minute spent just before it frees after the day does.
+  it('name the minute window when both are spent and the minute frees after the day', () => {
+    const headers = rateLimitHeaders(
+      [
+        { name: 'minute', limit: 5, remaining: 0, resetMillis: NOW + 50_000, windowSeconds: 60 },
+        { name: 'day', limit: 12, remaining: 0, resetMillis: NOW + 20_000, windowSeconds: 86_400 },
+      ],
+      NOW,
+    )
+    expect(headers['x-ratelimit-limit']).toBe('5')
+    expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil((NOW + 50_000) / 1_000)))
   })
 
   it('round Retry-After up to whole seconds, at least 1', () => {
