@@ -64,6 +64,29 @@ describe('keys command line', () => {
     expect(() => parseCommand(['--json'])).toThrow('no command given')
     expect(() => parseCommand(['--json', '--json'])).toThrow('no command given')
   })
+
+  it('answers --help after a command with the usage, not with what the command lacks', () => {
+    expect(parseCommand(['create', '--help'])).toEqual({ name: 'help' })
+    expect(parseCommand(['set-limits', 'key_abc', '-h'])).toEqual({ name: 'help' })
+  })
+
+  it('refuses set-limits with --clear and custom limits together', () => {
+    expect(() => parseCommand(['set-limits', 'key_abc', '--clear', '--per-minute', '10', '--per-day', '100'])).toThrow(
+      'set-limits takes either --clear or --per-minute and --per-day, not both',
+    )
+  })
+
+  it('checks the --name of create as it is stored: trimmed, no control characters', () => {
+    expect(parseCommand(['create', '--plan', 'free', '--name', '  billing  '])).toMatchObject({ keyName: 'billing' })
+    expect(() => parseCommand(['create', '--plan', 'free', '--name', 'ops\u001b[2J'])).toThrow('--name must not contain control characters')
+  })
+
+  it('takes for a key the start of one opening a word after other characters, or half a key glued to a word', () => {
+    const looksLikeKey = 'an argument looks like an API key'
+    expect(() => parseCommand(['create', '--plan', 'free', '--name=aas_Ab3dE'])).toThrow(looksLikeKey)
+    expect(() => parseCommand(['show', `xaas_${'a1B2c3D4e5'.repeat(2).slice(0, 19)}`])).toThrow(looksLikeKey)
+    expect(parseCommand(['create', '--plan', 'free', '--name', `saas_${'a'.repeat(18)}`])).toMatchObject({ keyName: `saas_${'a'.repeat(18)}` })
+  })
 })
 
 describe('keys --per-minute and --per-day', () => {
