@@ -30,6 +30,14 @@ describe('errors as clients see them', () => {
     })
   })
 
+  // Only a client's mistake is a 4xx: a framework failure of status 500, or a SyntaxError from
+  // the service's own JSON.parse (no statusCode), is the service's fault.
+  it('answers internal_error, not a 4xx blaming the client, for a Fastify error of status 500 and a SyntaxError of its own', () => {
+    const internal = { code: 'internal_error', message: 'Something went wrong on our side.', status: 500 }
+    expect(toApiError(fastifyError('FST_ERR_REP_INVALID_PAYLOAD_TYPE', 500), petsFrameworkErrors).toBody()).toEqual(internal)
+    expect(toApiError(new SyntaxError('Unexpected token } in JSON at position 1'), petsFrameworkErrors).toBody()).toEqual(internal)
+  })
+
   it('hides the detail of an unexpected error behind internal_error', () => {
     const body = toApiError(new TypeError('cannot read x of undefined at repo.ts:3'), petsFrameworkErrors).toBody()
     expect(body).toEqual({ code: 'internal_error', message: 'Something went wrong on our side.', status: 500 })
