@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { ApiError } from '../../common/src/http/apiError.ts'
-import { toApiError } from '../../common/src/http/errorHandler.ts'
+import Fastify from 'fastify'
+import { errorBodies, toApiError } from '../../common/src/http/errorHandler.ts'
+import { captureLog } from '../helpers/logCapture.ts'
 import { petsErrors, petsFrameworkErrors } from '../../pets-service/src/errors.ts'
 
 function fastifyError(code: string, statusCode: number, message = 'boom') {
@@ -90,5 +92,31 @@ describe('errors as clients see them', () => {
     const declared = petsErrors.create('pet_not_found')
     expect(toApiError(declared, petsFrameworkErrors)).toBe(declared)
     expect(declared).toBeInstanceOf(ApiError)
+  })
+})
+
+describe('the error line an operator reads', () => {
+  async function serving(failure: Error) {
+    const log = captureLog()
+    const app = Fastify({ logger: { level: 'info', stream: log.stream } })
+    await app.register(errorBodies, { codes: petsFrameworkErrors })
+    app.get('/boom', async () => {
+      throw failure
+    })
+    const response = await app.inject({ method: 'GET', url: '/boom' })
+    await app.close()
+    return { response, failed: log.entries().filter((entry) => entry.msg === 'request failed') }
+  }
+
+  it('logs "request failed" with internal_error for an unexpected exception answered 500', async () => {
+    const { response, failed } = await serving(new TypeError('cannot read x of undefined'))
+    expect(response.statusCode).toBe(500)
+    expect(failed).toEqual([expect.objectContaining({ level: 50, code: 'internal_error' })])
+  })
+
+  it('logs no error line for a deliberate 5xx with nothing behind it', async () => {
+    const { response, failed } = await serving(petsErrors.create('internal_error'))
+    expect(response.statusCode).toBe(500)
+    expect(failed).toEqual([])
   })
 })
