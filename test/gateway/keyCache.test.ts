@@ -163,4 +163,65 @@ describe('the key cache, with a table that answers as of when it was asked (as P
     expect((await settle(keys, cache.lookup(key)))?.revokedAt).toBeInstanceOf(Date)
     expect(keys.calls.count).toBe(asked)
   })
+
+  it('admits a key created after it was looked up as unknown, once its creation is announced', async () => {
+    const keys = snapshotTable()
+    const key = generateApiKey()
+    const hash = hashApiKey(key)
+    const cache = createKeyCache(keys, options)
+    expect(await settle(keys, cache.lookup(key))).toBeUndefined()
+    keys.rows.set(hash.toString('hex'), record('key_new'))
+    cache.invalidate(hash)
+    expect((await settle(keys, cache.lookup(key)))?.id).toBe('key_new')
+  })
+
+  // clear() runs when the change log went back (a restored database): a lookup on its way then
+  // read the table from before, and its row must not be kept.
+  it('neither answers nor keeps a row read before the cache was cleared while its lookup was on its way', async () => {
+    const keys = snapshotTable()
+    const key = generateApiKey()
+    const hash = hashApiKey(key)
+    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    const cache = createKeyCache(keys, options)
+    const inFlight = cache.lookup(key)
+    keys.rows.set(hash.toString('hex'), record('key_a', 'pro'))
+    cache.clear()
+    expect((await settle(keys, inFlight))?.plan).toBe('pro')
+    const asked = keys.calls.count
+    expect((await settle(keys, cache.lookup(key)))?.plan).toBe('pro')
+    expect(keys.calls.count).toBe(asked)
+  })
+
+  it('counts an unknown key answered from memory as a hit', async () => {
+    const keys = snapshotTable()
+    const cache = createKeyCache(keys, options)
+    const key = generateApiKey()
+    await settle(keys, cache.lookup(key))
+    await settle(keys, cache.lookup(key))
+    expect(cache.stats).toEqual({ hits: 1, misses: 1 })
+  })
+
+  // A key changed again and again: three reads, then the last one is answered, and not kept.
+  it('reads a key changed during every read three times, answers the third read and keeps none', async () => {
+    let reads = 0
+    const key = generateApiKey()
+    const hash = hashApiKey(key)
+    const cache = createKeyCache(
+      {
+        async findByHash() {
+          reads++
+          const row = record(`key_read${reads}`)
+          // Announced once the lookup is under way, as the change feed does.
+          await new Promise((resolve) => setImmediate(resolve))
+          cache.invalidate(hash)
+          return row
+        },
+      },
+      options,
+    )
+    expect((await cache.lookup(key))?.id).toBe('key_read3')
+    expect(reads).toBe(3)
+    expect(cache.size).toBe(0)
+  })
 })
+
