@@ -197,10 +197,10 @@ export const pipelinedBehindClose = fp(
     const holdingBack = new WeakMap<Socket, ServerResponse>()
     const notCarriedOut = () => gatewayErrors.create('bad_request', 'A request pipelined behind an answer that closed the connection is not carried out.')
     /**
-     * Per connection, its requests read and queued behind an answer not sent yet. Node stops reading a connection only
-     * once the answers it owes pile up, and requests waiting on a slow or hung dependency (a key
-     * looked up in a Postgres that does not answer) or on the answers ahead of them (creates) owe
-     * none yet: every request a client pipelined was read and held, 4 MB of GETs on one connection
+     * Per connection, its requests read and queued behind an answer not sent yet. Node stops
+     * reading a connection only once the answers it owes pile up, and requests waiting on a slow or
+     * hung dependency (a key looked up in a Postgres that does not answer) or on the answers ahead
+     * of them (creates) owe none yet: every request a client pipelined was read and held, 4 MB of GETs on one connection
      * 150 MB of heap until the lookup failed. Past the bound the connection is paused as Node pauses
      * it (its `_paused` flag, so its parser stops after this read), and read again once half of them
      * have been answered: the requests wait in the client's socket, not in the gateway's heap. What
