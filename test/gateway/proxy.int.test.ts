@@ -1058,12 +1058,15 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     try {
       await relay.silence()
       const client = await openRaw(running.url)
-      const sent = 20_000
-      client.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${generateApiKey()}\r\n\r\n`.repeat(sent))
+      // Requests of 1 KiB, some 60 to one 64 KiB read of the socket: small ones (600 a read) would
+      // let a bound several times MAX_UNANSWERED_PER_CONNECTION pass.
+      const request = `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${generateApiKey()}\r\nX-Pad: ${'p'.repeat(1_000)}\r\n\r\n`
+      const sent = 2_000
+      client.socket.write(request.repeat(sent))
       await sleep(1_000)
-      // The bound, and what one read of the socket (64 KiB, some 600 of these) had brought in already.
-      expect(lookingUp).toBeGreaterThan(0)
-      expect(lookingUp).toBeLessThan(MAX_UNANSWERED_PER_CONNECTION + 1_500)
+      // The bound, and what the read that crossed it had brought in already.
+      expect(lookingUp).toBeGreaterThanOrEqual(MAX_UNANSWERED_PER_CONNECTION)
+      expect(lookingUp).toBeLessThanOrEqual(MAX_UNANSWERED_PER_CONNECTION + Math.ceil((64 * 1024) / request.length))
       await relay.restore()
       // Each answer's status line (the JSON bodies between them hold no such text).
       const statuses = () => [...client.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1])
@@ -1107,39 +1110,6 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(statuses()).toHaveLength(sent)
     expect(client.isClosed()).toBe(false)
     client.socket.destroy()
-  }, 60_000)
-
-  it('holds no more of a pipelining client\'s requests while Postgres is hung than MAX_UNANSWERED_PER_CONNECTION and the rest of the read that brought them', async () => {
-    // The test above sends requests of some 100 bytes, 600 to one 64 KiB read: a bound several
-    // times MAX_UNANSWERED_PER_CONNECTION passed it. Requests of 1 KiB bring some 60 a read.
-    const target = new URL(database.url)
-    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    const through = new URL(database.url)
-    through.host = `127.0.0.1:${relay.port}`
-    upstream = await recordingUpstream()
-    gateway = await startGateway({ databaseUrl: through.toString(), petsUrl: upstream.url })
-    const running = gateway
-    let lookingUp = 0
-    const fetchKey = running.cache.fetch
-    running.cache.fetch = (hashHex) => (lookingUp++, fetchKey(hashHex))
-    try {
-      await relay.silence()
-      const client = await openRaw(running.url)
-      const request = `GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${generateApiKey()}\r\nX-Pad: ${'p'.repeat(1_000)}\r\n\r\n`
-      const sent = 2_000
-      client.socket.write(request.repeat(sent))
-      await sleep(1_000)
-      const perRead = Math.ceil((64 * 1024) / request.length)
-      expect(lookingUp).toBeGreaterThanOrEqual(MAX_UNANSWERED_PER_CONNECTION)
-      expect(lookingUp).toBeLessThanOrEqual(MAX_UNANSWERED_PER_CONNECTION + perRead)
-      await relay.restore()
-      const statuses = () => [...client.answer().matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((match) => match[1])
-      await eventually(async () => statuses().length === sent, 25_000, 100)
-      expect(statuses().filter((status) => status !== '401' && status !== '503')).toEqual([])
-      client.socket.destroy()
-    } finally {
-      await relay.close()
-    }
   }, 60_000)
 
   it('logs and counts with 400 each request not carried out behind an answer that closed the connection, charging no key', async () => {
