@@ -6,34 +6,38 @@
  */
 import { escapeForDisplay } from '../../../common/src/text/displaySafety.ts'
 import { HELP_HINT, USAGE, parseCommand } from './args.ts'
+import type { Command } from './args.ts'
 import type { Output } from './commands.ts'
 import { CliError, UsageError, explain } from './errors.ts'
 
-async function main(argv: string[], output: Output): Promise<number> {
+/** The exit status, and the command it ran once its arguments parsed. */
+async function main(argv: string[], output: Output): Promise<{ code: number; ran?: Command['name'] }> {
+  let ran: Command['name'] | undefined
   try {
     const command = parseCommand(argv)
+    ran = command.name
     if (command.name === 'help') {
       output.out(USAGE)
-      return 0
+      return { code: 0, ran }
     }
     // Loaded only once the arguments are known to be good: help and usage errors stay instant.
     const { execute } = await import('./execute.ts')
     await execute(command, output)
-    return 0
+    return { code: 0, ran }
   } catch (error) {
     if (error instanceof UsageError) {
       // The 30 lines of usage after every slip buried the one line saying what was wrong.
       output.err(`error: ${escapeForDisplay(error.message)}\n${error.withUsage ? `\n${USAGE}` : HELP_HINT}`)
-      return 2
+      return { code: 2, ran }
     }
     if (error instanceof CliError) {
       output.err(`error: ${escapeForDisplay(error.message)}\n`)
-      return 1
+      return { code: 1, ran }
     }
     // A Postgres error carries a SQLSTATE code and is not a defect here; anything else may be one.
     const operational = typeof (error as { code?: unknown } | null)?.code === 'string' || !(error instanceof Error)
     output.err(`error: ${operational ? explain(error) : (error.stack ?? error.message)}\n`)
-    return 1
+    return { code: 1, ran }
   }
 }
 
@@ -42,7 +46,7 @@ async function main(argv: string[], output: Output): Promise<number> {
  * raised as an uncaught error with its stack trace. Reading commands stop quietly, as Unix tools
  * do; a command that changed something says once that its result was not written, exit 1.
  */
-const READ_ONLY = new Set(['list', 'show', 'help', '--help', '-h'])
+const READ_ONLY = new Set<Command['name']>(['list', 'show', 'help'])
 let stdoutGone = false
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
   if (error.code !== 'EPIPE') throw error
@@ -50,18 +54,16 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
 })
 process.stderr.on('error', () => undefined)
 
-const argv = process.argv.slice(2)
-const code = await main(argv, {
+const { code, ran } = await main(process.argv.slice(2), {
   out: (text) => void (stdoutGone || process.stdout.write(text)),
   err: (text) => void process.stderr.write(text),
 })
 // The EPIPE of the last write is reported on a later turn.
 await new Promise((resolve) => setImmediate(resolve))
-const command = argv.find((argument) => argument !== '--json') ?? ''
-if (stdoutGone && code === 0 && !READ_ONLY.has(command)) {
+if (stdoutGone && code === 0 && ran !== undefined && !READ_ONLY.has(ran)) {
   process.stderr.write(
-    `error: stdout was closed before the result was written; ${escapeForDisplay(command)} was done` +
-      (command === 'create' ? ', but the new key is lost with it: revoke it (`npm run keys -- list` shows it by its name) and create another' : '') +
+    `error: stdout was closed before the result was written; ${ran} was done` +
+      (ran === 'create' ? ', but the new key is lost with it: revoke it (`npm run keys -- list` shows it by its name) and create another' : '') +
       '\n',
   )
   process.exitCode = 1

@@ -53,12 +53,9 @@ describe('Redis Cluster seeds', () => {
   }, 150_000)
 })
 
-// With cluster-require-full-coverage no, the masters keep answering while a slot has no master
-// (removed with CLUSTER DELSLOTS, or its master forgotten). Regression: the keys of such a slot,
-// which no master holds, were declared moved to another master at each success elsewhere: the
-// log said failed, recovered, failed, recovered, … for every request, and they were never set aside.
-describe('Redis Cluster: a slot no master serves', () => {
-  let cluster: TestCluster
+/** A three-master cluster for the describe it is called in, with one admin connection to each node. */
+function clusterWithAdmins(): { readonly cluster: TestCluster; admins: Redis[] } {
+  let cluster: TestCluster | undefined
   const admins: Redis[] = []
   beforeAll(async () => {
     cluster = await startRedisCluster()
@@ -68,6 +65,22 @@ describe('Redis Cluster: a slot no master serves', () => {
     for (const admin of admins) admin.disconnect()
     await cluster?.close()
   })
+  return {
+    get cluster() {
+      if (!cluster) throw new Error('the cluster is not started yet')
+      return cluster
+    },
+    admins,
+  }
+}
+
+// With cluster-require-full-coverage no, the masters keep answering while a slot has no master
+// (removed with CLUSTER DELSLOTS, or its master forgotten). Regression: the keys of such a slot,
+// which no master holds, were declared moved to another master at each success elsewhere: the
+// log said failed, recovered, failed, recovered, … for every request, and they were never set aside.
+describe('Redis Cluster: a slot no master serves', () => {
+  const started = clusterWithAdmins()
+  const admins = started.admins
 
   it('its keys are logged failing once and set aside, while the other keys stay on Redis', async () => {
     const prefix = 'aas-test:'
@@ -79,7 +92,7 @@ describe('Redis Cluster: a slot no master serves', () => {
     const owner = admins.find((admin) => admin.options.port === ownerPort)!
     for (const admin of [owner, ...admins.filter((admin) => admin !== owner)]) await admin.call('CLUSTER', 'DELSLOTS', unserved)
     for (const admin of admins) expect(String(await admin.call('CLUSTER', 'INFO'))).toContain('cluster_slots_assigned:16383')
-    const client = connectRedis({ clusterNodes: cluster.nodes, keyPrefix: prefix, commandTimeoutMillis: 50 })
+    const client = connectRedis({ clusterNodes: started.cluster.nodes, keyPrefix: prefix, commandTimeoutMillis: 50 })
     try {
       expect(await redisReady(client)).toBe(true)
       const log = captureLog()
@@ -110,16 +123,8 @@ describe('Redis Cluster: a slot no master serves', () => {
 // migrates, Redis refuses a script on both (TRYAGAIN) unless the node asked holds both, and `keys
 // unban` stayed pending until the migration ended (minutes, by hand).
 describe('Redis Cluster: keys unban while the key\'s slot migrates to another master', () => {
-  let cluster: TestCluster
-  const admins: Redis[] = []
-  beforeAll(async () => {
-    cluster = await startRedisCluster()
-    for (const node of cluster.nodes) admins.push(new Redis({ host: '127.0.0.1', port: Number(node.split(':')[1]) }))
-  })
-  afterAll(async () => {
-    for (const admin of admins) admin.disconnect()
-    await cluster?.close()
-  })
+  const started = clusterWithAdmins()
+  const admins = started.admins
 
   it.each(['before its state has moved', 'after its state has moved'])('lifts the ban at once, once, %s', async (when) => {
     const prefix = 'aas-test:'
@@ -130,7 +135,7 @@ describe('Redis Cluster: keys unban while the key\'s slot migrates to another ma
     const source = admins.find((admin) => admin.options.port === ownerPort)!
     const target = admins.find((admin) => admin !== source)!
     // Two gateways, each with its own connections.
-    const [client, other] = [1, 2].map(() => connectRedis({ clusterNodes: cluster.nodes, keyPrefix: prefix, commandTimeoutMillis: 1_000 }))
+    const [client, other] = [1, 2].map(() => connectRedis({ clusterNodes: started.cluster.nodes, keyPrefix: prefix, commandTimeoutMillis: 1_000 }))
     try {
       expect(await redisReady(client!)).toBe(true)
       expect(await redisReady(other!)).toBe(true)
