@@ -21,6 +21,7 @@ import {
   refusingUpstream,
   scriptedUpstream,
   silentUpstream,
+  switchedUpstream,
   type TestUpstream,
 } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
@@ -443,12 +444,23 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     return { gateway, ...(await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })) }
   }
 
+  // One gateway in front of a switched upstream for the tests that read only its answers and what
+  // reached the upstream (no metrics, no log, the default timeout): each puts its own fake behind
+  // the address, instead of starting a gateway of its own (a second each on a loaded machine).
+  const switched = suiteService(() => switchedUpstream())
+  const shared = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: switched.url }))
+  let sharedKey: { key: string; id: string }
+  beforeAll(async () => {
+    sharedKey = await shared.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+  })
+  const sharedGateway = () => ({ gateway: shared, ...sharedKey })
+
   /** Resolves once `count` requests have reached the upstream. */
   const arrived = (requests: readonly unknown[], count: number) => eventually(async () => requests.length >= count, 5_000, 10)
 
   it('adds the internal credential, request id and caller id, and strips client copies and the API key', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key, id } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key, id } = sharedGateway()
     // The recording upstream echoes the request, not a catalogue answer: outside the contract.
     const response = await gateway.request('/v1/pets?limit=5', {
       key,
@@ -471,8 +483,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('gives the upstream its own Host and the request id the gateway logs, never the client\'s Host, forwarded host or scheme, or a request id it refused', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const answer = await nodeRequest(`${gateway.url}/v1/pets`, {
       headers: {
         authorization: `Bearer ${key}`,
@@ -494,8 +506,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('forwards a body of exactly 1 MiB, and refuses one byte more with 413 without contacting the upstream', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const send = (bytes: number) =>
       gateway.request('/v1/pets', { key, contract: false, method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: 'x'.repeat(bytes) })
     const largest = await send(1_048_576)
@@ -719,8 +731,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('forwards a request without the client\'s hop-by-hop headers, which are not the upstream\'s business', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const answer = await nodeRequest(`${gateway.url}/v1/pets`, {
       headers: { authorization: `Bearer ${key}`, 'keep-alive': 'timeout=5', upgrade: 'websocket', te: 'trailers', 'proxy-connection': 'keep-alive' },
     })
@@ -730,8 +742,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
   // RFC 9110 §7.6.1: the headers a Connection header names concern that hop only.
   it('forwards a request without the headers the client\'s Connection header names', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const answer = await nodeRequest(`${gateway.url}/v1/pets`, {
       headers: { authorization: `Bearer ${key}`, connection: 'keep-alive, X-Hop-Secret', 'x-hop-secret': 'for-the-gateway-only', 'x-end-to-end': 'kept' },
     })
@@ -741,8 +753,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('forwards a body sent without Content-Type as application/octet-stream, never as a type the client did not claim', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const body = '{"name":"Rex","categoryId":1}'
     const answer = await nodeRequest(`${gateway.url}/v1/pets`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-length': String(body.length) } }, body)
     expect(answer.status).toBe(200)
@@ -751,8 +763,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('asks for a body announced with Expect: 100-continue, and forwards it without the expectation', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const body = '{"name":"Rex","categoryId":1}'
     const answer = await postExpectingContinue(`${gateway.url}/v1/pets`, { authorization: `Bearer ${key}` }, body)
     expect(answer).toMatchObject({ continued: true, status: 200 })
@@ -761,8 +773,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('sends no 100 Continue to an HTTP/1.0 client, which knows no interim answers: its one answer is the final one', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const body = '{"name":"Rex","categoryId":1}'
     const client = await openRaw(gateway.url)
     client.socket.write(
@@ -778,8 +790,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   // RFC 9110 §10.1.1: Expect is a list. Node took `100-continue, foo` for 100-continue and left the
   // 100 to the gateway, which looked for the exact value and sent nothing: the client waited for it.
   it.each(['100-continue, foo', 'foo, 100-Continue'])('asks for a body announced with Expect: %s, one expectation of a list', async (expectation) => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const body = '{"name":"Rex","categoryId":1}'
     const client = await openRaw(gateway.url)
     client.socket.write(
@@ -797,8 +809,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('answers a request with an expectation other than 100-continue as if it had none', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const withExpectation = (headers: Record<string, string>) => nodeRequest(`${gateway.url}/v1/pets`, { headers: { ...headers, expect: 'something-else' } })
     expect((await withExpectation({ authorization: `Bearer ${key}` })).status).toBe(200)
     expect(recorder.requests[0]!.expect).toBeUndefined()
@@ -808,8 +820,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('refuses without asking for the body when the key is missing or the announced body is over 1 MiB', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const tooLarge = await postExpectingContinue(`${gateway.url}/v1/pets`, { authorization: `Bearer ${key}` }, '', 2 * 1_048_576)
     expect(tooLarge).toMatchObject({ continued: false, status: 413 })
     expect(JSON.parse(tooLarge.body)).toMatchObject({ code: 'payload_too_large', status: 413 })
@@ -821,8 +833,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('forwards a JSON body byte for byte', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const body = '{"name":"Rex",  "categoryId":1}'
     await gateway.request('/v1/pets', { key, contract: false, method: 'POST', headers: { 'content-type': 'application/json; charset=utf-8' }, body })
     expect(recorder.bodies[0]).toBe(body)
@@ -830,8 +842,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   })
 
   it('does not contact the upstream for a body over 1 MiB', async () => {
-    const recorder = await recordingUpstream()
-    const { gateway, key } = await gatewayTo(recorder)
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
     const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: 'x'.repeat(1_048_577) })
     await expectErrorResponse(response, 413, 'payload_too_large')
     expect(recorder.requests).toHaveLength(0)
@@ -1151,7 +1163,10 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     // 499, the ones behind it 400: its own line was written as the connection closed, before the
     // queue it waited in had marked it not carried out.
     const log = captureLog()
-    const slow = await scriptedUpstream(() => undefined)
+    // Only the first request, the list, is slow: the one after, which reads the key's count, is answered at once.
+    const slow = await scriptedUpstream((_request, response) => {
+      if (slow.requests.length > 1) response.writeHead(200, { 'content-type': 'application/json' }).end('[]')
+    })
     const { gateway, key } = await gatewayTo(slow, 10, undefined, log.stream)
     const client = await openRaw(gateway.url)
     const list = `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nX-Request-Id: list\r\n\r\n`
@@ -1181,7 +1196,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   // only behind an unsafe request, so one pipelined behind a list ran beside it.
   it('a list pipelined ahead of a create does not list the pet created after it', async () => {
     const names: string[] = []
-    const store = await scriptedUpstream((request, response) => {
+    const store = switched.scripted((request, response) => {
       let body = ''
       request.setEncoding('utf8')
       request.on('data', (chunk: string) => (body += chunk))
@@ -1197,7 +1212,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
         }
       })
     })
-    const { gateway, key } = await gatewayTo(store)
+    const { gateway, key } = sharedGateway()
     const create = (name: string) => {
       const body = JSON.stringify({ name, categoryId: 1 })
       return `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
@@ -1221,7 +1236,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`)
     process.on('warning', onWarning)
     try {
-      const store = await scriptedUpstream((request, response) => {
+      switched.scripted((request, response) => {
         request.resume()
         request.on('end', () => {
           response.setHeader('content-type', 'application/json')
@@ -1229,7 +1244,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
           setTimeout(() => response.end(request.method === 'POST' ? '{"id":1,"name":"Rex","categoryId":1,"status":"available"}' : '[]'), request.method === 'POST' ? 0 : 100)
         })
       })
-      const { gateway, key } = await gatewayTo(store)
+      const { gateway, key } = sharedGateway()
       const body = '{"name":"Rex","categoryId":1}'
       const create = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
       const list = `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`
@@ -1276,13 +1291,13 @@ describe('gateway proxy header hygiene and upstream failures', () => {
         response.write('[')
       })
     })
-    const { gateway, key } = await gatewayTo(slow, 5)
+    const { gateway, key } = await gatewayTo(slow, 3)
     const inFlight = async () => (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
     const busy = Array.from({ length: UPSTREAM_CONNECTIONS }, () => gateway.request('/v1/pets', { key, contract: false }))
     await arrived(slow.requests, UPSTREAM_CONNECTIONS)
 
     const late = gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Late","categoryId":1}' })
-    // Not reached within the busy ones' first 5 s: they time out unanswered, and the scenario is not the one meant.
+    // Not reached within the busy ones' first 3 s: they time out unanswered, and the scenario is not the one meant.
     await eventually(async () => (await inFlight()) === UPSTREAM_CONNECTIONS + 1, 10_000, 10)
     lateWaits()
     await expectErrorResponse(await late, 504, 'upstream_timeout')
@@ -1322,7 +1337,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       ['an Error body whose status is not the answer\'s', (response: http.ServerResponse) =>
         response.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ code: 'internal', message: 'SELECT * FROM pets.pets failed', status: 200 }))],
     ])('replaces an error answer that is not the Error body, %s, with 502 and no upstream detail', async (_case, answer) => {
-      const { gateway, key } = await gatewayTo(await scriptedUpstream((_request, response) => answer(response)))
+      switched.scripted((_request, response) => answer(response))
+      const { gateway, key } = sharedGateway()
       const response = await gateway.request('/v1/pets', { key, contract: false })
       const body = await expectErrorResponse(response, 502, 'bad_gateway')
       expect(JSON.stringify(body)).not.toMatch(/SELECT|db\.js|xxxx/)
@@ -1370,7 +1386,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
 
     it('keeps the upstream\'s internal headers and software banner from the client', async () => {
-      const chatty = await scriptedUpstream((_request, response) => {
+      const chatty = switched.scripted((_request, response) => {
         response
           .writeHead(200, {
             'content-type': 'application/json',
@@ -1387,7 +1403,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
           })
           .end('[]')
       })
-      const { gateway, key } = await gatewayTo(chatty)
+      const { gateway, key } = sharedGateway()
       const response = await gateway.request('/v1/pets', { key, contract: false })
       expect(response.status).toBe(200)
       const internal = ['x-internal-token', 'x-consumer-id', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'x-forwarded-port', 'x-forwarded-prefix']
@@ -1397,12 +1413,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
     // Trailer announces fields of this hop's chunked framing, not of the answer the client gets.
     it('answers 200 without the upstream\'s Trailer header, which names fields of its own framing', async () => {
-      const trailing = await scriptedUpstream((_request, response) => {
+      switched.scripted((_request, response) => {
         response.writeHead(200, { 'content-type': 'application/json', trailer: 'x-checksum' })
         response.addTrailers({ 'x-checksum': 'abc' })
         response.end('[]')
       })
-      const { gateway, key } = await gatewayTo(trailing)
+      const { gateway, key } = sharedGateway()
       const response = await gateway.request('/v1/pets', { key, contract: false })
       expect(response.status).toBe(200)
       expect(response.headers.get('trailer')).toBeNull()
@@ -1410,10 +1426,10 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
 
     it('keeps from the client the headers the upstream\'s Connection header names', async () => {
-      const hopper = await scriptedUpstream((_request, response) => {
+      switched.scripted((_request, response) => {
         response.writeHead(200, { 'content-type': 'application/json', connection: 'keep-alive, X-Upstream-Hop', 'x-upstream-hop': 'upstream-only', 'x-end-to-end': 'kept' }).end('[]')
       })
-      const { gateway, key } = await gatewayTo(hopper)
+      const { gateway, key } = sharedGateway()
       const response = await gateway.request('/v1/pets', { key, contract: false })
       expect(response.status).toBe(200)
       expect(response.headers.get('x-upstream-hop')).toBeNull()
@@ -1426,8 +1442,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     // as if the gateway had said them, as did the address spellings CDNs and frameworks read
     // (Client-IP in Rails, True-Client-IP, CF-Connecting-IP, X-Client-IP, X-Cluster-Client-IP …).
     it('drops the client\'s other spellings of its address, every X-Forwarded-* field, a proxy credential and URL overrides; adds itself to Via', async () => {
-      const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
-      const { gateway, key } = await gatewayTo(recorder)
+      const recorder = switched.scripted((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
+      const { gateway, key } = sharedGateway()
       const spoofed = {
         forwarded: 'for=1.2.3.4;host=evil;proto=https',
         'x-real-ip': '1.2.3.4',
@@ -1463,8 +1479,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
 
     it('drops the client\'s underscore spellings of the headers it drops, which CGI-style upstreams read as the same names', async () => {
-      const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
-      const { gateway, key, id } = await gatewayTo(recorder)
+      const recorder = switched.scripted((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
+      const { gateway, key, id } = sharedGateway()
       const forged = ['X_Internal_Token', 'x_consumer_id', 'X-Forwarded_For', 'X_Real_IP', 'Proxy_Authorization', 'X_Request_Id', 'X_Original_URL']
       const response = await gateway.request('/v1/pets', {
         key,
@@ -1483,11 +1499,11 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     // gateway forwarded TRACE like any method, with INTERNAL_TOKEN added: any key holder read the
     // credential back from such an upstream, and with it could call the upstream directly.
     it('never forwards TRACE, whose answer would reflect the internal credential: 501 not_implemented, the upstream asked nothing', async () => {
-      const reflecting = await scriptedUpstream((request, response) => {
+      const reflecting = switched.scripted((request, response) => {
         const head = [`${request.method} ${request.url} HTTP/1.1`, ...Object.entries(request.headers).map(([name, value]) => `${name}: ${String(value)}`)].join('\r\n')
         response.writeHead(200, { 'content-type': 'message/http' }).end(`${head}\r\n\r\n`)
       })
-      const { gateway, key } = await gatewayTo(reflecting)
+      const { gateway, key } = sharedGateway()
       for (const path of ['/v1/pets', '/v1/pets/1']) {
         const answer = await nodeRequest(`${gateway.url}${path}`, { method: 'TRACE', headers: { authorization: `Bearer ${key}` } })
         expect(answer.body, path).not.toContain(TEST_INTERNAL_TOKEN)
@@ -1499,8 +1515,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
 
     it('forwards the query without a fragment the client sent in the request line', async () => {
-      const recorder = await scriptedUpstream((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
-      const { gateway, key } = await gatewayTo(recorder)
+      const recorder = switched.scripted((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
+      const { gateway, key } = sharedGateway()
       const connection = await openRaw(gateway.url)
       connection.socket.write(`GET /v1/pets?limit=1#fragment HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`)
       await connection.closed

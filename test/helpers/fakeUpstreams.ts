@@ -33,11 +33,14 @@ export async function serveOnLoopback(server: net.Server): Promise<TestUpstream>
   return { url: await listen(server), close }
 }
 
-/** Answers 200 with what it received, and remembers every request. */
-export async function recordingUpstream(): Promise<TestUpstream & { requests: http.IncomingHttpHeaders[]; bodies: string[] }> {
+type Recording = { requests: http.IncomingHttpHeaders[]; bodies: string[] }
+type Scripted = { requests: { url: string; headers: http.IncomingHttpHeaders }[] }
+type Answer = (request: http.IncomingMessage, response: http.ServerResponse) => void
+
+function recording(): Recording & { handler: http.RequestListener } {
   const requests: http.IncomingHttpHeaders[] = []
   const bodies: string[] = []
-  const server = http.createServer((request, response) => {
+  const handler: http.RequestListener = (request, response) => {
     const chunks: Buffer[] = []
     request.on('data', (chunk: Buffer) => chunks.push(chunk))
     request.on('end', () => {
@@ -46,20 +49,48 @@ export async function recordingUpstream(): Promise<TestUpstream & { requests: ht
       response.setHeader('content-type', 'application/json')
       response.end(JSON.stringify({ path: request.url, method: request.method }))
     })
-  })
-  return { ...(await serveOnLoopback(server)), requests, bodies }
+  }
+  return { requests, bodies, handler }
+}
+
+function scripted(answer: Answer): Scripted & { handler: http.RequestListener } {
+  const requests: { url: string; headers: http.IncomingHttpHeaders }[] = []
+  const handler: http.RequestListener = (request, response) => {
+    requests.push({ url: request.url ?? '', headers: request.headers })
+    answer(request, response)
+  }
+  return { requests, handler }
+}
+
+/** Answers 200 with what it received, and remembers every request. */
+export async function recordingUpstream(): Promise<TestUpstream & Recording> {
+  const { handler, ...recorded } = recording()
+  return { ...(await serveOnLoopback(http.createServer(handler))), ...recorded }
 }
 
 /** Answers as `answer` says: for the answers no well-behaved upstream gives (a stack trace, a trickle, its own internal headers). */
-export async function scriptedUpstream(
-  answer: (request: http.IncomingMessage, response: http.ServerResponse) => void,
-): Promise<TestUpstream & { requests: { url: string; headers: http.IncomingHttpHeaders }[] }> {
-  const requests: { url: string; headers: http.IncomingHttpHeaders }[] = []
-  const server = http.createServer((request, response) => {
-    requests.push({ url: request.url ?? '', headers: request.headers })
-    answer(request, response)
-  })
-  return { ...(await serveOnLoopback(server)), requests }
+export async function scriptedUpstream(answer: Answer): Promise<TestUpstream & Scripted> {
+  const { handler, ...recorded } = scripted(answer)
+  return { ...(await serveOnLoopback(http.createServer(handler))), ...recorded }
+}
+
+/**
+ * One address that several tests use in turn, each with its own fake behind it: from a call of
+ * `recording` or `scripted` on, that one answers. Tests that need nothing of a gateway but its
+ * answers (no metrics, no log) can then share one gateway in front of it instead of each starting one.
+ */
+export async function switchedUpstream() {
+  let current: http.RequestListener = (_request, response) => void response.writeHead(500).end()
+  const served = await serveOnLoopback(http.createServer((request, response) => current(request, response)))
+  const use = <T extends { handler: http.RequestListener }>({ handler, ...recorded }: T) => {
+    current = handler
+    return { url: served.url, ...recorded }
+  }
+  return {
+    ...served,
+    recording: () => use(recording()),
+    scripted: (answer: Answer) => use(scripted(answer)),
+  }
 }
 
 /** Accepts connections and never answers. */
