@@ -26,6 +26,9 @@ describe.skipIf(!pgbouncerAvailable())('starting behind PgBouncer while the Post
     pooler = await startPgBouncer(behindRelay.toString(), {
       pool_mode: 'transaction',
       ignore_startup_parameters: 'statement_timeout,idle_in_transaction_session_timeout',
+      // How long PgBouncer waits after a failed login before it tries the server again (15 s by
+      // default): the service must outwait it alive either way, and here it is back sooner.
+      server_login_retry: '3',
     })
   }, 30_000)
   afterEach(killAll)
@@ -53,7 +56,7 @@ describe.skipIf(!pgbouncerAvailable())('starting behind PgBouncer while the Post
     expect(service.output()).toContain('waiting for Postgres at DATABASE_URL')
 
     await relay.restore()
-    // PgBouncer tries the server again once server_login_retry (15 s) has passed.
+    // PgBouncer tries the server again once server_login_retry (3 s here) has passed.
     await waitForReady(`http://127.0.0.1:${opsPort}/readyz`, service, 40_000)
   }, 90_000)
 })
