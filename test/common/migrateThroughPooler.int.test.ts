@@ -110,7 +110,8 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
     }
   }
 
-  it('let a long migration finish while the pooler has no server connection free for the watch\'s look-up', async () => {
+  // The two long migrations below share nothing (a pooler and a schema each): they run side by side.
+  it.concurrent('let a long migration finish while the pooler has no server connection free for the watch\'s look-up', async ({ expect }) => {
     // The pools' statement bound at 1 s (1.5 s on the client, the pooler ignoring the server-side
     // setting): two look-ups that bound cut off came about 10 s into a migration, which needs to
     // outlast them.
@@ -120,7 +121,7 @@ describe.skipIf(!pgbouncerAvailable())('migrations through PgBouncer in transact
   // Another instance's BEGIN waits at the pooler for a server connection for as long as the
   // migration holds the last one: it was bounded at 10 s as a statement that takes milliseconds,
   // and that instance failed its start (exit 1), again and again until the migration ended.
-  it('let an instance wait at the pooler for a server connection for as long as another instance migrates', async () => {
+  it.concurrent('let an instance wait at the pooler for a server connection for as long as another instance migrates', async ({ expect }) => {
     // Long enough for the second instance's BEGIN to wait past the 10 s it was once bounded at.
     expect(await twoInstancesBehind(1, 14, 'pooled_queued')).toEqual({ first: [1], second: [] })
   }, 90_000)
