@@ -474,12 +474,31 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
     return { gateway, log }
   }
 
-  it('open: limits as many keys as keyCache.maxEntries, and says in the log when more are in use and go unlimited', async () => {
-    const { gateway, log } = await onDeadRedis((file) => {
+  // What each test below starts on. A gateway waits 2 s for Redis before it serves, which this
+  // one never gives it: the four are started at once, not one per test.
+  const configurations = {
+    keyCache: (file: GatewayConfigFile) => {
       file.keyCache.maxEntries = 2
       file.onStoreFailure = 'open'
       file.plans.free = { perMinute: 3, perDay: 1_000 }
-    })
+    },
+    fallbackBan: (file: GatewayConfigFile) => {
+      file.onStoreFailure = 'open'
+      file.plans.free = { perMinute: 1, perDay: 1_000 }
+      file.bans = { strikes: 1, ladder: ['60s'] }
+    },
+    closed: (file: GatewayConfigFile) => void (file.onStoreFailure = 'closed'),
+    keyGuesses: (file: GatewayConfigFile) => void (file.anonymous.perMinute = 100),
+  }
+  let started: Record<keyof typeof configurations, Awaited<ReturnType<typeof onDeadRedis>>>
+  beforeAll(async () => {
+    const names = Object.keys(configurations) as (keyof typeof configurations)[]
+    const running = await Promise.all(names.map((name) => onDeadRedis(configurations[name])))
+    started = Object.fromEntries(names.map((name, index) => [name, running[index]!])) as typeof started
+  })
+
+  it('open: limits as many keys as keyCache.maxEntries, and says in the log when more are in use and go unlimited', async () => {
+    const { gateway, log } = started.keyCache
     const [first, second, third] = await Promise.all([gateway.createKey(), gateway.createKey(), gateway.createKey()])
     const statuses = async (key: string, count: number) => {
       const seen: number[] = []
@@ -508,11 +527,7 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
   })
 
   it('open: a ban the per-process fallback starts holds on this gateway only, and is not recorded for the keys CLI', async () => {
-    const { gateway, log } = await onDeadRedis((file) => {
-      file.onStoreFailure = 'open'
-      file.plans.free = { perMinute: 1, perDay: 1_000 }
-      file.bans = { strikes: 1, ladder: ['60s'] }
-    })
+    const { gateway, log } = started.fallbackBan
     const { id, key } = await gateway.createKey()
     const admitted = await gateway.request('/v1/pets?limit=1', { key })
     expect(admitted.status).toBe(200)
@@ -527,7 +542,7 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
   })
 
   it('closed: warns at the first failure and says once, at error level, that the store is failing, not once per request it answers 503', async () => {
-    const { gateway, log } = await onDeadRedis((file) => void (file.onStoreFailure = 'closed'))
+    const { gateway, log } = started.closed
     const { key } = await gateway.createKey()
     for (let i = 0; i < 30; i++) await expectErrorResponse(await gateway.request('/v1/pets', { key }), 503, 'service_unavailable')
     const beyondAccessLines = log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
@@ -542,7 +557,7 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
   })
 
   it('key guesses: warns at the first failed count, says once at error level that it is still failing a second later, and counts each failed call with the store errors', async () => {
-    const { gateway, log } = await onDeadRedis((file) => void (file.anonymous.perMinute = 100))
+    const { gateway, log } = started.keyGuesses
     const guess = async () => expectErrorResponse(await gateway.request('/v1/pets', { key: generateApiKey() }), 401, 'invalid_api_key')
     for (let i = 0; i < 5; i++) await guess()
     const beyondAccessLines = () => log.entries().filter((entry) => entry.msg !== 'request completed' && Number(entry.level) >= 40)
