@@ -172,71 +172,39 @@ function expectStoppedInOrder(output: string, dataDir: string, ports: Ports): vo
 }
 
 describe.skipIf(process.platform !== 'linux')('npm start, signalled through the npm process only', () => {
-  it.each(['SIGTERM', 'SIGHUP'] as const)(
-    '%s to npm stops the whole stack in order: every port released, no process left',
-    async (signal) => {
-      const { dataDir, ports, npm } = await startStack()
+  /** Sends `signal` to npm alone; every port closes, every process below npm ends, in Ctrl-C's order. */
+  async function expectStoppedBy(signal: 'SIGTERM' | 'SIGHUP', { dataDir, ports, npm }: { dataDir: string; ports: Ports; npm: NodeProcess }) {
+    const tree = descendants(npm.pid)
+    const commands = tree.map((info) => info.command)
+    expect(commands.some((command) => command.includes('scripts/start.ts'))).toBe(true)
+    expect(commands.some((command) => command.includes('gateway/src/main.ts'))).toBe(true)
+    expect(commands.some((command) => command.includes('pets-service/src/main.ts'))).toBe(true)
+    // The ready output names the gateway's pid, for a config reload by SIGHUP.
+    const gatewayPid = Number(/kill -HUP (\d+)/.exec(npm.output())?.[1])
+    expect(commands[tree.findIndex((info) => info.pid === gatewayPid)]).toContain('gateway/src/main.ts')
 
-      const tree = descendants(npm.pid)
-      const commands = tree.map((info) => info.command)
-      expect(commands.some((command) => command.includes('scripts/start.ts'))).toBe(true)
-      expect(commands.some((command) => command.includes('gateway/src/main.ts'))).toBe(true)
-      expect(commands.some((command) => command.includes('pets-service/src/main.ts'))).toBe(true)
-      // The ready output names the gateway's pid, for a config reload by SIGHUP.
-      const gatewayPid = Number(/kill -HUP (\d+)/.exec(npm.output())?.[1])
-      expect(commands[tree.findIndex((info) => info.pid === gatewayPid)]).toContain('gateway/src/main.ts')
+    const signalledAt = Date.now()
+    process.kill(npm.pid, signal)
+    for (const port of Object.values(ports)) await waitForPortClosed(port, STOPPED_MILLIS)
+    await allGone(
+      tree.map((info) => info.pid),
+      Math.max(1_000, STOPPED_MILLIS - (Date.now() - signalledAt)),
+    )
 
-      const signalledAt = Date.now()
-      process.kill(npm.pid, signal)
-      for (const port of Object.values(ports)) await waitForPortClosed(port, STOPPED_MILLIS)
-      await allGone(
-        tree.map((info) => info.pid),
-        Math.max(1_000, STOPPED_MILLIS - (Date.now() - signalledAt)),
-      )
+    // The same orderly stop as Ctrl-C: the gateway, then the pets-service, then the database.
+    const output = npm.output()
+    expect(output).toMatch(/\[start\] npm \(pid \d+\) exited: stopping/)
+    expect(stoppedAt(output, 'gateway')).toBeGreaterThan(0)
+    expectStoppedInOrder(output, dataDir, ports)
+  }
 
-      // The same orderly stop as Ctrl-C: the gateway, then the pets-service, then the database.
-      const output = npm.output()
-      expect(output).toMatch(/\[start\] npm \(pid \d+\) exited: stopping/)
-      expect(stoppedAt(output, 'gateway')).toBeGreaterThan(0)
-      expectStoppedInOrder(output, dataDir, ports)
-    },
-    2 * READY_MILLIS,
-  )
-
-  // Regression: under tsx's CLI, a Ctrl-C that found the embedded Postgres busy was answered with
-  // SIGKILL 60 ms later (tsx's signal relay), leaving the database's claim behind.
+  // One stack for both SIGHUPs: the one to the gateway must leave it running, the one to npm must not.
   it(
-    'Ctrl-C while the embedded Postgres runs a long statement stops the stack in order',
+    'SIGHUP to the gateway pid that npm start prints reloads the config and leaves the stack running; ' +
+      'SIGHUP to npm then stops the whole stack in order: every port released, no process left',
     async () => {
-      const { dataDir, ports, npm } = await startStack()
-      const tree = descendants(npm.pid)
-
-      const client = new pg.Client({ host: dataDir, port: ports.postgres, user: 'postgres', database: 'postgres' })
-      await client.connect()
-      client.on('error', () => undefined)
-      const longStatement = client.query('SELECT count(*) FROM generate_series(1, 3000000)').catch(() => undefined)
-      await new Promise((resolve) => setTimeout(resolve, 300))
-      // What a terminal's Ctrl-C does: SIGINT to every process of the foreground group.
-      process.kill(-npm.pid, 'SIGINT')
-      for (const port of Object.values(ports)) await waitForPortClosed(port, STOPPED_MILLIS)
-      await allGone(
-        tree.map((info) => info.pid),
-        STOPPED_MILLIS,
-      )
-      await longStatement
-      await client.end().catch(() => undefined)
-
-      const output = npm.output()
-      expect(output).toContain('[start] SIGINT: stopping')
-      expectStoppedInOrder(output, dataDir, ports)
-    },
-    2 * READY_MILLIS,
-  )
-
-  it(
-    'SIGHUP to the gateway pid that npm start prints reloads the config and leaves the stack running',
-    async () => {
-      const { ports, npm } = await startStack()
+      const stack = await startStack()
+      const { ports, npm } = stack
       const gatewayPid = Number(/kill -HUP (\d+)/.exec(npm.output())?.[1])
 
       process.kill(gatewayPid, 'SIGHUP')
@@ -245,6 +213,43 @@ describe.skipIf(process.platform !== 'linux')('npm start, signalled through the 
       expect(ready.status).toBe(200)
       expect(running(gatewayPid)).toBe(true)
       expect(npm.output()).not.toContain('[start] SIGHUP')
+
+      await expectStoppedBy('SIGHUP', stack)
+    },
+    2 * READY_MILLIS,
+  )
+
+  // Regression (the Ctrl-C): under tsx's CLI, a Ctrl-C that found the embedded Postgres busy was
+  // answered with SIGKILL 60 ms later (tsx's signal relay), leaving the database's claim behind.
+  it(
+    'SIGTERM to npm stops the whole stack in order: every port released, no process left; ' +
+      'Ctrl-C while the embedded Postgres runs a long statement stops the stack in order',
+    async () => {
+      // Two stacks side by side: each stop is mostly waiting.
+      const ctrlC = async () => {
+        const { dataDir, ports, npm } = await startStack()
+        const tree = descendants(npm.pid)
+
+        const client = new pg.Client({ host: dataDir, port: ports.postgres, user: 'postgres', database: 'postgres' })
+        await client.connect()
+        client.on('error', () => undefined)
+        const longStatement = client.query('SELECT count(*) FROM generate_series(1, 3000000)').catch(() => undefined)
+        await new Promise((resolve) => setTimeout(resolve, 300))
+        // What a terminal's Ctrl-C does: SIGINT to every process of the foreground group.
+        process.kill(-npm.pid, 'SIGINT')
+        for (const port of Object.values(ports)) await waitForPortClosed(port, STOPPED_MILLIS)
+        await allGone(
+          tree.map((info) => info.pid),
+          STOPPED_MILLIS,
+        )
+        await longStatement
+        await client.end().catch(() => undefined)
+
+        const output = npm.output()
+        expect(output).toContain('[start] SIGINT: stopping')
+        expectStoppedInOrder(output, dataDir, ports)
+      }
+      await Promise.all([(async () => expectStoppedBy('SIGTERM', await startStack()))(), ctrlC()])
     },
     2 * READY_MILLIS,
   )
@@ -275,45 +280,57 @@ describe.skipIf(process.platform !== 'linux')('npm run start:gateway and start:p
 
   // Regression: npm passed SIGTERM to sh alone, and the service (under tsx) kept listening,
   // orphaned, with /readyz still 200: a supervisor stopping `npm run start:gateway` leaked it.
-  it.each(['SIGTERM', 'SIGHUP'] as const)('%s to npm stops the service it runs: its ports released, no process left', async (signal) => {
-    const { env, pets, petsOps, gateway, gatewayOps } = await servicesEnv(database.url)
-    const started = [
-      { proc: startProcess('npm', ['run', 'start:pets'], env, { detached: true }), ports: [pets, petsOps] },
-      { proc: startProcess('npm', ['run', 'start:gateway'], env, { detached: true }), ports: [gateway, gatewayOps] },
-    ]
-    await waitForReady(`http://127.0.0.1:${petsOps}/readyz`, started[0]!.proc, READY_MILLIS)
-    await waitForReady(`http://127.0.0.1:${gatewayOps}/readyz`, started[1]!.proc, READY_MILLIS)
+  it('SIGTERM and SIGHUP to npm each stop the service it runs: its ports released, no process left', async () => {
+    // One pair of services per signal, side by side: each stop is mostly waiting.
+    await Promise.all(
+      (['SIGTERM', 'SIGHUP'] as const).map(async (signal) => {
+        const { env, pets, petsOps, gateway, gatewayOps } = await servicesEnv(database.url)
+        const started = [
+          { proc: startProcess('npm', ['run', 'start:pets'], env, { detached: true }), ports: [pets, petsOps] },
+          { proc: startProcess('npm', ['run', 'start:gateway'], env, { detached: true }), ports: [gateway, gatewayOps] },
+        ]
+        await waitForReady(`http://127.0.0.1:${petsOps}/readyz`, started[0]!.proc, READY_MILLIS)
+        await waitForReady(`http://127.0.0.1:${gatewayOps}/readyz`, started[1]!.proc, READY_MILLIS)
 
-    for (const { proc, ports } of started) {
-      const tree = descendants(proc.pid)
-      for (const info of tree) seen.set(info.pid, info.command)
-      const signalledAt = Date.now()
-      process.kill(proc.pid, signal)
-      for (const port of ports) await waitForPortClosed(port, STOPPED_MILLIS)
-      await allGone(
-        tree.map((info) => info.pid),
-        Math.max(1_000, STOPPED_MILLIS - (Date.now() - signalledAt)),
-      )
-      expect(proc.output()).toMatch(/"launcher":"npm \(pid \d+\) exited"[^\n]*"msg":"shutting down"/)
-    }
+        // Each service on its own: both signalled at once.
+        await Promise.all(
+          started.map(async ({ proc, ports }) => {
+            const tree = descendants(proc.pid)
+            for (const info of tree) seen.set(info.pid, info.command)
+            const signalledAt = Date.now()
+            process.kill(proc.pid, signal)
+            for (const port of ports) await waitForPortClosed(port, STOPPED_MILLIS)
+            await allGone(
+              tree.map((info) => info.pid),
+              Math.max(1_000, STOPPED_MILLIS - (Date.now() - signalledAt)),
+            )
+            expect(proc.output()).toMatch(/"launcher":"npm \(pid \d+\) exited"[^\n]*"msg":"shutting down"/)
+          }),
+        )
+      }),
+    )
   }, 2 * READY_MILLIS)
 
   // A service may wait long for Postgres at start: npm going away meanwhile must end it too, or it
   // would start serving, orphaned, once Postgres appeared.
-  it.each(['start:gateway', 'start:pets'] as const)('SIGTERM to npm while %s waits for Postgres ends the service, no process left', async (script) => {
-    const nobodyListens = new URL(database.url)
-    nobodyListens.host = `127.0.0.1:${await freePort()}`
-    const { env, petsOps, gatewayOps } = await servicesEnv(nobodyListens.toString())
-    const proc = startProcess('npm', ['run', script], env, { detached: true })
-    await waitForOutput(proc, 'waiting for Postgres at DATABASE_URL', READY_MILLIS)
-    const tree = descendants(proc.pid)
-    for (const info of tree) seen.set(info.pid, info.command)
-    process.kill(proc.pid, 'SIGTERM')
-    await allGone(
-      tree.map((info) => info.pid),
-      STOPPED_MILLIS,
+  it('SIGTERM to npm while start:gateway, or start:pets, waits for Postgres ends the service, no process left', async () => {
+    await Promise.all(
+      (['start:gateway', 'start:pets'] as const).map(async (script) => {
+        const nobodyListens = new URL(database.url)
+        nobodyListens.host = `127.0.0.1:${await freePort()}`
+        const { env, petsOps, gatewayOps } = await servicesEnv(nobodyListens.toString())
+        const proc = startProcess('npm', ['run', script], env, { detached: true })
+        await waitForOutput(proc, 'waiting for Postgres at DATABASE_URL', READY_MILLIS)
+        const tree = descendants(proc.pid)
+        for (const info of tree) seen.set(info.pid, info.command)
+        process.kill(proc.pid, 'SIGTERM')
+        await allGone(
+          tree.map((info) => info.pid),
+          STOPPED_MILLIS,
+        )
+        await waitForPortClosed(script === 'start:gateway' ? gatewayOps : petsOps, 1_000)
+        expect(proc.output()).toMatch(/"launcher":"npm \(pid \d+\) exited"[^\n]*"msg":"launcher gone while starting, exiting"/)
+      }),
     )
-    await waitForPortClosed(script === 'start:gateway' ? gatewayOps : petsOps, 1_000)
-    expect(proc.output()).toMatch(/"launcher":"npm \(pid \d+\) exited"[^\n]*"msg":"launcher gone while starting, exiting"/)
   }, 2 * READY_MILLIS)
 })
