@@ -102,6 +102,14 @@ async function sigterm(proc: NodeProcess) {
   return exit
 }
 
+/** A listener holding host:port, as another engineer's stack on the defaults does. */
+function occupy(host: string, port: number): Promise<net.Server> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer().once('error', reject)
+    server.listen({ host, port, exclusive: true }, () => resolve(server))
+  })
+}
+
 afterEach(killAll)
 afterAll(async () => {
   await killAll()
@@ -111,10 +119,29 @@ afterAll(async () => {
 
 describe('npm start on the embedded default', () => {
   it(
-    'serves the catalogue, stops cleanly on SIGTERM and keeps the pets across a restart',
+    'names every taken port and the variable moving each in one message, leaving no data folder behind; the next start is a first start: ' +
+      'it issues a demo key, serves the catalogue, stops cleanly on SIGTERM and keeps the pets across a restart',
     async () => {
       const stack = await newStack()
+      const occupants = await Promise.all([occupy('127.0.0.1', stack.petsPort), occupy('0.0.0.0', stack.gatewayOpsPort)])
+      try {
+        const refused = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+        expect((await exitWithin(refused, 30_000)).code).toBe(1)
+        const output = refused.output()
+        expect(output).toContain(
+          `127.0.0.1:${stack.petsPort} (pets-service), 0.0.0.0:${stack.gatewayOpsPort} (gateway's ops port) are already in use. ` +
+            'Is another npm start running? Otherwise set PETS_PORT, GATEWAY_OPS_PORT to free ports.',
+        )
+        expect(output).not.toContain('creating the embedded database')
+        // Nothing half-made: no empty data folder for the user to wonder about.
+        expect(existsSync(stack.dataDir)).toBe(false)
+      } finally {
+        await Promise.all(occupants.map((server) => new Promise((resolve) => server.close(resolve))))
+      }
+
       const first = await npmStart(stack)
+      await waitForOutput(first, '[start] try it:', 10_000)
+      expect(first.output()).toContain('[start] first start: issued a Free-plan demo key')
       expect(first.output()).toContain('DATABASE_URL is not set')
       expect(first.output()).toContain(`http://127.0.0.1:${stack.petsPort}`)
 
@@ -179,110 +206,79 @@ describe('npm start on the embedded default', () => {
   )
 
   it(
-    'a service killed with SIGKILL is not restarted: npm start names it, stops the rest, closes the database and exits 1',
+    'a service killed with SIGKILL is not restarted: npm start names it, stops the rest, closes the database and exits 1; ' +
+      'a service that does not stop within 15 s of SIGTERM is killed: npm start names it, still closes the database, and exits 1; ' +
+      'a second signal while npm start waits for it kills everything at once and exits 1, saying so',
     async () => {
-      const stack = await startedBeforeStack()
-      const first = await npmStart(stack)
-      const gatewayPid = Number(/\[start\] {3}gateway .* pid (\d+)$/m.exec(first.output())?.[1])
-      expect(gatewayPid).toBeGreaterThan(0)
-      process.kill(gatewayPid, 'SIGKILL')
+      // Three stacks side by side: the other two cases run while the first waits out its 15 s.
+      const killed = async () => {
+        const stack = await startedBeforeStack()
+        const first = await npmStart(stack)
+        const gatewayPid = Number(/\[start\] {3}gateway .* pid (\d+)$/m.exec(first.output())?.[1])
+        expect(gatewayPid).toBeGreaterThan(0)
+        process.kill(gatewayPid, 'SIGKILL')
 
-      expect(await exitWithin(first, STOP_MILLIS)).toEqual({ code: 1, signal: null })
-      expect(first.output()).toContain('[start] error: gateway exited unexpectedly (signal SIGKILL); stopping everything')
-      await waitForPortClosed(stack.petsPort, 5_000)
-      // The database was closed and the folder given back: the next start is no recovery.
-      expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
-      const second = await npmStart(stack)
-      expect(second.output()).not.toContain('did not stop cleanly')
-      expect(await sigterm(second)).toEqual({ code: 0, signal: null })
+        expect(await exitWithin(first, STOP_MILLIS)).toEqual({ code: 1, signal: null })
+        expect(first.output()).toContain('[start] error: gateway exited unexpectedly (signal SIGKILL); stopping everything')
+        await waitForPortClosed(stack.petsPort, 5_000)
+        // The database was closed and the folder given back: the next start is no recovery.
+        expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
+        const second = await npmStart(stack)
+        expect(second.output()).not.toContain('did not stop cleanly')
+        expect(await sigterm(second)).toEqual({ code: 0, signal: null })
+      }
+      const outwaited = async () => {
+        const stack = await startedBeforeStack()
+        const first = await npmStart(stack)
+        const petsPid = petsServicePid(first)
+        // Stopped, it cannot act on SIGTERM, as a service stuck in a busy loop cannot.
+        process.kill(petsPid, 'SIGSTOP')
+
+        expect(await sigterm(first)).toEqual({ code: 1, signal: null })
+        expect(first.output()).toContain('[start] error: pets-service did not stop within 15 s and was killed')
+        expect(first.output()).not.toContain('[start] stopped')
+        await waitForPortClosed(stack.petsPort, 5_000)
+        // The database was still closed and the folder given back: the next start is no recovery.
+        expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
+      }
+      const signalledTwice = async () => {
+        const stack = await startedBeforeStack()
+        const first = await npmStart(stack)
+        const petsPid = petsServicePid(first)
+        process.kill(petsPid, 'SIGSTOP')
+        process.kill(first.pid, 'SIGTERM')
+        await waitForOutput(first, '[start] SIGTERM: stopping', 10_000)
+        // The gateway stops first; then npm start waits on the stopped pets-service, up to 15 s.
+        await waitForPortClosed(stack.gatewayPort, 10_000)
+        process.kill(first.pid, 'SIGTERM')
+        expect(await exitWithin(first, 5_000)).toEqual({ code: 1, signal: null })
+        expect(first.output()).toContain('[start] warning: SIGTERM again: killing everything now')
+        // A stopped process keeps its port (the kernel still accepts on it): closed, it was killed.
+        await waitForPortClosed(stack.petsPort, 5_000)
+      }
+      await Promise.all([outwaited(), killed(), signalledTwice()])
     },
     4 * READY_MILLIS,
   )
 
   it(
-    'a service that does not stop within 15 s of SIGTERM is killed: npm start names it, still closes the database, and exits 1',
-    async () => {
-      const stack = await startedBeforeStack()
-      const first = await npmStart(stack)
-      const petsPid = petsServicePid(first)
-      // Stopped, it cannot act on SIGTERM, as a service stuck in a busy loop cannot.
-      process.kill(petsPid, 'SIGSTOP')
-
-      expect(await sigterm(first)).toEqual({ code: 1, signal: null })
-      expect(first.output()).toContain('[start] error: pets-service did not stop within 15 s and was killed')
-      expect(first.output()).not.toContain('[start] stopped')
-      await waitForPortClosed(stack.petsPort, 5_000)
-      // The database was still closed and the folder given back: the next start is no recovery.
-      expect(existsSync(path.join(stack.dataDir, 'embedded-postgres.json'))).toBe(false)
-    },
-    4 * READY_MILLIS,
-  )
-
-  it(
-    'a second signal while npm start waits for a service to stop kills everything at once and exits 1, saying so',
-    async () => {
-      const stack = await startedBeforeStack()
-      const first = await npmStart(stack)
-      const petsPid = petsServicePid(first)
-      process.kill(petsPid, 'SIGSTOP')
-      process.kill(first.pid, 'SIGTERM')
-      await waitForOutput(first, '[start] SIGTERM: stopping', 10_000)
-      // The gateway stops first; then npm start waits on the stopped pets-service, up to 15 s.
-      await waitForPortClosed(stack.gatewayPort, 10_000)
-      process.kill(first.pid, 'SIGTERM')
-      expect(await exitWithin(first, 5_000)).toEqual({ code: 1, signal: null })
-      expect(first.output()).toContain('[start] warning: SIGTERM again: killing everything now')
-      // A stopped process keeps its port (the kernel still accepts on it): closed, it was killed.
-      await waitForPortClosed(stack.petsPort, 5_000)
-    },
-    4 * READY_MILLIS,
-  )
-
-  it(
-    'npm start killed during its very first start comes up next time',
+    'npm start killed during its very first start, on an existing empty folder as DATA_DIR, comes up next time, the folder made private to its user; ' +
+      'a second npm start refuses the data folder of one that is stopped (Ctrl-Z) before it serves, however long it stays stopped',
     async () => {
       const stack = await newStack()
-      const first = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
-      await waitForOutput(first, 'creating the embedded database', READY_MILLIS)
+      await mkdir(stack.dataDir, { mode: 0o755 })
+      const killed = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
+      await waitForOutput(killed, 'creating the embedded database', READY_MILLIS)
       await new Promise((resolve) => setTimeout(resolve, 1_500))
-      first.kill()
-      await first.exited
+      killed.kill()
+      await killed.exited
 
-      await npmStart(stack)
-      const created = await petsClient(stack.petsPort).create({ name: 'Rex', categoryId: 1 })
-      expect(created.status).toBe(201)
-    },
-    4 * READY_MILLIS,
-  )
-
-  it(
-    'a second npm start on the same data folder refuses to run and leaves the first one serving',
-    async () => {
-      const stack = await startedBeforeStack()
-      const first = await npmStart(stack)
-      const other: Stack = { ...stack, petsPort: await freePort(), opsPort: await freePort(), postgresPort: await freePort() }
-      const second = startNode('scripts/start.ts', stackEnv(other), { detached: true })
-      expect(await exitWithin(second, STOP_MILLIS)).toEqual({ code: 1, signal: null })
-      expect(second.output()).toMatch(/another npm start \(pid \d+\) is already running/)
-
-      const response = await fetch(`http://127.0.0.1:${stack.opsPort}/readyz`)
-      expect(response.status).toBe(200)
-      const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
-      expect(record.pid).toBe(first.pid)
-      expect(await sigterm(first)).toEqual({ code: 0, signal: null })
-    },
-    3 * READY_MILLIS,
-  )
-
-  it(
-    'a second npm start refuses the data folder of a first one that is stopped (Ctrl-Z) before it serves, however long it stays stopped',
-    async () => {
-      // A first start: it is stopped while it creates its database, well before it serves.
-      const stack = await newStack()
+      // The next start: it is stopped once it owns the folder, well before it serves.
       const first = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
       const claim = path.join(stack.dataDir, 'embedded-postgres.json')
-      while (!existsSync(claim)) {
-        if (first.hasExited()) throw new Error(`the first npm start exited:\n${first.output()}`)
+      const claimant = async () => JSON.parse(await readFile(claim, 'utf8')).pid as number
+      while ((await claimant().catch(() => undefined)) !== first.pid) {
+        if (first.hasExited()) throw new Error(`the next npm start exited:\n${first.output()}`)
         await new Promise((resolve) => setTimeout(resolve, 20))
       }
       process.kill(first.pid, 'SIGSTOP')
@@ -292,14 +288,19 @@ describe('npm start on the embedded default', () => {
         const second = startNode('scripts/start.ts', stackEnv(other), { detached: true })
         expect(await exitWithin(second, STOP_MILLIS)).toEqual({ code: 1, signal: null })
         expect(second.output()).toMatch(/another npm start \(pid \d+\) (owns .* and is still starting, or is stopped|is already running)/)
-        expect(JSON.parse(await readFile(claim, 'utf8')).pid).toBe(first.pid)
+        expect(await claimant()).toBe(first.pid)
       } finally {
         process.kill(first.pid, 'SIGCONT')
       }
-      await waitForReady(`http://127.0.0.1:${stack.opsPort}/readyz`, first, READY_MILLIS)
+      await waitForOutput(first, '[start] ready:', READY_MILLIS)
+      await waitForReady(`http://127.0.0.1:${stack.opsPort}/readyz`, first, 5_000)
+      const created = await petsClient(stack.petsPort).create({ name: 'Rex', categoryId: 1 })
+      expect(created.status).toBe(201)
+      expect(statSync(stack.dataDir).mode & 0o777).toBe(0o700)
+      expect(existsSync(path.join(stack.dataDir, 'pglite', 'PG_VERSION'))).toBe(true)
       expect(await sigterm(first)).toEqual({ code: 0, signal: null })
     },
-    3 * READY_MILLIS,
+    4 * READY_MILLIS,
   )
 
   it('refuses a DATA_DIR that holds other files (a home or project folder) in one line naming it, leaving its mode and files as they were', async () => {
@@ -320,20 +321,8 @@ describe('npm start on the embedded default', () => {
   })
 
   it(
-    'takes an existing empty folder as DATA_DIR, made private to its user',
-    async () => {
-      const stack = await newStack()
-      await mkdir(stack.dataDir, { mode: 0o755 })
-      const proc = await npmStart(stack)
-      expect(statSync(stack.dataDir).mode & 0o777).toBe(0o700)
-      expect(existsSync(path.join(stack.dataDir, 'pglite', 'PG_VERSION'))).toBe(true)
-      expect(await sigterm(proc)).toEqual({ code: 0, signal: null })
-    },
-    READY_MILLIS + STOP_MILLIS,
-  )
-
-  it(
-    'serves the embedded Postgres on a Unix socket in the private data folder, not on a TCP port: other users cannot connect, the CLI and both services can',
+    'serves the embedded Postgres on a Unix socket in the private data folder, not on a TCP port: other users cannot connect, the CLI and both services can; ' +
+      'a second npm start on the same data folder refuses to run and leaves the first one serving',
     async () => {
       const stack = await startedBeforeStack()
       // Open to others, as a project folder usually is: only the data folder itself keeps them out.
@@ -389,6 +378,15 @@ describe('npm start on the embedded default', () => {
       const answer = await fetch(`http://127.0.0.1:${stack.gatewayPort}/v1/pets`, { headers: { authorization: `Bearer ${demoKey}` } })
       expect(answer.status).toBe(200)
 
+      const other: Stack = { ...stack, petsPort: await freePort(), opsPort: await freePort(), postgresPort: await freePort() }
+      const second = startNode('scripts/start.ts', stackEnv(other), { detached: true })
+      expect(await exitWithin(second, STOP_MILLIS)).toEqual({ code: 1, signal: null })
+      expect(second.output()).toMatch(/another npm start \(pid \d+\) is already running/)
+      const ready = await fetch(`http://127.0.0.1:${stack.opsPort}/readyz`)
+      expect(ready.status).toBe(200)
+      const record = JSON.parse(await readFile(path.join(stack.dataDir, 'embedded-postgres.json'), 'utf8'))
+      expect(record.pid).toBe(proc.pid)
+
       expect(await sigterm(proc)).toEqual({ code: 0, signal: null })
       expect(existsSync(socket)).toBe(false)
     },
@@ -397,44 +395,37 @@ describe('npm start on the embedded default', () => {
 })
 
 describe('npm start where its ports are taken', () => {
-  /** A listener holding host:port, as another engineer's stack on the defaults does. */
-  function occupy(host: string, port: number): Promise<net.Server> {
-    return new Promise((resolve, reject) => {
-      const server = net.createServer().once('error', reject)
-      server.listen({ host, port, exclusive: true }, () => resolve(server))
-    })
-  }
-
-  it('on a real database (DATABASE_URL) issues no demo key, and says how to make one; a key made so is served', async () => {
-    const stack = await newStack()
-    const proc = await npmStart(stack, { DATABASE_URL: database.url })
-    const output = proc.output()
-    expect(output).not.toContain('first start')
-    expect(output).toContain('[start] keys: npm run keys -- create --plan free --name <who>   (with this DATABASE_URL)')
-    const created = await runKeysCli(['create', '--plan', 'free', '--name', 'walkthrough', '--json'], { ...baseEnv(), DATABASE_URL: database.url })
-    expect(created.code, created.stderr).toBe(0)
-    const { key } = JSON.parse(created.stdout) as { key: string }
-    const answer = await fetch(`http://127.0.0.1:${stack.gatewayPort}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
-    expect(answer.status).toBe(200)
-    expect(await sigterm(proc)).toMatchObject({ code: 0 })
-  }, READY_MILLIS + STOP_MILLIS)
-
   // npm start asked each ops port for /readyz with fetch, which refuses the ports browsers block:
   // a stack whose ops port was one of them never became ready.
-  it('becomes ready with its ops ports on ports fetch refuses to call', async () => {
-    const stack = { ...(await startedBeforeStack()), opsPort: 6666, gatewayOpsPort: 6667 }
-    const taken = await Promise.all([6666, 6667].map((port) => new Promise<boolean>((resolve) => {
-      const probe = net.connect(port, '127.0.0.1')
-      probe.once('connect', () => (probe.destroy(), resolve(true)))
-      probe.once('error', () => resolve(false))
-    })))
-    if (taken.some(Boolean)) return void console.warn('6666 or 6667 is taken here: not checked')
-    // Not npmStart: its own readiness wait is a fetch too. The ready line comes once both ops
-    // ports answered npm start's /readyz with 200.
-    const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
-    await waitForOutput(proc, '[start] ready:', READY_MILLIS)
-    expect(await sigterm(proc)).toMatchObject({ code: 0 })
-  }, READY_MILLIS + STOP_MILLIS)
+  it(
+    'on a real database (DATABASE_URL), its ops ports on ports fetch refuses to call (6666, 6667), becomes ready, issues no demo key, ' +
+      'and says how to make one; a key made so is served',
+    async () => {
+      const free = await newStack()
+      const taken = await Promise.all([6666, 6667].map((port) => new Promise<boolean>((resolve) => {
+        const probe = net.connect(port, '127.0.0.1')
+        probe.once('connect', () => (probe.destroy(), resolve(true)))
+        probe.once('error', () => resolve(false))
+      })))
+      if (taken.some(Boolean)) console.warn('6666 or 6667 is taken here: ops ports on ports fetch refuses not checked')
+      const stack = taken.some(Boolean) ? free : { ...free, opsPort: 6666, gatewayOpsPort: 6667 }
+      // Not npmStart: its own readiness wait is a fetch too. The ready line comes once both ops
+      // ports answered npm start's /readyz with 200.
+      const proc = startNode('scripts/start.ts', { ...stackEnv(stack), DATABASE_URL: database.url }, { detached: true })
+      await waitForOutput(proc, '[start] ready:', READY_MILLIS)
+      await waitForOutput(proc, '[start] keys:', 10_000)
+      const output = proc.output()
+      expect(output).not.toContain('first start')
+      expect(output).toContain('[start] keys: npm run keys -- create --plan free --name <who>   (with this DATABASE_URL)')
+      const created = await runKeysCli(['create', '--plan', 'free', '--name', 'walkthrough', '--json'], { ...baseEnv(), DATABASE_URL: database.url })
+      expect(created.code, created.stderr).toBe(0)
+      const { key } = JSON.parse(created.stdout) as { key: string }
+      const answer = await fetch(`http://127.0.0.1:${stack.gatewayPort}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
+      expect(answer.status).toBe(200)
+      expect(await sigterm(proc)).toMatchObject({ code: 0 })
+    },
+    READY_MILLIS + STOP_MILLIS,
+  )
 
   it('refuses a gateway config the gateway would refuse, naming its line, before creating a database or starting a service', async () => {
     const stack = await newStack()
@@ -482,27 +473,4 @@ describe('npm start where its ports are taken', () => {
     expect(output).not.toMatch(/\n\s+at /)
     expect(existsSync(stack.dataDir)).toBe(false)
   })
-
-  it('names every taken port and the variable moving each in one message, leaving no data folder behind; the next start is a first start', async () => {
-    const stack = await newStack()
-    const occupants = await Promise.all([occupy('127.0.0.1', stack.petsPort), occupy('0.0.0.0', stack.gatewayOpsPort)])
-    try {
-      const proc = startNode('scripts/start.ts', stackEnv(stack), { detached: true })
-      expect((await exitWithin(proc, 30_000)).code).toBe(1)
-      const output = proc.output()
-      expect(output).toContain(
-        `127.0.0.1:${stack.petsPort} (pets-service), 0.0.0.0:${stack.gatewayOpsPort} (gateway's ops port) are already in use. ` +
-          'Is another npm start running? Otherwise set PETS_PORT, GATEWAY_OPS_PORT to free ports.',
-      )
-      expect(output).not.toContain('creating the embedded database')
-      // Nothing half-made: no empty data folder for the user to wonder about.
-      expect(existsSync(stack.dataDir)).toBe(false)
-    } finally {
-      await Promise.all(occupants.map((server) => new Promise((resolve) => server.close(resolve))))
-    }
-    const next = await npmStart(stack)
-    await waitForOutput(next, '[start] try it:', 10_000)
-    expect(next.output()).toContain('[start] first start: issued a Free-plan demo key')
-    expect(await sigterm(next)).toMatchObject({ code: 0 })
-  }, READY_MILLIS + STOP_MILLIS + 30_000)
 })
