@@ -178,39 +178,35 @@ describe('npm start on the embedded default', () => {
   )
 
   it(
-    'a pet created before SIGKILL is there after restart',
-    async () => {
-      const stack = await startedBeforeStack()
-      const first = await npmStart(stack)
-      const pets = petsClient(stack.petsPort)
-      const created = await pets.create({ name: 'Rex', categoryId: 1 })
-      expect(created.status).toBe(201)
-      const rex = await petBody(created)
-
-      // The whole tree dies at once (power cut, OOM killer): no shutdown step runs.
-      first.kill()
-      expect(await first.exited).toEqual({ code: null, signal: 'SIGKILL' })
-      // The pets-service runs in its own process group and must not outlive npm start.
-      await waitForPortClosed(stack.petsPort, 10_000)
-      await waitForPortClosed(stack.opsPort, 10_000)
-
-      // The stale embedded-postgres.json and PGlite's files are recovered on the next start.
-      const second = await npmStart(stack)
-      expect(second.output()).toContain('did not stop cleanly')
-      const fetched = await pets.get(rex.id)
-      expect(fetched.status).toBe(200)
-      expect(await fetched.json()).toEqual(rex)
-      expect(await sigterm(second)).toEqual({ code: 0, signal: null })
-    },
-    4 * READY_MILLIS,
-  )
-
-  it(
-    'a service killed with SIGKILL is not restarted: npm start names it, stops the rest, closes the database and exits 1; ' +
+    'a pet created before SIGKILL of the whole tree is there after restart; ' +
+      'a service killed with SIGKILL is not restarted: npm start names it, stops the rest, closes the database and exits 1; ' +
       'a service that does not stop within 15 s of SIGTERM is killed: npm start names it, still closes the database, and exits 1; ' +
       'a second signal while npm start waits for it kills everything at once and exits 1, saying so',
     async () => {
-      // Three stacks side by side: the other two cases run while the first waits out its 15 s.
+      // Four stacks side by side: the other cases run while one waits out its 15 s.
+      const crashed = async () => {
+        const stack = await startedBeforeStack()
+        const first = await npmStart(stack)
+        const pets = petsClient(stack.petsPort)
+        const created = await pets.create({ name: 'Rex', categoryId: 1 })
+        expect(created.status).toBe(201)
+        const rex = await petBody(created)
+
+        // The whole tree dies at once (power cut, OOM killer): no shutdown step runs.
+        first.kill()
+        expect(await first.exited).toEqual({ code: null, signal: 'SIGKILL' })
+        // The pets-service runs in its own process group and must not outlive npm start.
+        await waitForPortClosed(stack.petsPort, 10_000)
+        await waitForPortClosed(stack.opsPort, 10_000)
+
+        // The stale embedded-postgres.json and PGlite's files are recovered on the next start.
+        const second = await npmStart(stack)
+        expect(second.output()).toContain('did not stop cleanly')
+        const fetched = await pets.get(rex.id)
+        expect(fetched.status).toBe(200)
+        expect(await fetched.json()).toEqual(rex)
+        expect(await sigterm(second)).toEqual({ code: 0, signal: null })
+      }
       const killed = async () => {
         const stack = await startedBeforeStack()
         const first = await npmStart(stack)
@@ -256,7 +252,7 @@ describe('npm start on the embedded default', () => {
         // A stopped process keeps its port (the kernel still accepts on it): closed, it was killed.
         await waitForPortClosed(stack.petsPort, 5_000)
       }
-      await Promise.all([outwaited(), killed(), signalledTwice()])
+      await Promise.all([outwaited(), crashed(), killed(), signalledTwice()])
     },
     4 * READY_MILLIS,
   )
