@@ -1,7 +1,7 @@
 import net from 'node:net'
 import { Redis } from 'ioredis'
 import type pg from 'pg'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
@@ -10,6 +10,7 @@ import { recordScenario } from '../helpers/scenarioLog.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { suiteService } from '../helpers/suiteService.ts'
+import { turns } from '../helpers/turns.ts'
 import { eventually, sleep } from '../gateway/rateLimit/httpLimits.ts'
 import { startGatewayProcess } from '../ops/gatewayProcess.ts'
 import { killAll } from '../scripts/processes.ts'
@@ -36,6 +37,9 @@ const CLUSTER_SLOT_COUNT = 16_384
 /** Redirects to no node, each answered to every command by a master holding every slot. */
 const REDIRECTS_TO_NOWHERE = { 'MOVED 5': '-MOVED 5\r\n', ASK: '-ASK\r\n', 'ASK 5': '-ASK 5\r\n' }
 
+/** The tests run side by side, two gateways at work at once; their timeouts leave room for waiting a turn. */
+const gatewayTurns = turns(2)
+
 describe('a Redis reply forged on the wire', () => {
   const prefix = suiteKeyPrefix()
   const database = suiteDatabase()
@@ -54,7 +58,8 @@ describe('a Redis reply forged on the wire', () => {
 
   // ioredis 5's parser (redis/ioredis#2108) threw RangeError: Maximum call stack size exceeded
   // out of the socket's 'data' listener, uncaught: the gateway process died at the first such reply.
-  it('nested 10,000 arrays deep: the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in Redis again once the replies are Redis\'s', async () => {
+  it.concurrent('nested 10,000 arrays deep: the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in Redis again once the replies are Redis\'s', async ({ onTestFinished }) => {
+    onTestFinished(await gatewayTurns.take())
     const target = new URL(TEST_REDIS_URL)
     const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 6379) })
     const gateway = await startGatewayProcess({
@@ -107,13 +112,15 @@ describe('a Redis reply forged on the wire', () => {
       gateway.cleanup()
       await relay.close()
     }
-  }, 60_000)
+  }, 120_000)
 
-  describe('a Redis Cluster node whose replies ioredis cannot read', () => {
+  // Each test its own gateway, seed (or relay) and key: they run side by side.
+  describe.concurrent('a Redis Cluster node whose replies ioredis cannot read', () => {
     const cluster = suiteService(() => startRedisCluster())
 
     /** A gateway with `seed` as its one Cluster seed (onStoreFailure closed), and a keyed request's status through it. */
-    async function gatewayOn(seed: Awaited<ReturnType<typeof clusterSeedAnswering>>) {
+    async function gatewayOn(seed: Awaited<ReturnType<typeof clusterSeedAnswering>>, { onTestFinished }: TestContext) {
+      onTestFinished(await gatewayTurns.take())
       const gateway = await startGatewayProcess({
         databaseUrl: database.url,
         petsUrl: upstream.url,
@@ -147,10 +154,10 @@ describe('a Redis reply forged on the wire', () => {
     // ioredis reads the reply in a callback that threw a TypeError on each of these, re-thrown
     // outside any handler: the gateway process died at the first one, at start or at any later
     // slot-map refresh.
-    it.each(Object.entries(FORGED_SLOT_MAPS))('%s: the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the seed answers for real', async (shape, forged) => {
+    it.for(Object.entries(FORGED_SLOT_MAPS))('%s: the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the seed answers for real', { timeout: 120_000 }, async ([shape, forged], context) => {
       const seed = await clusterSeedAnswering(cluster.nodes[0]!)
       seed.forgeSlots(Buffer.from(forged))
-      const { gateway, request, stop } = await gatewayOn(seed)
+      const { gateway, request, stop } = await gatewayOn(seed, context)
       try {
         // After a failed refresh the client asks the seed again within a second, then every second.
         await eventually(async () => seed.forgedReplies() >= 3, 10_000)
@@ -173,14 +180,14 @@ describe('a Redis reply forged on the wire', () => {
       } finally {
         await stop()
       }
-    }, 60_000)
+    })
 
     // ioredis took the missing node for an address and threw a TypeError out of the socket's data
     // handler: the gateway process died at the first such answer to a decision's script.
-    it.each(Object.entries(REDIRECTS_TO_NOWHERE))('a master answering %s (a redirect naming no node): the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the slot map is the cluster\'s', async (shape, forged) => {
+    it.for(Object.entries(REDIRECTS_TO_NOWHERE))('a master answering %s (a redirect naming no node): the gateway keeps running, answers per onStoreFailure (closed: 503), and decides in the cluster once the slot map is the cluster\'s', { timeout: 120_000 }, async ([shape, forged], context) => {
       const seed = await clusterSeedAnswering(cluster.nodes[0]!)
       seed.claimSlots(Buffer.from(forged))
-      const { gateway, request, stop } = await gatewayOn(seed)
+      const { gateway, request, stop } = await gatewayOn(seed, context)
       try {
         const whileForged = []
         for (let i = 0; i < 3; i++) {
@@ -205,7 +212,7 @@ describe('a Redis reply forged on the wire', () => {
       } finally {
         await stop()
       }
-    }, 60_000)
+    })
   })
 })
 
