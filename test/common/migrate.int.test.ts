@@ -42,29 +42,6 @@ describe('migrations at boot', () => {
     }
   })
 
-  // The request pool bounds statements at 5 s; a second replica waits for the first's migrations
-  // as long as they take (here 6.5 s), then finds nothing left to apply.
-  it('wait for another instance migrating for longer than a request may take', async () => {
-    const holder = new pg.Client({ connectionString: database.url })
-    await holder.connect()
-    const lock = createHash('sha256').update(`migrations:${GATEWAY_MIGRATIONS.schema}`).digest().readBigInt64BE(0)
-    await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock.toString()])
-    let released = false
-    setTimeout(() => {
-      released = true
-      void holder.query('SELECT pg_advisory_unlock($1::bigint)', [lock.toString()])
-    }, 6_500)
-    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-wait-test' })
-    try {
-      expect(await migrate(pool, GATEWAY_MIGRATIONS)).not.toHaveLength(0)
-      // It waited for the other instance: nothing was applied before its lock was let go.
-      expect(released).toBe(true)
-    } finally {
-      await holder.end()
-      await pool.end()
-    }
-  }, 20_000)
-
   it('fail with an error, not a crash, when the connection is lost while waiting for the lock', async () => {
     // Another instance holds the schema's migration lock, so this one waits on it.
     const holder = new pg.Client({ connectionString: database.url })
@@ -124,7 +101,7 @@ describe('migrations at boot', () => {
     const { relay, url: viaRelay } = await relayTo(database.url)
     const pool = createPool({ connectionString: viaRelay, applicationName })
     pool.on('error', () => undefined)
-    return { relay, pool }
+    return { relay, pool, port: Number(new URL(viaRelay).port) }
   }
 
   /** The migration's outcome: 'migrated', its error's message, or 'still waiting' after `millis`. */
@@ -144,9 +121,35 @@ describe('migrations at boot', () => {
     expect(performance.now() - started).toBeLessThan(20_000)
   }
 
+  // The tests from here on wait on Postgres or on timers, not on the CPU, and share nothing: each
+  // has its own lock or schema and its own connections (the pets lock is one test's only). They
+  // run together.
+  // The request pool bounds statements at 5 s; a second replica waits for the first's migrations
+  // as long as they take (here 6.5 s), then finds nothing left to apply.
+  it.concurrent('wait for another instance migrating for longer than a request may take', async () => {
+    const holder = new pg.Client({ connectionString: database.url })
+    await holder.connect()
+    const lock = createHash('sha256').update(`migrations:${GATEWAY_MIGRATIONS.schema}`).digest().readBigInt64BE(0)
+    await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock.toString()])
+    let released = false
+    setTimeout(() => {
+      released = true
+      void holder.query('SELECT pg_advisory_unlock($1::bigint)', [lock.toString()])
+    }, 6_500)
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-wait-test' })
+    try {
+      expect(await migrate(pool, GATEWAY_MIGRATIONS)).not.toHaveLength(0)
+      // It waited for the other instance: nothing was applied before its lock was let go.
+      expect(released).toBe(true)
+    } finally {
+      await holder.end()
+      await pool.end()
+    }
+  }, 20_000)
+
   // A failover to a host that is gone: the connection stays open, and nothing comes back on it or
   // on a new one. The service must fail its start (and be restarted), not hang.
-  it('fail within 20 s, saying Postgres stopped answering, when the connection goes mute while waiting for another instance', async () => {
+  it.concurrent('fail within 20 s, saying Postgres stopped answering, when the connection goes mute while waiting for another instance', async () => {
     const other = await anotherInstanceMigrating(PETS_MIGRATIONS.schema)
     const { relay, pool } = await poolThroughRelay('migrate-mute-test')
     try {
@@ -162,29 +165,9 @@ describe('migrations at boot', () => {
     }
   }, 60_000)
 
-  // A NAT or relay that forgot the connection while the server runs on: the server answers, the
-  // answer is lost, and the session waits for the client as the client waits for it.
-  it('fail within 20 s, saying Postgres stopped answering, when the connection goes mute while the server and new connections answer', async () => {
-    const other = await anotherInstanceMigrating(PETS_MIGRATIONS.schema)
-    const { relay, pool } = await poolThroughRelay('migrate-forgotten-test')
-    try {
-      const migrating = migrate(pool, PETS_MIGRATIONS)
-      migrating.catch(() => undefined)
-      await eventually(() => other.waitedForBy('migrate-forgotten-test'), 10_000)
-      await relay.silence()
-      await relay.restore()
-      await other.release()
-      await expectFailsWithin20s(migrating, /^Postgres stopped answering on the migration connection \(the server has been idle in transaction/)
-    } finally {
-      await relay.close()
-      await other.end()
-      await pool.end()
-    }
-  }, 60_000)
-
   // README (Upgrades): a failed migration is rolled back and stops the service, leaving the
   // database as it was before that migration; the error names it.
-  it('fail naming the migration that failed, leaving what it did undone and unrecorded, and the ones before it applied', async () => {
+  it.concurrent('fail naming the migration that failed, leaving what it did undone and unrecorded, and the ones before it applied', async () => {
     const directory = await mkdtemp(path.join(os.tmpdir(), 'failing_migration-'))
     await writeFile(path.join(directory, '001_first.sql'), 'CREATE TABLE failing_migration.first (id int);')
     await writeFile(path.join(directory, '002_broken.sql'), 'CREATE TABLE failing_migration.second (id int); SELECT 1 / 0;')
@@ -211,7 +194,7 @@ describe('migrations at boot', () => {
 
   // Neither an index build nor the wait for another instance's lock has a deadline: the watch for
   // a mute connection sees the server at work and leaves it be.
-  it('run a migration for as long as it takes (here 8 s, longer than the watch waits before looking)', async () => {
+  it.concurrent('run a migration for as long as it takes (here 8 s, longer than the watch waits before looking)', async () => {
     const slow = await oneMigration('slow_migration', 'SELECT pg_sleep(8); CREATE TABLE slow_migration.done (id int);')
     const { relay, pool } = await poolThroughRelay('migrate-slow-test')
     try {
@@ -224,12 +207,34 @@ describe('migrations at boot', () => {
     }
   }, 30_000)
 
+  // A NAT or relay that forgot the connection while the server runs on: the server answers, the
+  // answer is lost, and the session waits for the client as the client waits for it.
+  it.concurrent('fail within 20 s, saying Postgres stopped answering, when the connection goes mute while the server and new connections answer', async () => {
+    const forgotten = await oneMigration('forgotten_wait', 'CREATE TABLE forgotten_wait.first (id int);')
+    const other = await anotherInstanceMigrating(forgotten.set.schema)
+    const { relay, pool } = await poolThroughRelay('migrate-forgotten-test')
+    try {
+      const migrating = migrate(pool, forgotten.set)
+      migrating.catch(() => undefined)
+      await eventually(() => other.waitedForBy('migrate-forgotten-test'), 10_000)
+      await relay.silence()
+      await relay.restore()
+      await other.release()
+      await expectFailsWithin20s(migrating, /^Postgres stopped answering on the migration connection \(the server has been idle in transaction/)
+    } finally {
+      await relay.close()
+      await other.end()
+      await pool.end()
+      await forgotten.remove()
+    }
+  }, 60_000)
+
   // Between two migrations the session is the connection's own, on a direct connection: a BEGIN
   // lost on the way (a NAT that forgot the connection) leaves it idle while the client waits.
-  it('fail within 20 s, saying Postgres stopped answering, when the connection goes mute as the next migration begins', async () => {
+  it.concurrent('fail within 20 s, saying Postgres stopped answering, when the connection goes mute as the next migration begins', async () => {
     const first = await oneMigration('mute_begin', 'CREATE TABLE mute_begin.first (id int);')
-    const { relay, pool } = await poolThroughRelay('migrate-mute-begin-test')
-    const undo = onBegin(2, () => {
+    const { relay, pool, port } = await poolThroughRelay('migrate-mute-begin-test')
+    const undo = onBegin(port, 2, () => {
       void relay.silence()
       void relay.restore()
     })
@@ -246,11 +251,11 @@ describe('migrations at boot', () => {
 
   // Nothing to look up yet at the first BEGIN: only whether Postgres takes a connection at all. A
   // connection idle in the pool since the start's checks answered that without a word to Postgres.
-  it('fail within 20 s, saying Postgres stopped answering, when Postgres goes silent as the first migration begins', async () => {
+  it.concurrent('fail within 20 s, saying Postgres stopped answering, when Postgres goes silent as the first migration begins', async () => {
     const first = await oneMigration('silent_begin', 'CREATE TABLE silent_begin.first (id int);')
-    const { relay, pool } = await poolThroughRelay('migrate-silent-begin-test')
+    const { relay, pool, port } = await poolThroughRelay('migrate-silent-begin-test')
     await pool.query('SELECT 1')
-    const undo = onBegin(1, () => void relay.silence())
+    const undo = onBegin(port, 1, () => void relay.silence())
     try {
       await expectFailsWithin20s(migrate(pool, first.set), /^Postgres stopped answering on the migration connection/)
     } finally {
@@ -262,12 +267,15 @@ describe('migrations at boot', () => {
   }, 60_000)
 })
 
-/** Runs `action` as the `nth` BEGIN of any pg client is sent (the statement goes on after it); returns what undoes this. */
-function onBegin(nth: number, action: () => void): () => void {
+/**
+ * Runs `action` as the `nth` BEGIN sent by a pg client to `port` is sent (the statement goes on
+ * after it); returns what undoes this. By port, so the tests running alongside count for nothing.
+ */
+function onBegin(port: number, nth: number, action: () => void): () => void {
   const query = pg.Client.prototype.query
   let begins = 0
   pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-    if (args[0] === 'BEGIN' && ++begins === nth) action()
+    if (args[0] === 'BEGIN' && this.port === port && ++begins === nth) action()
     return (query as (...args: unknown[]) => unknown).apply(this, args)
   } as typeof query
   return () => {
