@@ -153,6 +153,17 @@ describe('API key change notifications', () => {
     }
   }, 30_000)
 
+  // A gateway stopping while its listening connection is mute waited for Postgres to confirm the
+  // end of a session nothing answers on, for good (the gateway's shutdown bound cut it short).
+  it('stop within seconds while their listening connection stopped answering', async () => {
+    const subject = await feedThroughRelay()
+    await subject.revocationArrives('before', 2_000)
+    await subject.relay.silence()
+    const started = performance.now()
+    await subject.stop()
+    expect(performance.now() - started).toBeLessThan(5_000)
+  }, 30_000)
+
   // A gateway whose event loop is held up (a long GC pause, a CPU-starved container) reads the
   // ping's answer late: that is its own lag, not a mute connection.
   it('stay on their connection when the gateway itself is too busy to read the ping answer for over 2 s', async () => {

@@ -280,7 +280,8 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       stopped = true
       clearInterval(timer)
       await reading
-      await listener?.end().catch(() => undefined)
+      // Ending a session waits for Postgres to confirm it: on a mute connection, for good.
+      if (listener) await answered(listener, listener.end()).catch(() => undefined)
     },
   }
 }
