@@ -7,13 +7,19 @@ function record(id: string, plan = 'free'): ApiKeyRecord {
   return { id, displayPrefix: 'aas_x', name: 'n', plan, perMinute: null, perDay: null, createdAt: new Date(), expiresAt: null, revokedAt: null }
 }
 
+/** A key table's rows by the hash the cache asks for; `set` stores one under its key's hash. */
+function keyRows() {
+  const rows = new Map<string, ApiKeyRecord>()
+  return { rows, set: (key: string, row: ApiKeyRecord) => void rows.set(hashApiKey(key).toString('hex'), row) }
+}
+
 /** A key table in a Map, counting lookups: the cache's behaviour is what is under test here. */
 function table() {
-  const rows = new Map<string, ApiKeyRecord>()
+  const { rows, set } = keyRows()
   const calls = { count: 0 }
   return {
-    rows,
     calls,
+    set,
     async findByHash(hash: Buffer) {
       calls.count++
       await new Promise((resolve) => setTimeout(resolve, 5))
@@ -28,7 +34,7 @@ describe('the key cache', () => {
   it('asks the table once per key, then answers from memory', async () => {
     const keys = table()
     const key = generateApiKey()
-    keys.rows.set(hashApiKey(key).toString('hex'), record('key_a'))
+    keys.set(key, record('key_a'))
     const cache = createKeyCache(keys, options)
     expect((await cache.lookup(key))?.id).toBe('key_a')
     expect((await cache.lookup(key))?.id).toBe('key_a')
@@ -57,13 +63,13 @@ describe('the key cache', () => {
     const keys = table()
     const cache = createKeyCache(keys, { maxEntries: 3, ttlMillis: 60_000, negativeTtlMillis: 50 })
     const known = generateApiKey()
-    keys.rows.set(hashApiKey(known).toString('hex'), record('key_a'))
+    keys.set(known, record('key_a'))
     const guess = generateApiKey()
     await cache.lookup(known)
     expect(await cache.lookup(guess)).toBeUndefined()
     await new Promise((resolve) => setTimeout(resolve, 120))
     // Issued meanwhile (its announcement lost): found once the unknown entry has lapsed.
-    keys.rows.set(hashApiKey(guess).toString('hex'), record('key_b'))
+    keys.set(guess, record('key_b'))
     expect((await cache.lookup(guess))?.id).toBe('key_b')
     expect((await cache.lookup(known))?.id).toBe('key_a')
     expect(keys.calls.count).toBe(3)
@@ -74,7 +80,7 @@ describe('the key cache', () => {
     const cache = createKeyCache(keys, options)
     for (let i = 0; i < 10; i++) {
       const key = generateApiKey()
-      keys.rows.set(hashApiKey(key).toString('hex'), record(`key_${i}`))
+      keys.set(key, record(`key_${i}`))
       await cache.lookup(key)
     }
     for (let i = 0; i < 10; i++) await cache.lookup(generateApiKey())
@@ -85,7 +91,7 @@ describe('the key cache', () => {
     const keys = table()
     const cache = createKeyCache(keys, options)
     const used = generateApiKey()
-    keys.rows.set(hashApiKey(used).toString('hex'), record('key_used'))
+    keys.set(used, record('key_used'))
     expect((await cache.lookup(used))?.id).toBe('key_used')
     for (let i = 0; i < 20; i++) expect(await cache.lookup(generateApiKey())).toBeUndefined()
     const before = keys.calls.count
@@ -97,10 +103,10 @@ describe('the key cache', () => {
     const keys = table()
     const key = generateApiKey()
     const hash = hashApiKey(key)
-    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    keys.set(key, record('key_a', 'free'))
     const cache = createKeyCache(keys, options)
     await cache.lookup(key)
-    keys.rows.set(hash.toString('hex'), record('key_a', 'pro'))
+    keys.set(key, record('key_a', 'pro'))
     cache.invalidate(hash)
     expect((await cache.lookup(key))?.plan).toBe('pro')
   })
@@ -109,10 +115,10 @@ describe('the key cache', () => {
     const keys = table()
     const key = generateApiKey()
     const hash = hashApiKey(key)
-    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    keys.set(key, record('key_a', 'free'))
     const cache = createKeyCache(keys, options)
     const inFlight = cache.lookup(key)
-    keys.rows.set(hash.toString('hex'), record('key_a', 'pro'))
+    keys.set(key, record('key_a', 'pro'))
     cache.invalidate(hash)
     expect((await inFlight)?.plan).toBe('pro')
   })
@@ -121,12 +127,12 @@ describe('the key cache', () => {
 describe('the key cache, with a table that answers as of when it was asked (as Postgres does)', () => {
   /** Each lookup reads the row when it is asked and answers once `release` is called. */
   function snapshotTable() {
-    const rows = new Map<string, ApiKeyRecord>()
+    const { rows, set } = keyRows()
     const calls = { count: 0 }
     const waiting: Array<() => void> = []
     return {
-      rows,
       calls,
+      set,
       release: () => waiting.splice(0).forEach((resolve) => resolve()),
       findByHash(hash: Buffer): Promise<ApiKeyRecord | undefined> {
         calls.count++
@@ -153,10 +159,10 @@ describe('the key cache, with a table that answers as of when it was asked (as P
     const keys = snapshotTable()
     const key = generateApiKey()
     const hash = hashApiKey(key)
-    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    keys.set(key, record('key_a', 'free'))
     const cache = createKeyCache(keys, options)
     const inFlight = cache.lookup(key)
-    keys.rows.set(hash.toString('hex'), { ...record('key_a', 'free'), revokedAt: new Date() })
+    keys.set(key, { ...record('key_a', 'free'), revokedAt: new Date() })
     cache.invalidate(hash)
     expect((await settle(keys, inFlight))?.revokedAt).toBeInstanceOf(Date)
     const asked = keys.calls.count
@@ -170,7 +176,7 @@ describe('the key cache, with a table that answers as of when it was asked (as P
     const hash = hashApiKey(key)
     const cache = createKeyCache(keys, options)
     expect(await settle(keys, cache.lookup(key))).toBeUndefined()
-    keys.rows.set(hash.toString('hex'), record('key_new'))
+    keys.set(key, record('key_new'))
     cache.invalidate(hash)
     expect((await settle(keys, cache.lookup(key)))?.id).toBe('key_new')
   })
@@ -180,11 +186,10 @@ describe('the key cache, with a table that answers as of when it was asked (as P
   it('neither answers nor keeps a row read before the cache was cleared while its lookup was on its way', async () => {
     const keys = snapshotTable()
     const key = generateApiKey()
-    const hash = hashApiKey(key)
-    keys.rows.set(hash.toString('hex'), record('key_a', 'free'))
+    keys.set(key, record('key_a', 'free'))
     const cache = createKeyCache(keys, options)
     const inFlight = cache.lookup(key)
-    keys.rows.set(hash.toString('hex'), record('key_a', 'pro'))
+    keys.set(key, record('key_a', 'pro'))
     cache.clear()
     expect((await settle(keys, inFlight))?.plan).toBe('pro')
     const asked = keys.calls.count

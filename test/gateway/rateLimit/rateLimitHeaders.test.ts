@@ -3,15 +3,16 @@ import { rateLimitHeaders, retryAfterSeconds } from '../../../gateway/src/rateLi
 
 const NOW = 1_795_598_100_250
 
+type Window = { limit: number; remaining: number; resetMillis: number }
+
+/** The headers at NOW for a key's minute and day windows in the given states. */
+function headersFor(minute: Window, day: Window) {
+  return rateLimitHeaders([{ name: 'minute', windowSeconds: 60, ...minute }, { name: 'day', windowSeconds: 86_400, ...day }], NOW)
+}
+
 describe('rate-limit headers', () => {
   it('describe the window nearest exhaustion in X-RateLimit-* and every window in the IETF fields', () => {
-    const headers = rateLimitHeaders(
-      [
-        { name: 'minute', limit: 60, remaining: 12, resetMillis: NOW + 30_100, windowSeconds: 60 },
-        { name: 'day', limit: 1_000, remaining: 3, resetMillis: NOW + 7_200_000, windowSeconds: 86_400 },
-      ],
-      NOW,
-    )
+    const headers = headersFor({ limit: 60, remaining: 12, resetMillis: NOW + 30_100 }, { limit: 1_000, remaining: 3, resetMillis: NOW + 7_200_000 })
     expect(headers).toEqual({
       'x-ratelimit-limit': '1000',
       'x-ratelimit-remaining': '3',
@@ -22,13 +23,7 @@ describe('rate-limit headers', () => {
   })
 
   it('name the one of two equally tight windows that frees last, and never say less than zero left or a reset in the past', () => {
-    const headers = rateLimitHeaders(
-      [
-        { name: 'minute', limit: 60, remaining: -2, resetMillis: NOW - 1_500, windowSeconds: 60 },
-        { name: 'day', limit: 1_000, remaining: -2, resetMillis: NOW + 1_000, windowSeconds: 86_400 },
-      ],
-      NOW,
-    )
+    const headers = headersFor({ limit: 60, remaining: -2, resetMillis: NOW - 1_500 }, { limit: 1_000, remaining: -2, resetMillis: NOW + 1_000 })
     expect(headers['x-ratelimit-limit']).toBe('1000')
     expect(headers['x-ratelimit-remaining']).toBe('0')
     expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil((NOW + 1_000) / 1_000)))
@@ -36,26 +31,14 @@ describe('rate-limit headers', () => {
   })
 
   it('describe the day window when a request spends both windows at once', () => {
-    const headers = rateLimitHeaders(
-      [
-        { name: 'minute', limit: 5, remaining: 0, resetMillis: NOW + 10_000, windowSeconds: 60 },
-        { name: 'day', limit: 12, remaining: 0, resetMillis: NOW + 41_000, windowSeconds: 86_400 },
-      ],
-      NOW,
-    )
+    const headers = headersFor({ limit: 5, remaining: 0, resetMillis: NOW + 10_000 }, { limit: 12, remaining: 0, resetMillis: NOW + 41_000 })
     expect(headers['x-ratelimit-limit']).toBe('12')
     expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil((NOW + 41_000) / 1_000)))
   })
 
   // The day window resets at a fixed hour: a minute spent just before it frees after the day does.
   it('name the minute window when both are spent and the minute frees after the day', () => {
-    const headers = rateLimitHeaders(
-      [
-        { name: 'minute', limit: 5, remaining: 0, resetMillis: NOW + 50_000, windowSeconds: 60 },
-        { name: 'day', limit: 12, remaining: 0, resetMillis: NOW + 20_000, windowSeconds: 86_400 },
-      ],
-      NOW,
-    )
+    const headers = headersFor({ limit: 5, remaining: 0, resetMillis: NOW + 50_000 }, { limit: 12, remaining: 0, resetMillis: NOW + 20_000 })
     expect(headers['x-ratelimit-limit']).toBe('5')
     expect(headers['x-ratelimit-reset']).toBe(String(Math.ceil((NOW + 50_000) / 1_000)))
   })
