@@ -47,6 +47,7 @@ export function createPool(options: PoolOptions): pg.Pool {
     options.logger?.warn({ error: error.message, code: error.code }, 'idle Postgres connection lost')
   })
   boundStatementsOnClient(pool, statementTimeout + STATEMENT_GRACE_MILLIS, options.logger)
+  trackConnections(pool)
   for (const [, file] of sslFilesOf(options.connectionString ?? '')) sslFilesInUse.add(file)
   return pool
 }
@@ -195,6 +196,36 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
       sweeper = undefined
     }
   })
+}
+
+/** Each pool's open connections, for endPool to drop those whose end Postgres never confirms. */
+const openConnections = new WeakMap<pg.Pool, Set<pg.PoolClient>>()
+
+function trackConnections(pool: pg.Pool): void {
+  const open = new Set<pg.PoolClient>()
+  openConnections.set(pool, open)
+  pool.on('connect', (client) => open.add(client))
+  pool.on('remove', (client) => open.delete(client))
+}
+
+/**
+ * Ends the pool and waits at most `boundMillis` for Postgres to confirm the end of each connection,
+ * then drops those it has not: pg's `end()` resolves at once but leaves each socket open until the
+ * server's goodbye, which a server gone mute never sends, and a process that exits once its work
+ * is done (the keys CLI) would wait for good.
+ */
+export async function endPool(pool: pg.Pool, boundMillis: number): Promise<void> {
+  const open = openConnections.get(pool) ?? new Set<pg.PoolClient>()
+  const allClosed = new Promise<void>((resolve) => {
+    const resolveOnceNoneOpen = () => open.size === 0 && resolve()
+    pool.on('remove', resolveOnceNoneOpen)
+    resolveOnceNoneOpen()
+  })
+  let timer: NodeJS.Timeout | undefined
+  const bound = new Promise<void>((resolve) => (timer = setTimeout(resolve, boundMillis)))
+  await Promise.race([pool.end().then(() => allClosed), bound])
+  clearTimeout(timer)
+  for (const client of open) dropConnection(client)
 }
 
 /** Postgres's query_canceled: the statement timeout, or an operator's pg_cancel_backend. */

@@ -1,6 +1,7 @@
 import type pg from 'pg'
 import { migrate } from '../../../common/src/database/migrate.ts'
-import { QUERY_CANCELED, createPool, isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
+import { QUERY_CANCELED, createPool, endPool, isDatabaseUnavailable } from '../../../common/src/database/pool.ts'
+import { CLOSE_DEPENDENCY_MILLIS } from '../../../common/src/lifecycle/shutdown.ts'
 import { describeRefusal } from '../../../common/src/database/privileges.ts'
 import { UNPARSABLE_DATABASE_URL, unparsableDatabaseUrl } from '../../../common/src/database/waitForPostgres.ts'
 import { ConfigError, loadGatewayConfig } from '../config/loadConfig.ts'
@@ -75,6 +76,6 @@ export async function execute(command: Command, output: Output, env: NodeJS.Proc
   } catch (error) {
     throw isDatabaseUnavailable(error) ? await databaseError(error, location, pool) : error
   } finally {
-    await pool.end()
+    await endPool(pool, CLOSE_DEPENDENCY_MILLIS)
   }
 }
