@@ -267,19 +267,41 @@ describe('migrations at boot', () => {
   }, 60_000)
 })
 
+interface BeginWatch {
+  port: number
+  nth: number
+  action: () => void
+  begins: number
+}
+
+/** The watches in force, and pg's own query while any is: one patch for them all. */
+const beginWatches = new Set<BeginWatch>()
+let unpatchedQuery: typeof pg.Client.prototype.query | undefined
+
 /**
  * Runs `action` as the `nth` BEGIN sent by a pg client to `port` is sent (the statement goes on
  * after it); returns what undoes this. By port, so the tests running alongside count for nothing.
+ * One patch serves every watch: a patch each, undone in another order than made (tests running
+ * together), put back a query without the watches of tests still running.
  */
 function onBegin(port: number, nth: number, action: () => void): () => void {
-  const query = pg.Client.prototype.query
-  let begins = 0
-  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-    if (args[0] === 'BEGIN' && this.port === port && ++begins === nth) action()
-    return (query as (...args: unknown[]) => unknown).apply(this, args)
-  } as typeof query
+  if (unpatchedQuery === undefined) {
+    const query = (unpatchedQuery = pg.Client.prototype.query)
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      if (args[0] === 'BEGIN') {
+        for (const watch of beginWatches) if (this.port === watch.port && ++watch.begins === watch.nth) watch.action()
+      }
+      return (query as (...args: unknown[]) => unknown).apply(this, args)
+    } as typeof query
+  }
+  const watch = { port, nth, action, begins: 0 }
+  beginWatches.add(watch)
   return () => {
-    pg.Client.prototype.query = query
+    beginWatches.delete(watch)
+    if (beginWatches.size === 0 && unpatchedQuery !== undefined) {
+      pg.Client.prototype.query = unpatchedQuery
+      unpatchedQuery = undefined
+    }
   }
 }
 
