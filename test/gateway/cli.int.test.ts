@@ -11,6 +11,7 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { hashApiKey, isWellFormedApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import { goodbyeUnansweredRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { runKeysCli, type CliRun } from '../scripts/processes.ts'
 
@@ -90,39 +91,15 @@ describe('keys CLI (npm run keys)', () => {
   it('exits once its command is done when Postgres stops answering as the CLI closes its connections', async () => {
     await schema()
     const { record } = await repository.create({ name: 'mute-goodbye', plan: 'free' })
-    // Carries everything until a connection's Terminate, then nothing either way, and closes
-    // nothing (a Postgres hung at that moment): the server's goodbye never comes.
-    const TERMINATE = Buffer.from([0x58, 0, 0, 0, 4])
-    const target = new URL(database.url)
-    const sockets = new Set<net.Socket>()
-    const relay = net.createServer({ allowHalfOpen: true }, (client) => {
-      const server = net.connect({ host: target.hostname, port: Number(target.port || 5432), allowHalfOpen: true })
-      let mute = false
-      for (const socket of [client, server]) {
-        sockets.add(socket)
-        socket.on('error', () => undefined)
-      }
-      client.on('data', (chunk: Buffer) => {
-        if (mute) return
-        if (chunk.subarray(-TERMINATE.length).equals(TERMINATE)) {
-          mute = true
-          server.write(chunk.subarray(0, -TERMINATE.length))
-        } else server.write(chunk)
-      })
-      server.on('data', (chunk: Buffer) => void (mute || client.write(chunk)))
-    })
-    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve))
+    const relay = await goodbyeUnansweredRelay(database.url)
     try {
-      const { port } = relay.address() as net.AddressInfo
-      const through = new URL(database.url)
-      through.host = `127.0.0.1:${port}`
       // Killed at 15 s if it still waits: code null.
-      const listed = await runKeysCli(['list', '--json'], cleanEnv({ DATABASE_URL: through.href }), 15_000)
+      const listed = await runKeysCli(['list', '--json'], cleanEnv({ DATABASE_URL: relay.url }), 15_000)
       expect(listed.code, listed.stderr).toBe(0)
       expect((JSON.parse(listed.stdout) as { keys: { id: string }[] }).keys.map((key) => key.id)).toContain(record.id)
+      expect(relay.state.goodbyes).toBeGreaterThanOrEqual(1)
     } finally {
-      for (const socket of sockets) socket.destroy()
-      await new Promise((resolve) => relay.close(resolve))
+      await relay.close()
     }
   })
 

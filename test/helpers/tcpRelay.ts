@@ -111,3 +111,46 @@ export async function relayTo(url: string, defaultPort = 5432) {
   through.host = `127.0.0.1:${relay.port}`
   return { relay, url: through.toString() }
 }
+
+/** A Postgres client's goodbye (Terminate), which pg sends as a write of its own. */
+const TERMINATE = Buffer.from([0x58, 0, 0, 0, 4])
+
+/**
+ * A relay to the Postgres `url` names, and `url` through it, that carries everything until a
+ * client says goodbye (Terminate), then nothing either way on that connection and closes nothing:
+ * a Postgres that stopped answering just as the client ended its session, whose goodbye (the
+ * connection's close) never comes. `goodbyes` counts the Terminates it kept.
+ */
+export async function goodbyeUnansweredRelay(url: string) {
+  const target = new URL(url)
+  const sockets = new Set<net.Socket>()
+  const state = { goodbyes: 0 }
+  const server = net.createServer({ allowHalfOpen: true }, (client) => {
+    const upstream = net.connect({ host: target.hostname, port: Number(target.port || 5432), allowHalfOpen: true })
+    let mute = false
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on('error', () => undefined)
+    }
+    client.on('data', (chunk: Buffer) => {
+      if (mute) return
+      if (chunk.subarray(-TERMINATE.length).equals(TERMINATE)) {
+        mute = true
+        state.goodbyes++
+        upstream.write(chunk.subarray(0, -TERMINATE.length))
+      } else upstream.write(chunk)
+    })
+    upstream.on('data', (chunk: Buffer) => void (mute || client.write(chunk)))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const through = new URL(url)
+  through.host = `127.0.0.1:${(server.address() as net.AddressInfo).port}`
+  return {
+    url: through.toString(),
+    state,
+    async close() {
+      for (const socket of sockets) socket.destroy()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    },
+  }
+}

@@ -14,6 +14,7 @@ import { PETS_MIGRATIONS, PETS_POSTGRES_NEEDS } from '../../pets-service/src/mig
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { recordingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
+import { goodbyeUnansweredRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { eventually } from '../gateway/rateLimit/httpLimits.ts'
 import { baseEnv, exitWithin, freePort, killAll, runKeysCli, startNode, waitForReady, type NodeProcess } from '../scripts/processes.ts'
@@ -410,6 +411,31 @@ describe('a Postgres refusal met while Postgres stops answering after the login'
       })
       await eventually(async () => lines.some((line) => line.level >= 50 && line.msg.includes('42501: permission denied for table pets')), 5_000)
     } finally {
+      await pool.end()
+      await relay.close()
+    }
+  }, 40_000)
+
+  it('says the episode\'s error line, and /readyz answers, when Postgres stops answering as the explaining connection ends', async () => {
+    const relay = await goodbyeUnansweredRelay(database.url)
+    const pool = createPool({ connectionString: relay.url, applicationName: 'privileges-test' })
+    const lines: { level: number; msg: string }[] = []
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as { level: number; msg: string }) })
+    const direct = createPool({ connectionString: database.url, applicationName: 'privileges-test' })
+    try {
+      await migrate(direct, PETS_MIGRATIONS)
+      const watch = watchPostgresRefusals(pool, PETS_POSTGRES_NEEDS, logger)
+      expect(watch.report(Object.assign(new Error('permission denied for table pets'), { code: '42501' }))).toBe(true)
+      // The check is answered (the role lacks nothing: granted back meanwhile); its goodbye is not.
+      const probed = await Promise.race([
+        watch.probe().then(() => 'ready', () => 'not ready'),
+        new Promise((resolve) => setTimeout(() => resolve('no answer within 20 s'), 20_000)),
+      ])
+      expect(probed).toBe('ready')
+      await eventually(async () => lines.some((line) => line.level >= 50 && line.msg.includes('permission denied for table pets')), 5_000)
+      expect(relay.state.goodbyes).toBeGreaterThanOrEqual(2)
+    } finally {
+      await direct.end()
       await pool.end()
       await relay.close()
     }

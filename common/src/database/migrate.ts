@@ -3,7 +3,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
 import pg from 'pg'
 import type { Logger } from 'pino'
-import { dropConnection, pendingStatement, withConnection } from './pool.ts'
+import { dropConnection, endWithin, pendingStatement, withConnection } from './pool.ts'
 
 export interface MigrationSet {
   /** Postgres schema the migrations own; also names the bookkeeping table and the lock. */
@@ -125,7 +125,7 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
     watch.stop()
     // Closing the session ends a transaction left open by a lost connection, and its lock with it.
     // The goodbye is waited for a moment only: a mute server never sends it.
-    await endWithin(client, END_MILLIS)
+    await endWithin(client)
     client.off('error', onLost)
   }
   warnOfStrangers(set, migrations, recorded, logger)
@@ -134,17 +134,6 @@ export async function migrate(pool: pg.Pool, set: MigrationSet, logger?: Logger)
 
 /** How long a migration transaction's session lives on after its client stops talking to it. */
 const ORPHANED_TRANSACTION_MILLIS = 10_000
-const END_MILLIS = 2_000
-
-async function endWithin(client: pg.Client, millis: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined
-  const ended = await Promise.race([
-    client.end().then(() => true, () => true),
-    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), millis))),
-  ])
-  clearTimeout(timer)
-  if (!ended) dropConnection(client)
-}
 
 /** How long a statement waits for its answer before another connection looks at its session, or at whether Postgres answers at all. */
 const WATCH_AFTER_MILLIS = 5_000

@@ -198,6 +198,23 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
   })
 }
 
+/** How long a connection's end may wait for the server to confirm it: ample for one that answers. */
+const END_MILLIS = 2_000
+
+/**
+ * Ends `client`'s session, waiting at most `millis` for Postgres to confirm it (pg's `end()` waits
+ * for the server's goodbye, which a server gone mute never sends), then drops the connection.
+ */
+export async function endWithin(client: pg.Client, millis = END_MILLIS): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const ended = await Promise.race([
+    client.end().then(() => true, () => true),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), millis))),
+  ])
+  clearTimeout(timer)
+  if (!ended) dropConnection(client)
+}
+
 /** Each pool's open connections, for endPool to drop those whose end Postgres never confirms. */
 const openConnections = new WeakMap<pg.Pool, Set<pg.PoolClient>>()
 

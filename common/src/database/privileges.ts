@@ -2,7 +2,7 @@ import pg from 'pg'
 import type { Logger } from 'pino'
 import { EnvError, withoutSslFiles } from '../env.ts'
 import { DependencyDown } from '../ops/dependencyDown.ts'
-import { dropConnection } from './pool.ts'
+import { dropConnection, endWithin } from './pool.ts'
 
 /**
  * The SQLSTATEs with which Postgres refuses this service's role, its login or the objects it was
@@ -181,7 +181,9 @@ async function explain(pool: pg.Pool, needs: PostgresNeeds, grants: Grant[], wor
     return { refused: true, words: refusal, fix: loginRefusalFix(error, pool) ?? 'grant the role what Postgres names' }
   } finally {
     clearTimeout(bound)
-    await client.end().catch(() => undefined)
+    // A Postgres that stopped answering after the check never confirms the end: the episode's
+    // error line and /readyz's answer waited for it, for good.
+    await endWithin(client)
   }
 }
 
