@@ -41,8 +41,8 @@ export default defineConfig({
           pool: 'forks',
           // One process per worker for all its files (each file still makes its own databases,
           // servers and processes, and stops them): starting a process and importing the
-          // gateway's graph anew for each of 67 files left both workers idle for about 2 of every
-          // 12 minutes.
+          // gateway's graph anew for each of 67 files left the workers idle for about a sixth of
+          // the run.
           isolate: false,
           sequence: { groupOrder: 1 },
           // Three files at a time on two cores: most of an integration file's time is spent

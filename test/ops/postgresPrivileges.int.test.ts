@@ -429,7 +429,7 @@ describe('a Postgres refusal met while Postgres stops answering after the login'
       // The check is answered (the role lacks nothing: granted back meanwhile); its goodbye is not.
       const probed = await Promise.race([
         watch.probe().then(() => 'ready', () => 'not ready'),
-        new Promise((resolve) => setTimeout(() => resolve('no answer within 20 s'), 20_000)),
+        new Promise((resolve) => setTimeout(() => resolve('no answer within 20 s'), 20_000).unref()),
       ])
       expect(probed).toBe('ready')
       await eventually(async () => lines.some((line) => line.level >= 50 && line.msg.includes('permission denied for table pets')), 5_000)
