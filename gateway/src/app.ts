@@ -32,6 +32,7 @@ import { anonymousBucket, trustedHops } from './rateLimit/clientAddress.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
+import { getPetDeprecation } from './routes/getPetDeprecation.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
 import { routeRequestTarget, undecodablePathRoute } from './routes/requestTarget.ts'
 
@@ -161,6 +162,8 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     // Its createPet stores one pet per Idempotency-Key: a keyed POST may be sent again.
     honoursIdempotencyKeys: true,
   })
+  // Its deprecated operation's notice, on the gateway's own answers there too.
+  await app.register(getPetDeprecation)
   await app.register(undecodablePathRoute)
   await app.register(storeOrdersRoute, {
     upstream: boot.upstreams.orders,

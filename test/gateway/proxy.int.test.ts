@@ -458,6 +458,32 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   /** Resolves once `count` requests have reached the upstream. */
   const arrived = (requests: readonly unknown[], count: number) => eventually(async () => requests.length >= count, 5_000, 10)
 
+  it('says on its own answers to GET and HEAD /v1/pets/{petId} (401, 502) that the operation is deprecated, as the pets-service does, and on no other path\'s', async () => {
+    switched.scripted((_request, response) => {
+      response.writeHead(401, { 'content-type': 'application/json' }).end('{"code":"unauthorized","message":"No.","status":401}')
+    })
+    const { gateway, key } = sharedGateway()
+    const notice = { deprecation: '@1767225600', sunset: 'Thu, 05 Dec 2030 00:00:00 GMT', link: '</v1/pets>; rel="successor-version"' }
+    const noticeIn = (headers: { get(name: string): string | null }) => ({ deprecation: headers.get('deprecation'), sunset: headers.get('sunset'), link: headers.get('link') })
+
+    const unauthenticated = await gateway.request('/v1/pets/7')
+    await expectErrorResponse(unauthenticated, 401, 'missing_api_key')
+    expect(noticeIn(unauthenticated.headers)).toEqual(notice)
+    // The upstream refusing the gateway's credential: the gateway's 502, not the upstream's 401.
+    const failed = await gateway.request('/v1/pets/7', { key, contract: false })
+    await expectErrorResponse(failed, 502, 'bad_gateway')
+    expect(noticeIn(failed.headers)).toEqual(notice)
+    const head = await nodeRequest(`${gateway.url}/v1/pets/7?fields=name`, { method: 'HEAD' })
+    expect(head.status).toBe(401)
+    expect(noticeIn({ get: (name) => (head.headers[name] as string | undefined) ?? null })).toEqual(notice)
+
+    for (const [method, path] of [['GET', '/v1/pets'], ['GET', '/v1/pets/'], ['GET', '/v1/pets/7/'], ['GET', '/v1/pets/7/photos'], ['POST', '/v1/pets/7'], ['GET', '/v1/store/orders']] as const) {
+      const other = await gateway.request(path, { method, contract: false })
+      expect(other.status, `${method} ${path}`).toBe(401)
+      expect(noticeIn(other.headers), `${method} ${path}`).toEqual({ deprecation: null, sunset: null, link: null })
+    }
+  })
+
   it('adds the internal credential, request id and caller id, and strips client copies and the API key', async () => {
     const recorder = switched.recording()
     const { gateway, key, id } = sharedGateway()

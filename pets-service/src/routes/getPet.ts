@@ -1,14 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { onRequestHookHandler } from 'fastify'
+import { getPetDeprecationHeaders } from '../../../common/src/http/getPetDeprecation.ts'
 import { petsErrors } from '../errors.ts'
 import { publicPrefix } from '../http/forwarded.ts'
 import type { PetRepository } from '../repository/petRepository.ts'
 import { MAX_SAFE_ID, NoQuery, Pet, PetIdParams } from '../schemas/pet.ts'
-
-/** RFC 9745 §2: Deprecation is a structured-field date (Unix seconds): 2026-01-01T00:00:00Z. */
-export const DEPRECATED_SINCE = '@1767225600'
-/** RFC 8594: the spec's removal date, 5 December 2030. */
-export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
 
 const INT64_MAX = 9_223_372_036_854_775_807n
 
@@ -21,11 +17,7 @@ export const getPetRoute: FastifyPluginAsyncTypebox<{ pets: PetRepository }> = a
     // The router gives "/pets/" to this route with an empty id; no operation has that path, any
     // more than "/pets/1/".
     if ((request.params as { petId?: string }).petId === '') return done(petsErrors.create('not_found'))
-    reply.headers({
-      deprecation: DEPRECATED_SINCE,
-      sunset: SUNSET,
-      link: `<${publicPrefix(request)}/pets>; rel="successor-version"`,
-    })
+    reply.headers(getPetDeprecationHeaders(publicPrefix(request)))
     done()
   }
   app.get('/pets/:petId', { schema, onRequest: announceDeprecation }, async (request) => {
