@@ -5,9 +5,9 @@
  */
 
 /** RFC 9745 §2: Deprecation is a structured-field date (Unix seconds): 2026-01-01T00:00:00Z. */
-export const DEPRECATED_SINCE = '@1767225600'
+const DEPRECATED_SINCE = '@1767225600'
 /** RFC 8594: the spec's removal date, 5 December 2030. */
-export const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
+const SUNSET = 'Thu, 05 Dec 2030 00:00:00 GMT'
 
 /** Deprecation, Sunset and the Link to the successor, `GET {publicPrefix}/pets`. */
 export function getPetDeprecationHeaders(publicPrefix: string): { deprecation: string; sunset: string; link: string } {
