@@ -1,6 +1,6 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
-import { dropConnection } from '../../../common/src/database/pool.ts'
+import { dropConnection, endWithin } from '../../../common/src/database/pool.ts'
 import { postgresNotThereYet } from '../../../common/src/database/waitForPostgres.ts'
 import type { FeedEntry, FeedPosition, KeyChange, KeyRepository } from './keyRepository.ts'
 
@@ -245,13 +245,13 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       logger.warn({ err: error }, 'API key change notifications lost; relying on the periodic read')
       reported = true
       if (listener === client) listener = undefined
-      client.end().catch(() => undefined)
+      void endWithin(client)
       if (everListened || postgresNotThereYet(error)) listenLater()
     })
     try {
       await client.connect()
       await answered(client, client.query(`LISTEN ${KEY_CHANGES_CHANNEL}`))
-      if (lost || stopped) return void client.end().catch(() => undefined)
+      if (lost || stopped) return void endWithin(client)
       listener = client
       const ping = setInterval(() => void answered(client, client.query('SELECT 1')).catch(() => undefined), RELISTEN_MILLIS)
       ping.unref()
@@ -262,7 +262,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       if (reported) logger.info('API key change notifications restored')
       reported = false
     } catch (error) {
-      await client.end().catch(() => undefined)
+      await endWithin(client)
       if (lost) return
       lost = true
       // A database that refused LISTEN itself (a transaction pooler) is not asked again; one that
@@ -280,8 +280,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
       stopped = true
       clearInterval(timer)
       await reading
-      // Ending a session waits for Postgres to confirm it: on a mute connection, for good.
-      if (listener) await answered(listener, listener.end()).catch(() => undefined)
+      if (listener) await endWithin(listener)
     },
   }
 }
