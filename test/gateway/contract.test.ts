@@ -29,7 +29,7 @@ describe('the contract check', () => {
     await check('GET', '/v1/pets?limit=1', answer(200, [PET], { ...LIMIT_HEADERS, link: '</v1/pets?cursor=x>; rel="next"' }))
     await check('POST', '/v1/pets', answer(201, PET, { ...LIMIT_HEADERS, location: '/v1/pets/1' }))
     await check('GET', '/v1/pets/1', answer(200, PET, { ...LIMIT_HEADERS, ...DEPRECATION }))
-    await check('GET', '/v1/pets/1', answer(429, error(429, 'rate_limited'), { ...LIMIT_HEADERS, 'retry-after': '3' }))
+    await check('GET', '/v1/pets/1', answer(429, error(429, 'rate_limited'), { ...LIMIT_HEADERS, ...DEPRECATION, 'retry-after': '3' }))
     await check('GET', '/v1/store/orders', answer(501, error(501, 'not_implemented')))
     await check('GET', '/v1/pets', answer(431, error(431, 'headers_too_large'), {}))
     await check('HEAD', '/v1/pets', new Response(null, { status: 200, headers: LIMIT_HEADERS }))
@@ -51,6 +51,7 @@ describe('the contract check', () => {
     await expect(check('POST', '/v1/pets', answer(201, PET))).rejects.toThrow(/location is documented as required/)
     await expect(check('GET', '/v1/pets/1', answer(200, PET))).rejects.toThrow(/deprecation is documented as required/)
     await expect(check('GET', '/v1/pets/1', answer(404, error(404, 'pet_not_found')))).rejects.toThrow(/sunset is documented as required/)
+    await expect(check('GET', '/v1/pets/1', answer(401, error(401, 'missing_api_key'), { ...LIMIT_HEADERS, 'www-authenticate': 'Bearer' }))).rejects.toThrow(/deprecation is documented as required/)
   })
 
   it('refuses bodies that do not match the schema', async () => {

@@ -159,7 +159,7 @@ describe('the OpenAPI document (gateway/openapi/openapi.yaml)', () => {
     }
   })
 
-  it('documents Location on 201, Link on listPets, Deprecation, Sunset and Link on getPet, and Idempotency-Key on createPet', () => {
+  it('documents Location on 201, Link on listPets, Deprecation, Sunset and Link on every answer of getPet the parser does not refuse, and Idempotency-Key on createPet', () => {
     const created = Object.fromEntries(responsesOf(operation('/pets', 'post')))
     expect(requiredHeaderNames(created['201']!)).toContain('Location')
     expect(created['422']!.description).toMatch(/idempotency_key_reused/)
@@ -167,8 +167,16 @@ describe('the OpenAPI document (gateway/openapi/openapi.yaml)', () => {
     expect(parameters).toContainEqual(expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: false }))
     expect(headerNames(Object.fromEntries(responsesOf(operation('/pets', 'get')))['200']!)).toContain('Link')
     const getPet = Object.fromEntries(responsesOf(operation('/pets/{petId}', 'get')))
-    for (const status of ['200', '404']) {
-      expect(requiredHeaderNames(getPet[status]!)).toEqual(expect.arrayContaining(['Deprecation', 'Sunset', 'Link']))
+    const statuses = Object.keys(getPet)
+    expect(statuses).toEqual(expect.arrayContaining(['200', '400', '401', '404', '429', '502', '503', '504', ...PARSER_REFUSALS]))
+    for (const status of statuses) {
+      if (PARSER_REFUSALS.includes(status)) expect(headerNames(getPet[status]!), status).toEqual([])
+      else expect(requiredHeaderNames(getPet[status]!), status).toEqual(expect.arrayContaining(['Deprecation', 'Sunset', 'Link']))
+    }
+    // No other operation is deprecated, and none of theirs gained the notice.
+    for (const { path, method, op } of operations.filter(({ path }) => path !== '/pets/{petId}')) {
+      expect(op.deprecated, `${method} ${path}`).toBeUndefined()
+      for (const [status, response] of responsesOf(op)) expect(headerNames(response), `${method} ${path} ${status}`).not.toContain('Deprecation')
     }
     const sunset = resolve((getPet['200']!.headers as Record<string, Node>).Sunset!)
     expect((sunset.schema as Node).const).toBe('Thu, 05 Dec 2030 00:00:00 GMT')

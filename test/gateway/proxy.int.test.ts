@@ -458,7 +458,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   /** Resolves once `count` requests have reached the upstream. */
   const arrived = (requests: readonly unknown[], count: number) => eventually(async () => requests.length >= count, 5_000, 10)
 
-  it('says on its own answers to GET and HEAD /v1/pets/{petId} (401, 502) that the operation is deprecated, as the pets-service does, and on no other path\'s', async () => {
+  it('says on its own answers to GET and HEAD /v1/pets/{petId} (400, 401, 502) that the operation is deprecated, as the pets-service does, and on no other path\'s', async () => {
     switched.scripted((_request, response) => {
       response.writeHead(401, { 'content-type': 'application/json' }).end('{"code":"unauthorized","message":"No.","status":401}')
     })
@@ -476,6 +476,10 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     const head = await nodeRequest(`${gateway.url}/v1/pets/7?fields=name`, { method: 'HEAD' })
     expect(head.status).toBe(401)
     expect(noticeIn({ get: (name) => (head.headers[name] as string | undefined) ?? null })).toEqual(notice)
+    // An id that does not percent-decode: the router is given another path, the client asked for this operation.
+    const undecodable = await gateway.request('/v1/pets/%zz', { key })
+    await expectErrorResponse(undecodable, 400, 'bad_request')
+    expect(noticeIn(undecodable.headers)).toEqual(notice)
 
     for (const [method, path] of [['GET', '/v1/pets'], ['GET', '/v1/pets/'], ['GET', '/v1/pets/7/'], ['GET', '/v1/pets/7/photos'], ['POST', '/v1/pets/7'], ['GET', '/v1/store/orders']] as const) {
       const other = await gateway.request(path, { method, contract: false })

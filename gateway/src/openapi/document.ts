@@ -20,9 +20,50 @@ export interface OpenApiDocument {
   [key: string]: unknown
 }
 
-/** Reads and parses the document; duplicate keys are an error, as in the gateway config. */
+/**
+ * Reads and parses the document (duplicate keys are an error, as in the gateway config), with
+ * each deprecated operation's notice on every answer it documents headers for.
+ */
 export function loadOpenApiDocument(path = OPENAPI_SOURCE): OpenApiDocument {
-  return parse(readFileSync(path, 'utf8'), { uniqueKeys: true }) as OpenApiDocument
+  return withDeprecationNoticeOnEveryAnswer(parse(readFileSync(path, 'utf8'), { uniqueKeys: true }) as OpenApiDocument)
+}
+
+type Response = { $ref?: string; headers?: Record<string, unknown>; [key: string]: unknown }
+type Operation = { deprecated?: boolean; responses?: Record<string, Response> }
+
+const DEPRECATION_NOTICE = ['Deprecation', 'Sunset', 'Link']
+
+/**
+ * A deprecated operation's success answer documents its notice (Deprecation, Sunset, the
+ * successor Link); both services put the notice on every answer of that operation, errors
+ * included, and the document says so here instead of in a copy of each shared error response.
+ * Answers that document no headers at all (408, 414, 431: the HTTP parser refuses those before
+ * a request exists) carry none, and the notice is not added to them.
+ */
+export function withDeprecationNoticeOnEveryAnswer(document: OpenApiDocument): OpenApiDocument {
+  const sharedResponses = (document.components.responses ?? {}) as Record<string, Response>
+  const resolved = (response: Response): Response =>
+    response.$ref?.startsWith('#/components/responses/') ? (sharedResponses[response.$ref.slice('#/components/responses/'.length)] ?? response) : response
+  const paths: OpenApiDocument['paths'] = {}
+  for (const [path, item] of Object.entries(document.paths)) {
+    paths[path] = { ...item }
+    for (const [method, value] of Object.entries(item)) {
+      const operation = value as Operation
+      if (operation.deprecated !== true || !operation.responses) continue
+      const success = Object.entries(operation.responses).find(([status]) => status.startsWith('2'))?.[1]
+      const successHeaders = success ? (resolved(success).headers ?? {}) : {}
+      const notice = Object.fromEntries(DEPRECATION_NOTICE.filter((name) => name in successHeaders).map((name) => [name, successHeaders[name]]))
+      const responses = Object.fromEntries(
+        Object.entries(operation.responses).map(([status, response]) => {
+          const answer = resolved(response)
+          if (!answer.headers || DEPRECATION_NOTICE.every((name) => name in answer.headers!)) return [status, response]
+          return [status, { ...answer, headers: { ...notice, ...answer.headers } }]
+        }),
+      )
+      paths[path][method] = { ...operation, responses }
+    }
+  }
+  return { ...document, paths }
 }
 
 /** The document as served: the production and staging base addresses of the running config. */

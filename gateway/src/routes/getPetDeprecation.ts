@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { getPetDeprecationHeaders } from '../../../common/src/http/getPetDeprecation.ts'
+import { requestedTarget } from './requestTarget.ts'
 
 const GET_PET_PATH = '/v1/pets/'
 
@@ -16,13 +17,15 @@ function isGetPetPath(url: string): boolean {
  * GET /v1/pets/{petId} is deprecated, and the pets-service's answers say so. The gateway's own
  * answers on that operation (401, 429, 502, 503, 504…) say it too, so a client that is refused
  * there, or whose calls never reach the pets-service, still learns of it. An answer that came
- * with the headers from the pets-service keeps them as they are.
+ * with the headers from the pets-service keeps them as they are. The path is the one the client
+ * sent: `/v1/pets/%zz` is this operation with an id that does not decode, though the router was
+ * given another path for it.
  */
 export const getPetDeprecation = fp(
   async (app: FastifyInstance) => {
     const headers = getPetDeprecationHeaders('/v1')
     app.addHook('onSend', (request, reply, payload, done) => {
-      if ((request.method === 'GET' || request.method === 'HEAD') && isGetPetPath(request.url) && !reply.hasHeader('deprecation')) {
+      if ((request.method === 'GET' || request.method === 'HEAD') && isGetPetPath(requestedTarget(request)) && !reply.hasHeader('deprecation')) {
         reply.headers(headers)
       }
       done(null, payload)

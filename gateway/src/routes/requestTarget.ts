@@ -32,6 +32,11 @@ export function routeRequestTarget(request: IncomingMessage): string {
   }
 }
 
+/** The origin-form target the client sent, whatever the router was given instead. */
+export function requestedTarget(request: { originalUrl: string }): string {
+  return originForm(request.originalUrl)
+}
+
 function originForm(url: string): string {
   if (url.charCodeAt(0) === 0x2f /* / */) return url
   const authority = SCHEME_AND_AUTHORITY.exec(url)
