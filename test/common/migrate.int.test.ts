@@ -192,6 +192,38 @@ describe('migrations at boot', () => {
     }
   }, 30_000)
 
+  it.concurrent('apply in numeric order past 999, and refuse, applying nothing, a .sql file misnamed or a version two files share', async () => {
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'ordered_migration-'))
+    const pool = createPool({ connectionString: database.url, applicationName: 'migrate-order-test' })
+    const set = { schema: 'ordered_migration', directory }
+    try {
+      // As text, 1000 sorted before 999 and ran on a table not made yet.
+      await writeFile(path.join(directory, '999_make.sql'), 'CREATE TABLE ordered_migration.pets (id int);')
+      await writeFile(path.join(directory, '1000_fill.sql'), 'INSERT INTO ordered_migration.pets VALUES (1);')
+      await writeFile(path.join(directory, 'README.md'), 'not a migration')
+      expect(await migrate(pool, set)).toEqual([999, 1000])
+
+      await writeFile(path.join(directory, '1001-add-column.sql'), 'ALTER TABLE ordered_migration.pets ADD COLUMN name text;')
+      await expect(migrate(pool, set)).rejects.toThrow(`${directory}: 1001-add-column.sql not named NNN_description.sql`)
+      await rm(path.join(directory, '1001-add-column.sql'))
+
+      await writeFile(path.join(directory, '1001_add_name.sql'), 'ALTER TABLE ordered_migration.pets ADD COLUMN name text;')
+      await writeFile(path.join(directory, '1001_add_age.sql'), 'ALTER TABLE ordered_migration.pets ADD COLUMN age int;')
+      await expect(migrate(pool, set)).rejects.toThrow(`${directory}: 1001_add_age.sql and 1001_add_name.sql share a version number`)
+
+      const { rows: recorded } = await pool.query<{ version: number }>('SELECT version FROM ordered_migration.schema_migrations ORDER BY version')
+      expect(recorded.map((row) => row.version)).toEqual([999, 1000])
+      const { rows: columns } = await pool.query<{ name: string }>(
+        `SELECT column_name AS name FROM information_schema.columns WHERE table_schema = 'ordered_migration' AND table_name = 'pets'`,
+      )
+      expect(columns.map((column) => column.name)).toEqual(['id'])
+    } finally {
+      await pool.query('DROP SCHEMA ordered_migration CASCADE').catch(() => undefined)
+      await pool.end()
+      await rm(directory, { recursive: true, force: true })
+    }
+  }, 30_000)
+
   // Neither an index build nor the wait for another instance's lock has a deadline: the watch for
   // a mute connection sees the server at work and leaves it be.
   it.concurrent('run a migration for as long as it takes (here 8 s, longer than the watch waits before looking)', async () => {

@@ -20,15 +20,30 @@ interface Migration {
 
 const FILE_NAME = /^(\d{3,})_[a-z0-9_]+\.sql$/
 
+/**
+ * The folder's migrations in version order (numeric: 1000 comes after 999). A `.sql` file that
+ * is not named `NNN_description.sql`, or a version two files share, is an error rather than a
+ * migration silently never applied: versions are what the database records as done.
+ */
 async function readMigrations(directory: string): Promise<Migration[]> {
-  const files = (await readdir(directory)).filter((file) => FILE_NAME.test(file)).sort()
-  return Promise.all(
-    files.map(async (file) => ({
+  const sqlFiles = (await readdir(directory)).filter((file) => file.endsWith('.sql'))
+  const misnamed = sqlFiles.filter((file) => !FILE_NAME.test(file))
+  if (misnamed.length > 0) {
+    throw new Error(`${directory}: ${misnamed.join(', ')} not named NNN_description.sql (digits, an underscore, then lower-case letters, digits and underscores)`)
+  }
+  const migrations = await Promise.all(
+    sqlFiles.map(async (file) => ({
       version: Number(FILE_NAME.exec(file)?.[1]),
       name: file,
       sql: await readFile(path.join(directory, file), 'utf8'),
     })),
   )
+  migrations.sort((a, b) => a.version - b.version || a.name.localeCompare(b.name))
+  const shared = migrations.filter((migration, index) => migrations[index + 1]?.version === migration.version)
+  if (shared.length > 0) {
+    throw new Error(`${directory}: ${shared.map((migration) => `${migration.name} and ${migrations[migrations.indexOf(migration) + 1]!.name}`).join(', ')} share a version number`)
+  }
+  return migrations
 }
 
 /** How long a migration may wait for a lock (another instance's migration lock, a table's) before failing. */
