@@ -72,6 +72,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       it('defaults status to available and trims the name', async () => {
         const pet = await createPet({ name: '  Bella \t', categoryId: 1 })
         expect(pet).toMatchObject({ name: 'Bella', status: 'available' })
+        // Invisible characters at the ends too: "Bella\u200b" would list as a second Bella.
+        expect(await createPet({ name: '\u200bBella\u2060\u00ad', categoryId: 1 })).toMatchObject({ name: 'Bella' })
       })
 
       it('accepts names whose joiners and marks make visible text: an emoji family, a Persian name with a zero-width non-joiner, a combining diaeresis, an emoji with its variation selector', async () => {
@@ -108,6 +110,7 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a name of only Hangul fillers', '{"name":"\\u3164\\u3164","categoryId":1}'],
         ['a name of only a combining mark', '{"name":"\\u0301","categoryId":1}'],
         ['a name of only the blank braille pattern', '{"name":"\\u2800","categoryId":1}'],
+        ['a name of only noncharacters and unassigned code points', '{"name":"\\uffff\\ufdd0\\u0378","categoryId":1}'],
         ['a name that is a number', '{"name":12,"categoryId":1}'],
         ['categoryId 0', '{"name":"Rex","categoryId":0}'],
         ['a negative categoryId', '{"name":"Rex","categoryId":-4}'],

@@ -7,6 +7,17 @@ describe('a new pet as stored', () => {
     expect(normaliseNewPet({ name: '  Rex  ', categoryId: 4 })).toEqual({ name: 'Rex', categoryId: 4, status: 'available' })
   })
 
+  it('has white space and invisible characters trimmed off either end, not the variation selector or tags that belong to the last character', () => {
+    const trimmed = (name: string) => normaliseNewPet({ name, categoryId: 1 }).name
+    for (const name of ['Rex\u200b', '\u200bRex', '\u2060Rex\u2060', 'Rex\u00ad', '\u180eRex', '\u{e0001}Rex', '\ufeff Rex \u3000', 'Rex\u200d', '\u200dRex\u200c', '\u2800Rex\u2800']) {
+      expect(trimmed(name), JSON.stringify(name)).toBe('Rex')
+    }
+    for (const name of ['Rex \u2764\ufe0f', 'Rex \u{1f3f4}\u{e0067}\u{e0062}\u{e0065}\u{e006e}\u{e0067}\u{e007f}', 'Rex \u{1f468}\u200d\u{1f469}\u200d\u{1f467}', 'Zoe\u0308', '\u0600\u0661']) {
+      expect(trimmed(name), JSON.stringify(name)).toBe(name)
+    }
+    expect(trimmed('Re\u200bx')).toBe('Re\u200bx')
+  })
+
   it('keeps a given status', () => {
     expect(normaliseNewPet({ name: 'Rex', categoryId: 4, status: 'sold' }).status).toBe('sold')
   })
@@ -17,7 +28,16 @@ describe('a new pet as stored', () => {
     expect(() => normaliseNewPet({ name: name + '🐕', categoryId: 1 })).toThrow(ApiError)
   })
 
-  it.each([['blank', ' \t '], ['a tab inside', 'Re\tx'], ['DEL', 'Re\u007fx'], ['lone surrogate', 'Re\ud800x']])(
+  it.each([
+    ['blank', ' \t '],
+    ['a tab inside', 'Re\tx'],
+    ['DEL', 'Re\u007fx'],
+    ['lone surrogate', 'Re\ud800x'],
+    ['only noncharacters', '\uffff\ufffe\ufdd0'],
+    ['only code points with no character assigned', '\u0378\u{1ffff}'],
+    ['only invisible characters and a joiner', '\u200b\u200d\u2060'],
+    ['a bidirectional override at its end', 'Rex\u202e'],
+  ])(
     'refuses a name that is %s with validation_failed',
     (_case, name) => {
       expect(() => normaliseNewPet({ name, categoryId: 1 })).toThrow(
