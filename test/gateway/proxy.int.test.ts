@@ -1471,7 +1471,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     // HTTPS"), X-Forwarded-Uri or X-Forwarded-Method (forward-auth middlewares) reached the upstream
     // as if the gateway had said them, as did the address spellings CDNs and frameworks read
     // (Client-IP in Rails, True-Client-IP, CF-Connecting-IP, X-Client-IP, X-Cluster-Client-IP …).
-    it('drops the client\'s other spellings of its address, every X-Forwarded-* field, a proxy credential and URL overrides; adds itself to Via', async () => {
+    it('drops the client\'s other spellings of its address, every X-Forwarded-* field, a proxy credential, URL and method overrides; adds itself to Via', async () => {
       const recorder = switched.scripted((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
       const { gateway, key } = sharedGateway()
       const spoofed = {
@@ -1494,6 +1494,9 @@ describe('gateway proxy header hygiene and upstream failures', () => {
         'proxy-authorization': 'Basic c2VjcmV0',
         'x-original-url': '/admin',
         'x-rewrite-url': '/admin',
+        'x-http-method-override': 'DELETE',
+        'x-http-method': 'DELETE',
+        'x-method-override': 'DELETE',
       }
       const response = await gateway.request('/v1/pets', {
         key,

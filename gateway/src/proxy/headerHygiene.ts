@@ -43,13 +43,22 @@ const ADDRESS_SPELLINGS = [
 ]
 
 /**
+ * The method overrides some frameworks obey (Express's method-override, Spring's
+ * HiddenHttpMethodFilter, ASP.NET, Symfony). The gateway judges a request by the method it was
+ * sent with: a GET is resent once when its connection closes unanswered, requests pipelined
+ * behind an unsafe one wait for its answer, TRACE is refused. An upstream that took a GET for a
+ * DELETE would have had it done twice.
+ */
+const METHOD_OVERRIDES = ['x-http-method-override', 'x-http-method', 'x-method-override']
+
+/**
  * A client's headers that would speak for the gateway or steer the upstream's routing: the other
  * spellings of the client's address, a credential meant for a proxy (Proxy-Authorization,
- * consumed here, RFC 9110 §11.7.2) and the URL overrides some frameworks obey (X-Original-URL,
- * X-Rewrite-URL). Dropped with the gateway-only ones, and with every X-Forwarded-* field
- * (isClientDropped).
+ * consumed here, RFC 9110 §11.7.2), the URL overrides some frameworks obey (X-Original-URL,
+ * X-Rewrite-URL) and the method overrides. Dropped with the gateway-only ones, and with every
+ * X-Forwarded-* field (isClientDropped).
  */
-const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, ...ADDRESS_SPELLINGS, 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
+const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, ...ADDRESS_SPELLINGS, ...METHOD_OVERRIDES, 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
 
 /** Fields a proxy says about the request it forwards; the gateway writes the ones it means itself. */
 const FORWARDED_FIELD = 'x-forwarded-'
