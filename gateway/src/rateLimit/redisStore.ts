@@ -476,8 +476,14 @@ export function budgetedSender(client: RedisClient, budgetMillis: number | undef
   }
 }
 
-/** How late (after the call) a script may start and still count; see redisClockFor. */
-export const LATE_AFTER_MILLIS = 1_000
+/**
+ * How late (after the call) a script may start and still count, with twice the budget if that is
+ * longer; see redisClockFor. It was 1 s: a stall shorter than that (a Redis paused for half a
+ * second) let every command it held count once Redis resumed, after the gateway had answered
+ * those requests without Redis; under onStoreFailure closed a burst of 503s spent the key's quota
+ * and banned it.
+ */
+export const LATE_AFTER_MILLIS = 100
 
 /**
  * A deadline, in Redis's clock, for each script call: a call Redis runs later than that (it was
@@ -489,11 +495,13 @@ export const LATE_AFTER_MILLIS = 1_000
  * each reply's TIME minus the moment (monotonic, immune to steps of this host's clock) the call
  * was made bounds the clock offset from above, and the smallest such bound is kept. The deadline
  * is that estimate of Redis's "now" at the call plus LATE_AFTER_MILLIS (or twice the budget if
- * longer): generous, because the call is written only at the end of the event-loop turn and a
- * busy gateway's turns can take a while; an expiry on a healthy Redis would cost a second round
- * trip. A reply that comes back expired within the budget says the estimate was wrong (this
- * host's lag, or Redis's clock stepped forward): the reply's time corrects it, and the call is
- * made once more with a fresh deadline. Until a domain has answered once, its calls carry none.
+ * longer): the budget, which starts only when the turn's writes leave, and as much again for the
+ * rest of the turn the call was made in, so that a healthy Redis behind a busy gateway does not
+ * see calls expire (each would cost a second round trip), while a stall of more than that costs
+ * the key nothing for the requests it held. A reply that comes back expired within the budget
+ * says the estimate was wrong (this host's lag, or Redis's clock stepped forward): the reply's
+ * time corrects it, and the call is made once more with a fresh deadline. Until a domain has
+ * answered once, its calls carry none.
  */
 export function redisClockFor(budgetMillis: number | undefined) {
   const offsets = new Map<string, number>()

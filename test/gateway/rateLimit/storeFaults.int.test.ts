@@ -254,7 +254,7 @@ describe('Redis faults: every request is answered within the budget, open or clo
       for (let i = 0; i < 4; i++) {
         for (const gateway of [open, closed]) await (await gateway.request('/v1/pets?limit=1', { key: small })).arrayBuffer()
       }
-      // Stalled past the second a late command may still count, as in a failover or a long command.
+      // Stalled long, as in a failover or a long command.
       await sleep(1_500)
     } finally {
       redis.thaw()
@@ -269,6 +269,37 @@ describe('Redis faults: every request is answered within the budget, open or clo
     const after = await closed.request('/v1/pets?limit=1', { key: small })
     expect(after.status).toBe(200)
     expect(after.headers.get('x-ratelimit-remaining')).toBe('2')
+    await after.arrayBuffer()
+  })
+
+  // A stall shorter than a second once let every command it held count when Redis resumed: a
+  // burst answered 503 by the closed gateway (served by the open one's fallback) spent the key's
+  // quota, and a larger one banned it, for requests Redis never decided in time.
+  it('a half-second stall costs the key nothing for a burst answered without Redis, on either gateway', async () => {
+    const { key: burst } = await open.createKey({ plan: 'enterprise', perMinute: 40, perDay: 1_000 })
+    for (const gateway of [open, closed]) {
+      const response = await gateway.request('/v1/pets?limit=1', { key: burst })
+      expect(response.status).toBe(200)
+      await response.arrayBuffer()
+    }
+    const frozenAt = performance.now()
+    redis.freeze()
+    try {
+      const answers = await Promise.all(
+        [open, closed].flatMap((gateway) => Array.from({ length: 15 }, () => gateway.request('/v1/pets?limit=1', { key: burst }))),
+      )
+      for (const answer of answers) await answer.arrayBuffer()
+      expect(answers.slice(0, 15).map((answer) => answer.status)).toEqual(Array(15).fill(200))
+      expect(answers.slice(15).map((answer) => answer.status)).toEqual(Array(15).fill(503))
+      await sleep(Math.max(500 - (performance.now() - frozenAt), 0))
+    } finally {
+      redis.thaw()
+    }
+    await eventually(async () => (await timed(closed)).response.status === 200, 5_000, 200)
+    const after = await closed.request('/v1/pets?limit=1', { key: burst })
+    expect(after.status).toBe(200)
+    // The two requests before the stall and this one: none of the thirty held by it.
+    expect(after.headers.get('x-ratelimit-remaining')).toBe('37')
     await after.arrayBuffer()
   })
 
@@ -578,12 +609,18 @@ describe('a gateway whose Redis is down from the start (nothing listens at REDIS
 })
 
 describe('a ban Redis starts on a reply later than the budget', () => {
+  const LATE_BUDGET_MILLIS = 400
+  const HELD_MILLIS = 600
   const prefix = testKeyPrefix()
   const database = suiteDatabase()
   const pets = suiteService(() => startPetsService(database.url))
   const redis = suiteService(() => startPrivateRedis())
 
-  /** A gateway whose Free keys are banned at their second strike: 1 request a minute, then 429, then the ban. */
+  /**
+   * A gateway whose Free keys are banned at their second strike: 1 request a minute, then 429,
+   * then the ban. Its Redis budget is 400 ms, so a script's deadline is 800 ms after the call
+   * (twice the budget): one Redis holds for 600 ms is late for its request and still counts.
+   */
   const strikeTwiceGateway = (logStream?: NodeJS.WritableStream) =>
     startGateway({
       databaseUrl: database.url,
@@ -592,6 +629,7 @@ describe('a ban Redis starts on a reply later than the budget', () => {
       ...(logStream ? { logStream } : {}),
       configure: (file) => {
         file.redis.keyPrefix = prefix
+        file.redis.commandTimeoutMillis = LATE_BUDGET_MILLIS
         file.onStoreFailure = 'open'
         file.plans.free = { perMinute: 1, perDay: 1_000 }
         file.bans = { strikes: 2, ladder: ['60s'] }
@@ -620,9 +658,9 @@ describe('a ban Redis starts on a reply later than the budget', () => {
     try {
       const { id, key } = await gateway.createKey()
       await oneStrikeFromBan(gateway, key)
-      // The second strike's script runs after the 50 ms budget (the request is answered from the
-      // per-process fallback) but well within its 1 s deadline.
-      await pauseRedis(300)
+      // The second strike's script runs after the budget (the request is answered from the
+      // per-process fallback) but within its deadline.
+      await pauseRedis(HELD_MILLIS)
       const answered = await gateway.request('/v1/pets?limit=1', { key })
       expect(answered.headers.get('x-ratelimit-limit')).not.toBeNull()
       await answered.arrayBuffer()
@@ -644,7 +682,7 @@ describe('a ban Redis starts on a reply later than the budget', () => {
       await oneStrikeFromBan(gateway, key)
       // The second strike's script waits in Redis, and so does the unban the operator asks for
       // meanwhile, which every gateway sends after it.
-      await pauseRedis(600)
+      await pauseRedis(HELD_MILLIS)
       const answered = gateway.request('/v1/pets?limit=1', { key })
       await sleep(100)
       const unban = await gateway.keys.requestUnban(id)
