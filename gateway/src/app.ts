@@ -29,6 +29,7 @@ import { BODY_LIMIT_BYTES, acceptOpaqueBodies } from './proxy/opaqueBodies.ts'
 import { upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { NewBan } from './rateLimit/banJournal.ts'
 import { anonymousBucket, trustedHops } from './rateLimit/clientAddress.ts'
+import { capConnectionsPerClient } from './connectionsPerClient.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
@@ -68,6 +69,8 @@ function httpsOptions(pair: TlsPair, timeouts: ClientTimeouts) {
 
 /**
  * The gateway's request pipeline, in the order every request goes through it:
+ *   0. a connection past the client address's share (server.maxConnectionsPerClient) is closed
+ *      unread, before any request on it;
  *   1. request id and one access-log line (key id and plan, never the key); a request pipelined
  *      behind an unsafe request, or an answer that closes the connection, waits for that answer,
  *      an unsafe one for every answer ahead of it, and goes no further if the connection closed;
@@ -91,13 +94,14 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   const boot = deps.config()
   const timeouts = deps.clientTimeouts ?? CLIENT_TIMEOUTS
   const countRefusal = countParserRefusals(deps.registry)
+  const trusted = trustedHops(boot.server.trustedProxies)
   // A request without Host is refused by requestFraming, with the Error body, not by Node's bare 400.
   const http = { connectionsCheckingInterval: connectionsCheckingIntervalMillis(timeouts), requireHostHeader: false }
   const app = Fastify({
     // Fastify gives https.createServer its `https` options only: the HTTP ones go in with them.
     ...(deps.tls ? { https: { ...http, ...httpsOptions(deps.tls, timeouts) } } : { http }),
     // Only the configured load balancers may speak for the client's address.
-    trustProxy: boot.server.trustedProxies.length > 0 ? trustedHops(boot.server.trustedProxies) : false,
+    trustProxy: boot.server.trustedProxies.length > 0 ? trusted : false,
     loggerInstance: deps.logger,
     logController: singleLineRequestLogging(),
     genReqId: requestIdFrom,
@@ -114,6 +118,14 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   app.server.headersTimeout = timeouts.headersTimeoutMillis
   app.server.on('connect', refuseConnect(gatewayClientErrors, deps.logger, countRefusal))
   acceptOpaqueBodies(app)
+
+  // 0 (connections, before any request): one client address holds at most its share of the port.
+  capConnectionsPerClient(app.server, {
+    limit: boot.server.maxConnectionsPerClient,
+    isTrustedProxy: (address) => trusted(address, 0),
+    registry: deps.registry,
+    logger: deps.logger,
+  })
 
   // 1
   await app.register(requestContext, {

@@ -20,6 +20,12 @@ import { TlsFilesError, readTlsPair, type TlsFiles } from './tlsFiles.ts'
 
 export const DEFAULT_CONFIG_PATH = 'config/gateway.yaml'
 
+/**
+ * server.maxConnectionsPerClient when the config leaves it unset: far above what a client's pool
+ * or a NAT of busy users holds, far below the public port's cap, so one address cannot take it.
+ */
+export const DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1_000
+
 export type PlanLimit = number | 'custom'
 
 export interface UpstreamConfig {
@@ -38,6 +44,8 @@ export interface GatewayConfig {
     trustedProxies: string[]
     /** Client connections the public port holds at once; undefined: derived from the open-file limit at start (connectionCap.ts). */
     maxConnections?: number
+    /** Client connections one client address holds at once (connectionsPerClient.ts); a trusted proxy's are not capped. */
+    maxConnectionsPerClient: number
     /**
      * The public port serves HTTPS with this pair (absolute paths); undefined: plain HTTP, TLS
      * terminating in front of the gateway. The files are re-read on SIGHUP and when they change.
@@ -377,6 +385,7 @@ export function resolveGatewayConfig(file: GatewayConfigFile, env: NodeJS.Proces
       ...listeners,
       trustedProxies: file.server.trustedProxies ?? [],
       ...optional('maxConnections', maxConnectionsFromEnv('GATEWAY_MAX_CONNECTIONS', file.server.maxConnections, env)),
+      maxConnectionsPerClient: file.server.maxConnectionsPerClient ?? DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
       ...optional('tls', tlsFilesFrom(file.server.tls, env, configDirectory)),
     },
     upstreams: {

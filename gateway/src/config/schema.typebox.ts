@@ -61,6 +61,8 @@ export const GatewayConfigSchema = Type.Object(
         trustedProxies: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { maxItems: 100 })),
         // Client connections the public port holds at once; unset, derived from the open-file limit.
         maxConnections: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_CONNECTIONS_LIMIT, description: `a whole number of connections, 1 to ${MAX_CONNECTIONS_LIMIT}` })),
+        // Connections one client address (an IPv6 /64) holds at once; trusted proxies are not capped.
+        maxConnectionsPerClient: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_CONNECTIONS_LIMIT, description: `a whole number of connections, 1 to ${MAX_CONNECTIONS_LIMIT}` })),
         // HTTPS on the public port; unset, TLS terminates in front of the gateway (DESIGN).
         tls: Type.Optional(
           Type.Object(
