@@ -2,7 +2,7 @@
 # One image for both services. It runs the TypeScript sources through tsx (a production
 # dependency), so there is no build step: the stages only keep npm and dev dependencies out.
 #   gateway (default):  docker run --init … IMAGE
-#   pets-service:       docker run --init … -e PETS_HOST=0.0.0.0 \
+#   pets-service:       docker run --init … -e PETS_HOST=0.0.0.0 -e PETS_OPS_HOST=0.0.0.0 \
 #                         -e HEALTHCHECK_URL=http://127.0.0.1:9465/readyz IMAGE \
 #                         node --import tsx pets-service/src/main.ts
 # HEALTHCHECK_URL names the ops port: set it too when GATEWAY_OPS_PORT or PETS_OPS_PORT changes.

@@ -366,7 +366,7 @@ async function main(): Promise<void> {
   printReady(planned, `${printableUrl(databaseUrl)} (${where})`)
   if (embedded) await printDemoKey(databaseUrl, planned)
   // No demo key on a real database (DESIGN): how to make one, since every /v1 call needs one.
-  else if (planned.some(({ spec }) => spec.name === 'gateway')) say('keys: npm run keys -- create --plan free --name <who>   (with this DATABASE_URL)')
+  else if (planned.some(({ spec }) => spec.name === 'gateway')) say('keys: npm run keys -- create --plan free --name my-app   (with this DATABASE_URL; the name says who the key is for)')
 }
 
 async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Promise<void> {
@@ -376,7 +376,7 @@ async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Pro
   if (!key) {
     // The CLI finds this database through DATA_DIR: a shell without it would look in ./data.
     const keys = process.env.DATA_DIR ? `DATA_DIR=${shellQuoted(process.env.DATA_DIR)} npm run keys --` : 'npm run keys --'
-    say(`more keys: ${keys} create --plan free --name <who>   (list them: ${keys} list)`)
+    say(`more keys: ${keys} create --plan free --name my-app   (list them: ${keys} list)`)
     return
   }
   say('first start: issued a Free-plan demo key. It is shown this once; keep it:')

@@ -18,6 +18,24 @@ export function reportStartupFailure(logger: Logger, service: string, error: unk
   }
 }
 
+/**
+ * Listens, and when the address cannot be had says which setting to change: a port another
+ * process holds, a privileged port, a host that is not this machine's. Node's own error was a
+ * stack trace naming no variable, after the other listener and the migrations had gone ahead.
+ */
+export async function listenOrSay(listen: () => Promise<unknown>, where: { host: string; port: number; hostSetting: string; portSetting: string }): Promise<void> {
+  try {
+    await listen()
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException | null)?.code
+    const address = `${where.host.includes(':') ? `[${where.host}]` : where.host}:${where.port}`
+    if (code === 'EADDRINUSE') throw new EnvError(`${address} is in use by another process: stop it, or set ${where.portSetting} to a free port`)
+    if (code === 'EACCES') throw new EnvError(`${address} may not be listened on by this user (ports below 1024 need privileges): set ${where.portSetting} to 1024 or above`)
+    if (code === 'EADDRNOTAVAIL') throw new EnvError(`${where.host} is not an address of this machine: set ${where.hostSetting} to one that is (0.0.0.0: all of them)`)
+    throw error
+  }
+}
+
 /** Where a port variable cannot take 0 (any free port), and why: said in the one message for every wrong value. */
 export interface NoFreePort {
   why: string

@@ -6,7 +6,7 @@ import { requirePostgresGrants, watchPostgresRefusals } from '../../common/src/d
 import { requireUtf8Database } from '../../common/src/database/encoding.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
-import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
+import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenOrSay, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
@@ -90,7 +90,12 @@ async function main(): Promise<void> {
         : {}),
     },
   })
-  await ops.listen({ host: config.server.opsHost, port: config.server.opsPort })
+  await listenOrSay(() => ops.listen({ host: config.server.opsHost, port: config.server.opsPort }), {
+    host: config.server.opsHost,
+    port: config.server.opsPort,
+    hostSetting: 'GATEWAY_OPS_HOST (server.opsHost)',
+    portSetting: 'GATEWAY_OPS_PORT (server.opsPort)',
+  })
 
   await waitForPostgres(pool, logger)
   await requireUtf8Database(pool)
@@ -146,7 +151,12 @@ async function main(): Promise<void> {
     configSource.reload()
     tls?.reload()
   }
-  await app.listen({ host: config.server.host, port: config.server.port })
+  await listenOrSay(() => app.listen({ host: config.server.host, port: config.server.port }), {
+    host: config.server.host,
+    port: config.server.port,
+    hostSetting: 'GATEWAY_HOST (server.host)',
+    portSetting: 'GATEWAY_PORT (server.port)',
+  })
   started = true
 
   onShutdownSignal(logger, [

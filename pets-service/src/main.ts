@@ -6,7 +6,7 @@ import { requirePostgresGrants, watchPostgresRefusals } from '../../common/src/d
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
-import { reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
+import { listenOrSay, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
@@ -48,7 +48,12 @@ async function main(): Promise<void> {
     // leaves Postgres answering while every request is refused. Before, the schema may not exist yet.
     dependencies: { postgres: async () => void (started ? await postgresRefusals.probe() : await pool.query('SELECT 1')) },
   })
-  await ops.listen({ host: config.opsHost, port: config.opsPort })
+  await listenOrSay(() => ops.listen({ host: config.opsHost, port: config.opsPort }), {
+    host: config.opsHost,
+    port: config.opsPort,
+    hostSetting: 'PETS_OPS_HOST',
+    portSetting: 'PETS_OPS_PORT',
+  })
 
   await waitForPostgres(pool, logger)
   await requireUtf8Database(pool)
@@ -64,7 +69,7 @@ async function main(): Promise<void> {
   registerConnectionMetrics(registry, { public: app.server, ops: ops.server })
   const stopPurge = purgeHourly('idempotency keys past their 24 h', () => pets.purgeIdempotencyKeys(), logger)
 
-  await app.listen({ host: config.host, port: config.port })
+  await listenOrSay(() => app.listen({ host: config.host, port: config.port }), { host: config.host, port: config.port, hostSetting: 'PETS_HOST', portSetting: 'PETS_PORT' })
   started = true
 
   onShutdownSignal(logger, [

@@ -88,6 +88,13 @@ describe('keys CLI (npm run keys)', () => {
     }
   })
 
+  it('says the database does not exist, not that the role lacks a privilege, when DATABASE_URL names one Postgres does not have', async () => {
+    const url = new URL(database.url)
+    url.pathname = '/no_such_database_here'
+    const refused = await keys(['list'], cleanEnv({ DATABASE_URL: url.toString() }))
+    expectFailure(refused, /^error: Postgres has no such database \(3D000: database "no_such_database_here" does not exist\): restore or rename the database "no_such_database_here", or point DATABASE_URL at the one the service uses \(Postgres at DATABASE_URL /)
+  })
+
   it('exits once its command is done when Postgres stops answering as the CLI closes its connections', async () => {
     await schema()
     const { record } = await repository.create({ name: 'mute-goodbye', plan: 'free' })

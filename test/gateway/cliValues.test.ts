@@ -70,6 +70,12 @@ describe('keys command line', () => {
     expect(parseCommand(['set-limits', 'key_abc', '-h'])).toEqual({ name: 'help' })
   })
 
+  it('refuses an option given twice instead of keeping the last (create --plan free --plan pro made a pro key)', () => {
+    expect(() => parseCommand(['create', '--plan', 'free', '--plan', 'pro'])).toThrow('create: --plan given more than once')
+    expect(() => parseCommand(['set-limits', 'key_abc', '--per-minute', '5', '--per-day', '9', '--per-minute=7'])).toThrow('set-limits: --per-minute given more than once')
+    expect(parseCommand(['list', '--json', '--json'])).toEqual({ name: 'list', json: true })
+  })
+
   it('refuses set-limits with --clear and custom limits together', () => {
     expect(() => parseCommand(['set-limits', 'key_abc', '--clear', '--per-minute', '10', '--per-day', '100'])).toThrow(
       'set-limits takes either --clear or --per-minute and --per-day, not both',

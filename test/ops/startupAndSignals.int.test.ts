@@ -150,6 +150,24 @@ describe('starting before Postgres, and signals at the edges of a process life',
     expect(gateway.output()).toContain('cannot use Postgres at DATABASE_URL: 3D000')
   }, 100_000)
 
+  // As run alone (a container, a second replica: no npm start to check the ports first), a taken
+  // port stopped the service with a stack trace that named no setting, after the ops port and the
+  // migrations had gone ahead.
+  it.concurrent.for([
+    ['gateway', 'gateway/src/main.ts', 'GATEWAY_PORT (server.port)'],
+    ['pets-service', 'pets-service/src/main.ts', 'PETS_PORT'],
+  ] as const)('a %s whose public port another process holds exits 1, naming the address and the setting to change', { timeout: 100_000 }, async ([service, script, setting], context) => {
+    const holder = net.createServer()
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+    context.onTestFinished(() => new Promise<void>((resolve) => holder.close(() => resolve())))
+    const taken = (holder.address() as net.AddressInfo).port
+    const { env } = service === 'gateway' ? await gatewayEnv(database.url) : await petsEnv(database.url)
+    const started = await startOwn(context, script, { ...env, [service === 'gateway' ? 'GATEWAY_PORT' : 'PETS_PORT']: String(taken) })
+    expect(await exitWithin(started, 30_000)).toEqual({ code: 1, signal: null })
+    expect(started.output()).toContain(`${service} cannot start: 127.0.0.1:${taken} is in use by another process: stop it, or set ${setting} to a free port`)
+    expect(started.output()).not.toContain('    at ')
+  })
+
   // On such a database a pet named "Rex 🐶" was answered 500 internal_error (LATIN1 cannot encode it;
   // SQL_ASCII counts its bytes against the 100-character CHECK) while "Rex" was stored, and the keys
   // CLI failed on a key name alike.

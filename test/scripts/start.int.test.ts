@@ -418,7 +418,7 @@ describe('npm start where its ports are taken', () => {
       await waitForOutput(proc, '[start] keys:', 10_000)
       const output = proc.output()
       expect(output).not.toContain('first start')
-      expect(output).toContain('[start] keys: npm run keys -- create --plan free --name <who>   (with this DATABASE_URL)')
+      expect(output).toContain('[start] keys: npm run keys -- create --plan free --name my-app   (with this DATABASE_URL; the name says who the key is for)')
       const created = await runKeysCli(['create', '--plan', 'free', '--name', 'walkthrough', '--json'], { ...baseEnv(), DATABASE_URL: database.url })
       expect(created.code, created.stderr).toBe(0)
       const { key } = JSON.parse(created.stdout) as { key: string }

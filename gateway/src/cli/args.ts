@@ -89,9 +89,9 @@ export function parseCommand(argv: string[], now = new Date()): Command {
   const spec = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
   if (!spec) throw new UsageError(`unknown command "${name}"`)
 
-  let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] }
+  let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[]; tokens: { kind: string; name?: string; value?: string }[] }
   try {
-    parsed = parseArgs({ args: rest, options: { ...COMMON, ...spec.options }, strict: true, allowPositionals: true })
+    parsed = parseArgs({ args: rest, options: { ...COMMON, ...spec.options }, strict: true, allowPositionals: true, tokens: true })
   } catch (error) {
     // Node's advice for an unknown option, to pass it as a positional after `--`, fits no command
     // here (an id or a plan never starts with '-') and only led to a second error.
@@ -100,6 +100,10 @@ export function parseCommand(argv: string[], now = new Date()): Command {
   }
   const { values, positionals } = parsed
   if (values.help) return { name: 'help' }
+  // parseArgs keeps the last of a repeated option: `create --plan free --plan pro` made a pro key.
+  const given = parsed.tokens.filter((token) => token.kind === 'option' && token.value !== undefined).map((token) => token.name!)
+  const repeated = given.find((option, index) => given.indexOf(option) !== index)
+  if (repeated !== undefined) throw new UsageError(`${name}: --${repeated} given more than once`)
   if (positionals.length !== spec.positionals.length) {
     const expected = spec.positionals.length === 0 ? 'no arguments' : spec.positionals.map((p) => `<${p}>`).join(' ')
     throw new UsageError(`${name} takes ${expected}, got ${positionals.length === 0 ? 'none' : positionals.join(' ')}`)
