@@ -128,8 +128,10 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   })
 
   // 1
+  // The client's address too: for a request without a valid key (a flood of 401s, key guessing)
+  // it is the only thing that says who sent it.
   await app.register(requestContext, {
-    logFields: (request) => ({ keyId: request.apiKey?.id, plan: request.apiKey?.plan }),
+    logFields: (request) => ({ keyId: request.apiKey?.id, plan: request.apiKey?.plan ?? 'anonymous', clientAddress: request.ip }),
   })
   await app.register(gracefulClose, {
     unavailable: () =>

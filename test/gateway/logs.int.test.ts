@@ -24,10 +24,12 @@ describe('gateway logs', () => {
     for (const gateway of gateways) await gateway.close()
   })
 
-  it('write one line per request with request id, method, route, status, duration, key id and plan', async () => {
+  it('write one line per request with request id, method, route, status, duration, key id, plan and the client\'s address', async () => {
     const gateway = gateways[0]!
     const { key, id } = await gateway.createKey({ plan: 'pro' })
     await gateway.request('/v1/pets', { key, headers: { 'x-request-id': 'log-line-1' } })
+    // Without a key the address is all that says who sent it (a flood of 401s, key guessing).
+    await gateway.request('/v1/pets', { headers: { 'x-request-id': 'log-line-2' } })
     const lines = gatewayLog.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
     expect(lines.filter((line) => line.requestId === 'log-line-1')).toEqual([
       expect.objectContaining({
@@ -37,8 +39,12 @@ describe('gateway logs', () => {
         durationMs: expect.any(Number),
         keyId: id,
         plan: 'pro',
+        clientAddress: '127.0.0.1',
       }),
     ])
+    const keyless = lines.filter((line) => line.requestId === 'log-line-2')
+    expect(keyless).toEqual([expect.objectContaining({ status: 401, plan: 'anonymous', clientAddress: '127.0.0.1' })])
+    expect(keyless[0]!.keyId).toBeUndefined()
   })
 
   it('record a documented 501 in the access line only, while an upstream failure also gets a line with its cause', async () => {
