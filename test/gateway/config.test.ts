@@ -281,6 +281,7 @@ describe('gateway config', () => {
       'test/fixtures/config/bad-settings-together.yaml:1: server.opsPort must differ from server.port: both listeners would take one address',
       'test/fixtures/config/bad-settings-together.yaml:12: windows.day.length must be longer than windows.minute.length',
       'test/fixtures/config/bad-settings-together.yaml:14: bans.ladder.1 must be at most 365d: a ban is temporary',
+      'test/fixtures/config/bad-settings-together.yaml:14: bans.ladder.2 must be at least the step before it (366d): each new ban within 24 h climbs the ladder',
     ])
   })
 

@@ -297,6 +297,11 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
     if (durationSeconds(step) > MAX_BAN_SECONDS) {
       problems.push({ path: ['bans', 'ladder', String(index)], message: 'must be at most 365d: a ban is temporary' })
     }
+    // A ladder that went down passed: a client banned again within the day got a shorter ban.
+    const before = config.bans.ladder[index - 1]
+    if (before !== undefined && durationSeconds(step) < durationSeconds(before)) {
+      problems.push({ path: ['bans', 'ladder', String(index)], message: `must be at least the step before it (${before}): each new ban within 24 h climbs the ladder` })
+    }
   }
   const { host, port, opsHost, opsPort } = config.server
   for (const [name, value] of [['host', host], ['opsHost', opsHost]] as const) {
