@@ -127,7 +127,15 @@ describe('slow and idle clients', () => {
 
     beforeAll(async () => {
       upstream = await staticUpstream()
-      gatewayProcess = await startGatewayProcess({ databaseUrl: database.url, petsUrl: upstream.url })
+      gatewayProcess = await startGatewayProcess({
+        databaseUrl: database.url,
+        petsUrl: upstream.url,
+        // The idle connections stand for many clients but all come from this one address, which
+        // server.maxConnectionsPerClient (1,000) would otherwise cap.
+        configure: (file) => {
+          file.server.maxConnectionsPerClient = IDLE_CONNECTIONS + 100
+        },
+      })
     })
     afterAll(async () => {
       for (const connection of idle) connection.socket.destroy()
