@@ -1,5 +1,13 @@
+import { mkdtempSync, rmSync } from 'node:fs'
 import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import tls from 'node:tls'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import pino from 'pino'
+import { readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
+import { reportHandshakeFailures } from '../../gateway/src/handshakeFailures.ts'
+import { issueCertificate, makeCa, opensslMissing } from '../helpers/certificates.ts'
 import { refusingUpstream, type TestUpstream } from '../helpers/fakeUpstreams.ts'
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { captureLog } from '../helpers/logCapture.ts'
@@ -47,7 +55,7 @@ async function outcome(held: Held): Promise<'answered' | 'closed unread'> {
 describe('connections per client address (server.maxConnectionsPerClient)', () => {
   const database = suiteDatabase()
   let upstream: TestUpstream
-  const held: Held[] = []
+  const held: { socket: net.Socket }[] = []
   const gateways: RunningGateway[] = []
 
   beforeAll(async () => {
@@ -59,8 +67,8 @@ describe('connections per client address (server.maxConnectionsPerClient)', () =
     await upstream?.close()
   })
 
-  async function gatewayWith(configure: Parameters<typeof startGateway>[0]['configure'], logStream?: NodeJS.WritableStream) {
-    const gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, configure, ...(logStream ? { logStream } : {}) })
+  async function gatewayWith(configure: Parameters<typeof startGateway>[0]['configure'], logStream?: NodeJS.WritableStream, tlsPair?: ReturnType<typeof readTlsPair>) {
+    const gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, configure, ...(logStream ? { logStream } : {}), ...(tlsPair ? { tls: tlsPair } : {}) })
     gateways.push(gateway)
     return gateway
   }
@@ -73,9 +81,11 @@ describe('connections per client address (server.maxConnectionsPerClient)', () =
     const gateway = await gatewayWith((file) => {
       file.server.maxConnectionsPerClient = 3
     }, log.stream)
+    const three: Held[] = []
     for (let i = 0; i < 3; i++) {
       const connection = await connect(gateway, '127.0.0.1')
       held.push(connection)
+      three.push(connection)
       expect(await outcome(connection)).toBe('answered')
     }
     const fourth = await connect(gateway, '127.0.0.1')
@@ -91,7 +101,7 @@ describe('connections per client address (server.maxConnectionsPerClient)', () =
     expect(await outcome(elsewhere)).toBe('answered')
     expect(elsewhere.received()).toMatch(/^HTTP\/1\.1 401 /)
 
-    const first = held[0]!
+    const first = three[0]!
     first.socket.destroy()
     await first.closed
     // The gateway sees the close a moment after the client: the first new connections may still be refused.
@@ -103,6 +113,48 @@ describe('connections per client address (server.maxConnectionsPerClient)', () =
       else await sleep(20)
     }
     expect(again?.received()).toMatch(/^HTTP\/1\.1 401 /)
+  })
+
+  it.skipIf(opensslMissing)('over HTTPS closes the connection past the share before its handshake, counts no failed handshake, and keeps serving', async () => {
+    const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-per-client-'))
+    try {
+      const ca = makeCa(directory)
+      const gateway = await gatewayWith((file) => {
+        file.server.maxConnectionsPerClient = 1
+      }, undefined, readTlsPair(issueCertificate(ca, 'server', 'C001')))
+      // As main.ts reports them: the refused connection must not be taken for a failed handshake.
+      const handshakeFailures: string[] = []
+      gateway.app.server.prependListener('tlsClientError', reportHandshakeFailures(pino({ level: 'silent' }), (reason) => handshakeFailures.push(reason)))
+      const { port } = new URL(gateway.url)
+      const open = (localAddress: string) =>
+        new Promise<{ socket: tls.TLSSocket; error?: Error }>((resolve) => {
+          const tcp = net.connect({ host: '127.0.0.1', port: Number(port), localAddress })
+          const socket = tls.connect({ socket: tcp, ca: ca.pem, servername: 'localhost' }, () => resolve({ socket }))
+          socket.once('error', (error) => resolve({ socket, error }))
+        })
+      const first = await open('127.0.0.1')
+      expect(first.error).toBeUndefined()
+      const second = await open('127.0.0.1')
+      expect(second.error).toBeInstanceOf(Error)
+      const elsewhere = await open('127.0.0.2')
+      expect(elsewhere.error).toBeUndefined()
+      for (const { socket } of [first, second, elsewhere]) held.push({ socket })
+      // The connection held still carries requests.
+      const answer = await new Promise<string>((resolve) => {
+        let text = ''
+        first.socket.setEncoding('utf8')
+        first.socket.on('data', (chunk: string) => {
+          text += chunk
+          if (text.includes('\r\n\r\n')) resolve(text)
+        })
+        first.socket.write('GET /v1/pets HTTP/1.1\r\nHost: gateway\r\n\r\n')
+      })
+      expect(answer).toMatch(/^HTTP\/1\.1 401 /)
+      expect(handshakeFailures).toEqual([])
+      expect(await gateway.registry.getSingleMetricAsString('gateway_client_connections_refused_total')).toMatch(/^gateway_client_connections_refused_total 1$/m)
+    } finally {
+      rmSync(directory, { recursive: true, force: true })
+    }
   })
 
   it('does not cap a trusted proxy, whose connections carry many clients\' requests', async () => {
