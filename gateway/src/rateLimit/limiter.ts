@@ -104,6 +104,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
     // Bounded like the key cache: a long Redis outage with many keys cannot grow the heap past it.
     fallback: redis && boot.onStoreFailure === 'open' ? fallbackStore(boot.keyCache.maxEntries, options.logger) : undefined,
     logger: options.logger,
+    connectionProblem: () => (redis ? redisConnectionProblem(redis) : undefined),
   })
   const guessCalls = redis ? guessCallReporter(storeKind, options.observer, options.logger) : undefined
   const onGuessCall = guessCalls && ((seconds: number, result: 'ok' | 'timeout' | 'error', error: unknown, address: string) => {

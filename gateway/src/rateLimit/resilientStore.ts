@@ -18,6 +18,12 @@ export interface ResilientStoreOptions {
   /** Failures in a row that set the primary aside; one late reply on a busy machine is not an outage. */
   failuresBeforePause?: number
   clock?: () => number
+  /**
+   * What is wrong with the connection, said beside the failed call's error in the log lines: a
+   * call refused while ioredis reconnects fails with its own words ("Stream isn't writeable and
+   * enableOfflineQueue options is false"), which named neither Redis's state nor why.
+   */
+  connectionProblem?: () => string | undefined
 }
 
 interface DomainHealth {
@@ -115,11 +121,11 @@ export function createResilientStore(options: ResilientStoreOptions) {
         if (!state.failing) {
           state.failing = true
           failingDomains++
-          options.logger.warn({ err: error, ...where(domain) }, 'rate-limit store call failed')
+          options.logger.warn({ err: error, ...where(domain), problem: options.connectionProblem?.() }, 'rate-limit store call failed')
         }
         if (!state.setAside && state.failuresInARow >= failuresBeforePause) {
           state.setAside = true
-          options.logger.error({ err: error, ...where(domain), setAsideMillis: pause }, 'rate-limit store failing')
+          options.logger.error({ err: error, ...where(domain), problem: options.connectionProblem?.(), setAsideMillis: pause }, 'rate-limit store failing')
         }
         return fallbackOr(error, request)
       }

@@ -127,6 +127,28 @@ describe('what the log says when Redis fails', () => {
   })
 })
 
+describe('the failure lines', () => {
+  // A call refused while ioredis reconnects fails with ioredis's own words, "Stream isn't writeable
+  // and enableOfflineQueue options is false", which said neither Redis's state nor why.
+  it('say what is wrong with the connection beside the call\'s error', async () => {
+    const primary = primaryThatCanFail()
+    const log = captureLog()
+    const store = createResilientStore({
+      primary: primary.store,
+      fallback: createMemoryStore(),
+      logger: pino(log.stream),
+      clock: () => 1_000_000,
+      connectionProblem: () => 'Redis is not connected (reconnecting): connect ECONNREFUSED 127.0.0.1:6379',
+    })
+    primary.state.failing = true
+    for (let i = 0; i < 3; i++) await store.consume(request)
+    expect(log.entries().map((entry) => [entry.msg, entry.problem])).toEqual([
+      ['rate-limit store call failed', 'Redis is not connected (reconnecting): connect ECONNREFUSED 127.0.0.1:6379'],
+      ['rate-limit store failing', 'Redis is not connected (reconnecting): connect ECONNREFUSED 127.0.0.1:6379'],
+    ])
+  })
+})
+
 describe('onStoreFailure open: a Redis that stays later than the budget under steady traffic', () => {
   it('is set aside after three failures one after another, not asked by every request', async () => {
     // Each call waits until the test fails it; traffic is steady, so every batch of calls is sent
