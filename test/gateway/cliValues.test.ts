@@ -70,6 +70,26 @@ describe('keys command line', () => {
     expect(parseCommand(['set-limits', 'key_abc', '-h'])).toEqual({ name: 'help' })
   })
 
+  it('lists each key\'s expiry in the table, never for a key that does not expire', () => {
+    const record: ApiKeyRecord = {
+      id: 'key_expiring1',
+      displayPrefix: 'aas_abcdef',
+      name: 'expiring',
+      plan: 'free',
+      perMinute: null,
+      perDay: null,
+      createdAt: new Date('2026-01-01T00:00:00Z'),
+      expiresAt: new Date('2026-12-31T18:00:00Z'),
+      revokedAt: null,
+    }
+    const [header, expiring, lasting] = keyTable([record, { ...record, id: 'key_lasting01', expiresAt: null }], undefined, new Date('2026-06-01T00:00:00Z'), () => null)
+      .join('')
+      .split('\n')
+    expect(header).toMatch(/\bCREATED\s+EXPIRES$/)
+    expect(expiring).toMatch(/2026-01-01 00:00\s+2026-12-31 18:00$/)
+    expect(lasting).toMatch(/2026-01-01 00:00\s+never$/)
+  })
+
   it('refuses an option given twice instead of keeping the last (create --plan free --plan pro made a pro key)', () => {
     expect(() => parseCommand(['create', '--plan', 'free', '--plan', 'pro'])).toThrow('create: --plan given more than once')
     expect(() => parseCommand(['set-limits', 'key_abc', '--per-minute', '5', '--per-day', '9', '--per-minute=7'])).toThrow('set-limits: --per-minute given more than once')

@@ -12,7 +12,8 @@ Commands:
   create --plan <plan> [--name <name>] [--per-minute N --per-day N] [--expires <when>]
                           create a key and print it; it is shown this once, never again;
                           --name says who or what it is for (default "unnamed")
-  list                    every key: id, prefix, name, plan, limits, state (or ban), created
+  list                    every key: id, prefix, name, plan, limits, state (or ban), created,
+                          expires
   show <id>               one key, with its ban if it is banned
   revoke <id>             revoke a key; every running gateway refuses it within 2 s
   unban <id>              lift a key's ban on every running gateway within 2 s and clear

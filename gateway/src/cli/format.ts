@@ -95,7 +95,7 @@ function tableState(record: ApiKeyRecord, now: Date, ban: RecordedBan | null): s
 
 /** The key table, a header and one line per key, in pieces of up to 5,000 lines (so a million keys print without one giant string). */
 export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date, banOf: BanOf): string[] {
-  const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED']
+  const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED', 'EXPIRES']
   // Every cell escaped: a plan written by hand in psql may hold what a terminal obeys, like a name.
   const rows = records.map((record) =>
     [
@@ -106,6 +106,8 @@ export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now:
       describeLimits(record, plans),
       tableState(record, now, banOf(record)),
       describeTime(record.createdAt).slice(0, 16),
+      // An operator looking for the keys about to lapse read each one's `show` for it.
+      describeTime(record.expiresAt).slice(0, 16),
     ].map(escapeForDisplay),
   )
   // A loop, not Math.max(...lengths): spread as arguments, a hundred thousand keys overflow the stack.
