@@ -20,7 +20,8 @@ import { DependencyDown } from '../../common/src/ops/dependencyDown.ts'
 import { buildOpsServer } from '../../common/src/ops/opsServer.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { createConfigSource } from './config/configSource.ts'
-import { ConfigError, DEFAULT_CONFIG_PATH } from './config/loadConfig.ts'
+import { ConfigError, DEFAULT_CONFIG_PATH, type GatewayConfig } from './config/loadConfig.ts'
+import { warnOfKeysWithoutLimits } from './keys/plansInForce.ts'
 import { createTlsRotation } from './config/tlsRotation.ts'
 import { rememberClientAddress, reportHandshakeFailures } from './handshakeFailures.ts'
 import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
@@ -46,9 +47,12 @@ async function main(): Promise<void> {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
   const metrics = createGatewayMetrics(registry)
+  // Replaced once the key repository exists: a reload before then is covered by the check at start.
+  let checkKeysWithoutLimits: (config: GatewayConfig) => void = () => undefined
   const configSource = createConfigSource(process.env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, process.env, logger, (outcome, reloaded) => {
     metrics.configReload(outcome)
     metrics.expectBanSteps(reloaded.bans.ladderSeconds.length)
+    if (outcome === 'success') checkKeysWithoutLimits(reloaded)
   })
   const config = configSource.get()
   metrics.expectBanSteps(config.bans.ladderSeconds.length)
@@ -138,6 +142,8 @@ async function main(): Promise<void> {
   }), logger, 'server.maxConnections (GATEWAY_MAX_CONNECTIONS)')
   registerConnectionMetrics(registry, { public: app.server, ops: ops.server })
   const stopPurge = purgeHourly('key changes and ban records past a day', () => repository.purgeChanges(), logger)
+  checkKeysWithoutLimits = (inForce) => void warnOfKeysWithoutLimits(repository, inForce, logger)
+  checkKeysWithoutLimits(configSource.get())
   const stopWatching = configSource.watch()
   // app.server is an https.Server when tls is set (buildGateway).
   const stopTlsWatch = tls?.watch(app.server as unknown as TlsServer) ?? (() => {})

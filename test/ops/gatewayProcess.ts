@@ -60,7 +60,7 @@ export async function startGatewayProcess(options: {
   internalToken?: string
   /** Starts it under this open-file limit (soft and hard, through prlimit), as a container's or a unit's nofile sets it. */
   openFileLimit?: number
-}): Promise<GatewayProcess & { cleanup(): void }> {
+}): Promise<GatewayProcess & { configPath: string; cleanup(): void }> {
   const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-ops-'))
   const configPath = path.join(directory, 'gateway.yaml')
   const file = parse(readFileSync('config/gateway.yaml', 'utf8')) as GatewayConfigFile
@@ -106,6 +106,7 @@ export async function startGatewayProcess(options: {
     opsPort,
     apiPort,
     readyz,
+    configPath,
     cleanup: () => rmSync(directory, { recursive: true, force: true }),
   }
 }

@@ -201,6 +201,21 @@ export function createKeyRepository(pool: pg.Pool) {
       return Number(rows[0]?.count ?? 0)
     },
 
+    /**
+     * Usable keys (not revoked, not expired) whose limits the config does not give, by plan: a
+     * plan not among `defined`, or one of `custom` while the key has no limits of its own.
+     */
+    async usableWithoutLimits(defined: string[], custom: string[]): Promise<Record<string, number>> {
+      const { rows } = await pool.query<{ plan: string; count: string }>(
+        `SELECT plan, count(*) FROM gateway.api_keys
+          WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+            AND (plan <> ALL($1::text[]) OR (plan = ANY($2::text[]) AND (per_minute IS NULL OR per_day IS NULL)))
+          GROUP BY plan ORDER BY plan`,
+        [defined, custom],
+      )
+      return Object.fromEntries(rows.map((row) => [row.plan, Number(row.count)]))
+    },
+
     revoke: (id: string) =>
       updateOne(
         `UPDATE gateway.api_keys SET revoked_at = COALESCE(revoked_at, now()), updated_at = now() WHERE id = $1`,
