@@ -11,15 +11,20 @@ import { createPool } from '../../common/src/database/pool.ts'
 import { hashApiKey, isWellFormedApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { createKeyRepository, type KeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import { runKeysInProcess } from '../helpers/keysCli.ts'
 import { goodbyeUnansweredRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { runKeysCli, type CliRun } from '../scripts/processes.ts'
 
 const ANY_KEY = /aas_[0-9A-Za-z]{38}/g
 
-/** `npm run keys -- …` as an operator runs it. */
+/**
+ * `npm run keys -- …`: its command line run in this process, which is the whole of it but the
+ * process's own work; the tests of that (exit status, stdout's reader gone, exiting when done)
+ * run the real entry point in a child process (runKeysCli).
+ */
 function keys(args: string[], env: NodeJS.ProcessEnv): Promise<CliRun> {
-  return runKeysCli(args, env, 20_000)
+  return runKeysInProcess(args, env)
 }
 
 function cleanEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
@@ -93,6 +98,18 @@ describe('keys CLI (npm run keys)', () => {
     url.pathname = '/no_such_database_here'
     const refused = await keys(['list'], cleanEnv({ DATABASE_URL: url.toString() }))
     expectFailure(refused, /^error: Postgres has no such database \(3D000: database "no_such_database_here" does not exist\): restore or rename the database "no_such_database_here", or point DATABASE_URL at the one the service uses \(Postgres at DATABASE_URL /)
+  })
+
+  it('as a process (npm run keys), answers as in-process runs do, with exit status 0, 1 or 2', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'as-a-process', plan: 'free' })
+    const env = cleanEnv({ DATABASE_URL: database.url })
+    for (const args of [['show', record.id, '--json'], ['show', 'key_nosuchkey00'], ['frobnicate'], ['--help']]) {
+      const [asProcess, inProcess] = await Promise.all([runKeysCli(args, env, 20_000), runKeysInProcess(args, env)])
+      expect(asProcess, args.join(' ')).toEqual(inProcess)
+    }
+    const codes = await Promise.all([['show', record.id], ['show', 'key_nosuchkey00'], ['frobnicate']].map((args) => runKeysCli(args, env, 20_000)))
+    expect(codes.map((run) => run.code)).toEqual([0, 1, 2])
   })
 
   it('exits once its command is done when Postgres stops answering as the CLI closes its connections', async () => {

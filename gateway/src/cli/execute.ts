@@ -4,7 +4,7 @@ import { QUERY_CANCELED, createPool, endPool, isDatabaseUnavailable } from '../.
 import { CLOSE_DEPENDENCY_MILLIS } from '../../../common/src/lifecycle/shutdown.ts'
 import { describeRefusal } from '../../../common/src/database/privileges.ts'
 import { UNPARSABLE_DATABASE_URL, unparsableDatabaseUrl } from '../../../common/src/database/waitForPostgres.ts'
-import { ConfigError, loadGatewayConfig } from '../config/loadConfig.ts'
+import { ConfigError, DEFAULT_CONFIG_PATH, loadGatewayConfig } from '../config/loadConfig.ts'
 import { createKeyRepository } from '../keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS, KEYS_CLI_POSTGRES_NEEDS } from '../migrations.ts'
 import type { Command } from './args.ts'
@@ -15,12 +15,12 @@ import { CliError, explain } from './errors.ts'
 import type { Plans } from './format.ts'
 
 /** The config's plans. Revoking and unbanning must work even while someone is mid-way through editing the config. */
-function loadPlans(command: Command, output: Output): Plans | undefined {
+function loadPlans(command: Command, output: Output, env: NodeJS.ProcessEnv): Plans | undefined {
   try {
     // The plans only: the gateway's variables (ports, Redis, certificate files) are the gateway's
     // business, and one set wrong in this shell stopped every command with a stack trace. Nor its
     // certificate files (its key often readable by the gateway only).
-    return loadGatewayConfig(undefined, {}, undefined, { tlsFiles: false }).plans
+    return loadGatewayConfig(env.GATEWAY_CONFIG || DEFAULT_CONFIG_PATH, {}, undefined, { tlsFiles: false }).plans
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
     // One line: printed escaped, the message's line breaks showed as \u000a.
@@ -62,7 +62,7 @@ async function databaseError(error: unknown, location: DatabaseLocation, pool: p
  * the entry point so `--help` and bad arguments answer without loading pg, ajv and the schema.
  */
 export async function execute(command: Command, output: Output, env: NodeJS.ProcessEnv = process.env): Promise<void> {
-  const plans = loadPlans(command, output)
+  const plans = loadPlans(command, output, env)
   checkCommand(command, plans)
   const location = await locateDatabase(env)
   const pool = createPool({ connectionString: location.url, applicationName: 'keys-cli', max: 2, connectionTimeoutMillis: 5_000 })

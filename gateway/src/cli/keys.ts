@@ -4,42 +4,8 @@
  * each (a bad argument adds a pointer to --help); with --json stdout holds exactly one JSON
  * object or nothing.
  */
-import { escapeForDisplay } from '../../../common/src/text/displaySafety.ts'
-import { HELP_HINT, USAGE, parseCommand } from './args.ts'
 import type { Command } from './args.ts'
-import type { Output } from './commands.ts'
-import { CliError, UsageError, explain } from './errors.ts'
-
-/** The exit status, and the command it ran once its arguments parsed. */
-async function main(argv: string[], output: Output): Promise<{ code: number; ran?: Command['name'] }> {
-  let ran: Command['name'] | undefined
-  try {
-    const command = parseCommand(argv)
-    ran = command.name
-    if (command.name === 'help') {
-      output.out(USAGE)
-      return { code: 0, ran }
-    }
-    // Loaded only once the arguments are known to be good: help and usage errors stay instant.
-    const { execute } = await import('./execute.ts')
-    await execute(command, output)
-    return { code: 0, ran }
-  } catch (error) {
-    if (error instanceof UsageError) {
-      // The 30 lines of usage after every slip buried the one line saying what was wrong.
-      output.err(`error: ${escapeForDisplay(error.message)}\n${error.withUsage ? `\n${USAGE}` : HELP_HINT}`)
-      return { code: 2, ran }
-    }
-    if (error instanceof CliError) {
-      output.err(`error: ${escapeForDisplay(error.message)}\n`)
-      return { code: 1, ran }
-    }
-    // A Postgres error carries a SQLSTATE code and is not a defect here; anything else may be one.
-    const operational = typeof (error as { code?: unknown } | null)?.code === 'string' || !(error instanceof Error)
-    output.err(`error: ${operational ? explain(error) : (error.stack ?? error.message)}\n`)
-    return { code: 1, ran }
-  }
-}
+import { runKeys } from './run.ts'
 
 /**
  * stdout's reader gone (`keys list | head`, a pager quit, a closed terminal): EPIPE, which Node
@@ -54,7 +20,7 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
 })
 process.stderr.on('error', () => undefined)
 
-const { code, ran } = await main(process.argv.slice(2), {
+const { code, ran } = await runKeys(process.argv.slice(2), {
   out: (text) => void (stdoutGone || process.stdout.write(text)),
   err: (text) => void process.stderr.write(text),
 })

@@ -1,0 +1,15 @@
+import { runKeys } from '../../gateway/src/cli/run.ts'
+import type { CliRun } from '../scripts/processes.ts'
+
+/**
+ * The keys CLI's command line run in this process, with `env` as its environment: the same code
+ * as `npm run keys -- …` after the process's own work (stdout's reader gone, the exit status),
+ * which runKeysCli (test/scripts/processes.ts) covers by running the real entry point. Half a
+ * second of CPU less per run than a child process loading it through tsx.
+ */
+export async function runKeysInProcess(args: string[], env: NodeJS.ProcessEnv): Promise<CliRun> {
+  let stdout = ''
+  let stderr = ''
+  const { code } = await runKeys(args, { out: (text) => void (stdout += text), err: (text) => void (stderr += text) }, env)
+  return { args, code, stdout, stderr }
+}
