@@ -422,41 +422,49 @@ function connectionErrorText(error: Error): string {
   return cause instanceof Error && cause.message ? `${error.message} ${cause.message}` : error.message
 }
 
-const coalescers = new WeakMap<RedisClient, () => WhenSent>()
+const coalescers = new WeakMap<RedisClient, (send: () => void) => WhenSent>()
 
 /**
- * Holds a client's socket writes until the check phase of the current event-loop turn, so the
- * commands of all the requests that arrived together leave in one write (one syscall here, one
- * read in Redis) instead of one each. Call the returned function before sending a command; it
- * answers with a WhenSent for the writes of this turn (the time budget starts there). One
- * coalescer per client, shared by everything that sends through it (budgetedSender).
+ * Sends a client's commands of one event-loop turn together at its check phase, so the commands
+ * of all the requests that arrived together leave in one write (one syscall here, one read in
+ * Redis) instead of one each. Hand it a function that sends the command; it is run then, with the
+ * turn's others, on corked connections, and the answer is a WhenSent for that write (the time
+ * budget starts there). Sent at the write, not when asked: what a command says about time (a
+ * script's deadline) is reckoned from the moment it leaves, whatever was left of the turn after
+ * the request asked for it. One coalescer per client, shared by everything that sends through it
+ * (budgetedSender).
  */
-function coalesceWritesPerTurn(client: RedisClient): () => WhenSent {
+function coalesceWritesPerTurn(client: RedisClient): (send: () => void) => WhenSent {
   let coalesce = coalescers.get(client)
   if (coalesce !== undefined) return coalesce
-  let corked: Redis['stream'][] | undefined
+  let pending: (() => void)[] | undefined
   let sent: (() => void)[] = []
   const whenSent: WhenSent = (callback) => {
     sent.push(callback)
   }
-  const uncork = () => {
-    for (const stream of corked ?? []) stream.uncork()
-    corked = undefined
-    const callbacks = sent
-    sent = []
-    for (const callback of callbacks) callback()
-  }
   // A Cluster routes each command to its slot's master, known only inside ioredis: hold them all.
   const connections = () => (client instanceof Redis ? [client] : client.nodes('master'))
-  coalesce = () => {
-    if (corked !== undefined) return whenSent
-    corked = []
+  const flush = () => {
+    const sends = pending ?? []
+    pending = undefined
+    const corked: Redis['stream'][] = []
     for (const connection of connections()) {
       if (connection.status !== 'ready') continue
       connection.stream.cork()
       corked.push(connection.stream)
     }
-    setImmediate(uncork)
+    for (const send of sends) send()
+    for (const stream of corked) stream.uncork()
+    const callbacks = sent
+    sent = []
+    for (const callback of callbacks) callback()
+  }
+  coalesce = (send) => {
+    if (pending === undefined) {
+      pending = []
+      setImmediate(flush)
+    }
+    pending.push(send)
     return whenSent
   }
   coalescers.set(client, coalesce)
@@ -469,19 +477,27 @@ function coalesceWritesPerTurn(client: RedisClient): () => WhenSent {
  */
 export function budgetedSender(client: RedisClient, budgetMillis: number | undefined): <T>(send: () => Promise<T>) => Promise<T> {
   const coalesce = coalesceWritesPerTurn(client)
-  return (send) => {
-    const whenSent = coalesce()
-    const work = send()
+  return <T>(send: () => Promise<T>) => {
+    let whenSent: WhenSent = sendNow
+    const work = new Promise<T>((resolve, reject) => {
+      whenSent = coalesce(() => {
+        try {
+          send().then(resolve, reject)
+        } catch (error) {
+          reject(error)
+        }
+      })
+    })
     return budgetMillis === undefined ? work : withinBudget(work, budgetMillis, whenSent)
   }
 }
 
 /**
- * How late (after the call) a script may start and still count, with twice the budget if that is
- * longer; see redisClockFor. It was 1 s: a stall shorter than that (a Redis paused for half a
- * second) let every command it held count once Redis resumed, after the gateway had answered
- * those requests without Redis; under onStoreFailure closed a burst of 503s spent the key's quota
- * and banned it.
+ * How late (after the command left) a script may start and still count, with twice the budget if
+ * that is longer; see redisClockFor. It was 1 s: a stall shorter than that (a Redis paused for
+ * half a second) let every command it held count once Redis resumed, after the gateway had
+ * answered those requests without Redis; under onStoreFailure closed a burst of 503s spent the
+ * key's quota and banned it.
  */
 export const LATE_AFTER_MILLIS = 100
 
@@ -494,14 +510,14 @@ export const LATE_AFTER_MILLIS = 100
  * Redis's clock is learnt from the replies, per failure domain (a Cluster master has its own):
  * each reply's TIME minus the moment (monotonic, immune to steps of this host's clock) the call
  * was made bounds the clock offset from above, and the smallest such bound is kept. The deadline
- * is that estimate of Redis's "now" at the call plus LATE_AFTER_MILLIS (or twice the budget if
- * longer): the budget, which starts only when the turn's writes leave, and as much again for the
- * rest of the turn the call was made in, so that a healthy Redis behind a busy gateway does not
- * see calls expire (each would cost a second round trip), while a stall of more than that costs
- * the key nothing for the requests it held. A reply that comes back expired within the budget
- * says the estimate was wrong (this host's lag, or Redis's clock stepped forward): the reply's
- * time corrects it, and the call is made once more with a fresh deadline. Until a domain has
- * answered once, its calls carry none.
+ * is that estimate of Redis's "now" as the command leaves (the call is made at the end of the
+ * turn that asked for it, see budgetedSender) plus LATE_AFTER_MILLIS (or twice the budget if
+ * longer): the budget, and as much again for the way there and the estimate's error, so that a
+ * healthy Redis does not see calls expire (each would cost a second round trip), however long the
+ * gateway's turns, while a stall of more than that costs the key nothing for the requests it
+ * held. A reply that comes back expired within the budget says the estimate was wrong (this
+ * host's lag, or Redis's clock stepped forward): the reply's time corrects it, and the call is
+ * made once more with a fresh deadline. Until a domain has answered once, its calls carry none.
  */
 export function redisClockFor(budgetMillis: number | undefined) {
   const offsets = new Map<string, number>()
@@ -561,6 +577,7 @@ export function redisFailureDomain(client: RedisClient, key: string): string {
 
 export function createRedisStore(client: RedisClient, options: { budgetMillis?: number } = {}): LimitStore {
   const send = budgetedSender(client, options.budgetMillis)
+  const sendInTurn = budgetedSender(client, undefined)
   const clock = redisClockFor(options.budgetMillis)
   const failureDomain = (key: string): string => redisFailureDomain(client, key)
   // The failure domains holding keys as of the client's last refresh of the slot map (at each
@@ -579,23 +596,28 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     const { minute, day, bans } = request
     // No deadline where the master is not known yet, nor in tests that fix the store's time.
     const timed = request.nowMillis === undefined && domain !== UNKNOWN_MASTER
-    const calledAt = performance.now()
-    const deadline = timed ? clock.deadline(domain, calledAt) : 0
+    // Reckoned when the command is sent, at the end of the turn that asked for it (budgetedSender):
+    // a long turn does not eat into the deadline.
+    let calledAt = 0
     let sent: Promise<ScriptReply> | undefined
-    const budgeted = send(() => (sent = client.slidingWindow(
-      key,
-      request.nowMillis ?? 0,
-      minute.limit,
-      minute.windowMillis,
-      minute.bucketMillis,
-      day.limit,
-      day.windowMillis,
-      day.bucketMillis,
-      bans.strikes,
-      bans.memoryMillis,
-      bans.ladderMillis.join(','),
-      deadline,
-    )))
+    const budgeted = send(() => {
+      calledAt = performance.now()
+      const deadline = timed ? clock.deadline(domain, calledAt) : 0
+      return (sent = client.slidingWindow(
+        key,
+        request.nowMillis ?? 0,
+        minute.limit,
+        minute.windowMillis,
+        minute.bucketMillis,
+        day.limit,
+        day.windowMillis,
+        day.bucketMillis,
+        bans.strikes,
+        bans.memoryMillis,
+        bans.ladderMillis.join(','),
+        deadline,
+      ))
+    })
     let reply: ScriptReply
     try {
       reply = await budgeted
@@ -656,7 +678,9 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
       const memory = options.memoryMillis ?? BAN_MEMORY_MILLIS
       let applied: number
       try {
-        applied = await client.unbanKey(key, mark, UNBAN_APPLIED_MILLIS, now, memory)
+        // In the turn's write, behind the decisions asked for before it, as they were asked:
+        // a decision on its way before the unban is run before it (banCache.int).
+        applied = await sendInTurn(() => client.unbanKey(key, mark, UNBAN_APPLIED_MILLIS, now, memory))
       } catch (error) {
         if (!(client instanceof Cluster) || !slotMigrating(error)) throw error
         return unbanInSteps(key, mark, now, memory)

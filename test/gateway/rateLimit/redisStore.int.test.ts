@@ -206,6 +206,49 @@ describe('late commands', () => {
     })
   })
 
+  // The deadline was reckoned from the call, but the command leaves at the end of the turn that
+  // made it: a gateway whose turns took over 100 ms (a major GC, a starved CPU) saw a healthy
+  // Redis answer "expired", and twice in a row that failed the request to onStoreFailure.
+  it('a healthy Redis behind a gateway whose event-loop turns take 150 ms: no call expires, none fails', async () => {
+    await withPrefixedRedis(async ({ client }) => {
+      const busy = (millis: number) => {
+        const until = performance.now() + millis
+        while (performance.now() < until);
+      }
+      const outcomes: number[] = []
+      const slidingWindow = client.slidingWindow.bind(client)
+      // Each reply is read in a turn that then works for 150 ms: a retry would be made in one too.
+      client.slidingWindow = ((...args: Parameters<typeof slidingWindow>) => {
+        const reply = slidingWindow(...args)
+        reply.then((answer) => {
+          outcomes.push(answer[0])
+          setImmediate(() => busy(150))
+        }, () => undefined)
+        return reply
+      }) as typeof client.slidingWindow
+      const store = createRedisStore(client, { budgetMillis: 50 })
+      const request = () => ({
+        keyId: generateKeyId(),
+        minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
+        day: { limit: 100_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+        bans: { strikes: 10, memoryMillis: 86_400_000, ladderMillis: [60_000] },
+      })
+      // Learns Redis's clock (calls carry no deadline before its first reply).
+      await store.consume(request())
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      const results: string[] = []
+      for (let round = 0; round < 3; round++) {
+        // Asked at the start of a 150 ms turn, sent at its end.
+        const early = store.consume(request()).then(() => 'decided', (error: Error) => error.name)
+        busy(150)
+        results.push(await early)
+        await new Promise((resolve) => setTimeout(resolve, 300))
+      }
+      expect(results).toEqual(['decided', 'decided', 'decided'])
+      expect(outcomes.filter((outcome) => outcome === 3)).toEqual([])
+    })
+  })
+
   it('the deadline comes from the smallest clock offset seen, and an expired reply within the budget corrects it', () => {
     const clock = redisClockFor(50)
     expect(clock.deadline('redis', 1_000)).toBe(0)
