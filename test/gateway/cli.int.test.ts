@@ -280,9 +280,10 @@ describe('keys CLI (npm run keys)', () => {
   })
 
   it('reads only the plans of the config: a gateway variable set wrong in the same shell stops no command', async () => {
+    // A process of its own: whatever reads the process's environment, not only what the CLI is given, must let it be.
     await schema()
     const env = cleanEnv({ DATABASE_URL: database.url, GATEWAY_PORT: '99999', GATEWAY_TLS_CERT_FILE: '/nowhere/server.crt', REDIS_PASSWORD: 'alone' })
-    const [created, listed] = await Promise.all([keys(['create', '--plan', 'pro', '--name', 'gateway-env', '--json'], env), keys(['list'], env)])
+    const [created, listed] = await Promise.all([runKeysCli(['create', '--plan', 'pro', '--name', 'gateway-env', '--json'], env, 20_000), runKeysCli(['list'], env, 20_000)])
     expect(created.code, created.stderr).toBe(0)
     expect(JSON.parse(created.stdout)).toMatchObject({ plan: 'pro', perMinute: 300, perDay: 10_000 })
     expect(listed.code, listed.stderr).toBe(0)
@@ -327,8 +328,9 @@ describe('keys CLI (npm run keys)', () => {
     await schema()
     const live = await repository.create({ name: 'five minutes left', plan: 'free', expiresInMillis: 300_000 })
     const gone = await repository.create({ name: 'expired', plan: 'free', expiresInMillis: -1_000 })
+    // A process of its own: the skewed clock is loaded through NODE_OPTIONS.
     const skewed = (millis: number, id: string) =>
-      keys(['show', id, '--json'], cleanEnv({ DATABASE_URL: database.url, SKEWED_CLOCK_MILLIS: String(millis), NODE_OPTIONS: `--import ${pathToFileURL(path.resolve('test/helpers/skewedClock.mjs')).href}` }))
+      runKeysCli(['show', id, '--json'], cleanEnv({ DATABASE_URL: database.url, SKEWED_CLOCK_MILLIS: String(millis), NODE_OPTIONS: `--import ${pathToFileURL(path.resolve('test/helpers/skewedClock.mjs')).href}` }))
     const [fast, slow] = await Promise.all([skewed(600_000, live.record.id), skewed(-600_000, gone.record.id)])
     expect(fast.code, fast.stderr).toBe(0)
     expect(JSON.parse(fast.stdout)).toMatchObject({ id: live.record.id, state: 'active' })

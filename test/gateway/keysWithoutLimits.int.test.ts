@@ -51,6 +51,8 @@ describe('keys the config gives no limits, said at start and after each reload',
       await repository.create({ name: 'starter 2', plan: 'starter' }),
       await repository.create({ name: 'enterprise without limits', plan: 'enterprise' }),
     ]
+    // Its own limits replace its plan's, whatever the plan: nothing to say about it.
+    usable.push(await repository.create({ name: 'starter with its own limits', plan: 'starter', perMinute: 50, perDay: 500 }))
     const revoked = await repository.create({ name: 'starter revoked', plan: 'starter' })
     await repository.revoke(revoked.record.id)
     await repository.create({ name: 'starter expired', plan: 'starter', expiresInMillis: -1_000 })

@@ -203,13 +203,15 @@ export function createKeyRepository(pool: pg.Pool) {
 
     /**
      * Usable keys (not revoked, not expired) whose limits the config does not give, by plan: a
-     * plan not among `defined`, or one of `custom` while the key has no limits of its own.
+     * key without both limits of its own (they replace its plan's, whatever the plan) whose plan
+     * is not among `defined`, or is one of `custom`.
      */
     async usableWithoutLimits(defined: string[], custom: string[]): Promise<Record<string, number>> {
       const { rows } = await pool.query<{ plan: string; count: string }>(
         `SELECT plan, count(*) FROM gateway.api_keys
           WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-            AND (plan <> ALL($1::text[]) OR (plan = ANY($2::text[]) AND (per_minute IS NULL OR per_day IS NULL)))
+            AND (per_minute IS NULL OR per_day IS NULL)
+            AND (plan <> ALL($1::text[]) OR plan = ANY($2::text[]))
           GROUP BY plan ORDER BY plan`,
         [defined, custom],
       )

@@ -19,16 +19,24 @@ const NOTHING_VISIBLE = /^[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Z}\p{M}\p{Cn
 // U+2764 U+FE0F, a tag-sequence flag); a joiner at the very end joins nothing and goes.
 const INVISIBLE_GRAPHEME = /^[\s\p{Default_Ignorable_Code_Point}\p{Cf}\p{Z}\u2800]+$/u
 const TRAILING_JOINERS = /[\u200c\u200d]+$/u
+// A variation selector, grapheme joiner or tag attached to a Latin letter changes nothing one can
+// see ("Rex\uFE0F" shows as "Rex"); after an emoji it chooses how the emoji shows, after a Han or
+// Mongolian letter which glyph a name is written with: there it stays.
+const TRAILING_IGNORABLES = /\p{Default_Ignorable_Code_Point}+$/u
+const LATIN_LETTER = /^\p{Script=Latin}/u
 const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' })
 
 /** The name without white space or invisible characters at either end: "Rex\u200b" is "Rex", not a second name that looks the same. */
 function trimName(name: string): string {
-  const parts = [...graphemes.segment(name)].map(({ segment }) => segment)
+  const parts = [...graphemes.segment(name.trim())].map(({ segment }) => segment)
   let start = 0
   let end = parts.length
   while (start < end && INVISIBLE_GRAPHEME.test(parts[start]!)) start++
   while (end > start && INVISIBLE_GRAPHEME.test(parts[end - 1]!)) end--
-  return parts.slice(start, end).join('').replace(TRAILING_JOINERS, '')
+  const kept = parts.slice(start, end)
+  const last = kept.length - 1
+  if (last >= 0 && LATIN_LETTER.test(kept[last]!)) kept[last] = kept[last]!.replace(TRAILING_IGNORABLES, '')
+  return kept.join('').replace(TRAILING_JOINERS, '')
 }
 
 /** DESIGN: the name is trimmed and must then hold 1 to 100 characters; status defaults to available. */
