@@ -448,10 +448,15 @@ function coalesceWritesPerTurn(client: RedisClient): (send: () => void) => WhenS
     const sends = pending ?? []
     pending = undefined
     const corked: Redis['stream'][] = []
-    for (const connection of connections()) {
-      if (connection.status !== 'ready') continue
-      connection.stream.cork()
-      corked.push(connection.stream)
+    // Outside any request now: a failure here would be the process's, so the sends go out uncorked instead.
+    try {
+      for (const connection of connections()) {
+        if (connection.status !== 'ready') continue
+        connection.stream.cork()
+        corked.push(connection.stream)
+      }
+    } catch {
+      // one write per command this turn
     }
     for (const send of sends) send()
     for (const stream of corked) stream.uncork()
