@@ -4,7 +4,7 @@ import { Counter, type Registry } from 'prom-client'
 import { anonymousBucket } from './rateLimit/clientAddress.ts'
 
 /** At most one log line in this time, carrying the refusals since the line before. */
-export const REFUSAL_LOG_INTERVAL_MILLIS = 60_000
+const REFUSAL_LOG_INTERVAL_MILLIS = 60_000
 
 export interface ConnectionsPerClientOptions {
   /** The most connections one client address holds at once (an IPv6 client: its /64, as the per-IP limit counts it). */
@@ -13,7 +13,6 @@ export interface ConnectionsPerClientOptions {
   isTrustedProxy: (address: string) => boolean
   registry: Registry
   logger: Pick<FastifyBaseLogger, 'warn'>
-  now?: () => number
 }
 
 /**
@@ -24,7 +23,6 @@ export interface ConnectionsPerClientOptions {
  * keyed or not, was reset while it held them.
  */
 export function capConnectionsPerClient(server: Server, options: ConnectionsPerClientOptions): void {
-  const now = options.now ?? Date.now
   const held = new Map<string, number>()
   const refused = new Counter({
     name: 'gateway_client_connections_refused_total',
@@ -38,12 +36,12 @@ export function capConnectionsPerClient(server: Server, options: ConnectionsPerC
     socket.destroy()
     refused.inc()
     unlogged++
-    if (now() - loggedAt < REFUSAL_LOG_INTERVAL_MILLIS) return
+    if (Date.now() - loggedAt < REFUSAL_LOG_INTERVAL_MILLIS) return
     options.logger.warn(
       { client, maxConnectionsPerClient: options.limit, refused: unlogged },
       'a client address held as many connections as one may (server.maxConnectionsPerClient): more were closed unread',
     )
-    loggedAt = now()
+    loggedAt = Date.now()
     unlogged = 0
   }
 

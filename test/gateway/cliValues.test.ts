@@ -6,6 +6,20 @@ import type { ApiKeyRecord } from '../../gateway/src/keys/keyRepository.ts'
 
 const now = new Date('2026-11-25T12:00:00Z')
 
+/** A key row as the repository gives it: free, no limits of its own, never expiring, unless told otherwise. */
+const keyRecord = (fields: Partial<ApiKeyRecord>): ApiKeyRecord => ({
+  id: 'key_abcdefghijkl',
+  displayPrefix: 'aas_abcdef',
+  name: 'acme',
+  plan: 'free',
+  perMinute: null,
+  perDay: null,
+  createdAt: new Date('2026-01-01T00:00:00Z'),
+  expiresAt: null,
+  revokedAt: null,
+  ...fields,
+})
+
 describe('keys --expires', () => {
   it.each([
     ['45s', 45_000],
@@ -71,18 +85,8 @@ describe('keys command line', () => {
   })
 
   it('lists each key\'s expiry in the table, never for a key that does not expire', () => {
-    const record: ApiKeyRecord = {
-      id: 'key_expiring1',
-      displayPrefix: 'aas_abcdef',
-      name: 'expiring',
-      plan: 'free',
-      perMinute: null,
-      perDay: null,
-      createdAt: new Date('2026-01-01T00:00:00Z'),
-      expiresAt: new Date('2026-12-31T18:00:00Z'),
-      revokedAt: null,
-    }
-    const [header, expiring, lasting] = keyTable([record, { ...record, id: 'key_lasting01', expiresAt: null }], undefined, new Date('2026-06-01T00:00:00Z'), () => null)
+    const record = keyRecord({ id: 'key_expiring1', name: 'expiring', expiresAt: new Date('2026-12-31T18:00:00Z') })
+    const [header, expiring, lasting] = keyTable([record, keyRecord({ id: 'key_lasting01' })], undefined, new Date('2026-06-01T00:00:00Z'), () => null)
       .join('')
       .split('\n')
     expect(header).toMatch(/\bCREATED\s+EXPIRES$/)
@@ -146,17 +150,7 @@ describe('keys --name', () => {
   })
 
   it('shows a name or plan written by hand in psql with what a terminal obeys escaped, in list and show', () => {
-    const record: ApiKeyRecord = {
-      id: 'key_abcdefghijkl',
-      displayPrefix: 'aas_abcdef',
-      name: 'acme\u009b2J\u001b]0;pwned\u0007\u202erevoked',
-      plan: 'free\u2028pro',
-      perMinute: null,
-      perDay: null,
-      createdAt: new Date('2026-01-01T00:00:00Z'),
-      expiresAt: null,
-      revokedAt: null,
-    }
+    const record = keyRecord({ name: 'acme\u009b2J\u001b]0;pwned\u0007\u202erevoked', plan: 'free\u2028pro' })
     // eslint-disable-next-line no-control-regex -- what must not reach the terminal
     const obeyed = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069\u2028\u2029]/
     const table = keyTable([record], undefined, new Date(), () => null).join('')

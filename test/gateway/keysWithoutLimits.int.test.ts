@@ -107,7 +107,13 @@ describe('keys the config gives no limits, said at start and after each reload',
 
   it('says it could not check, and goes on, when Postgres cannot answer', async () => {
     const log = captureLog()
-    await warnOfKeysWithoutLimits({ usableWithoutLimits: () => Promise.reject(new Error('connection terminated')) }, shipped, pino(log.stream))
+    // Nothing listens on port 1: the repository's query is refused, as by a Postgres that is down.
+    const unreachable = createPool({ connectionString: 'postgres://postgres@127.0.0.1:1/none', applicationName: 'plans-in-force-test', max: 1 })
+    try {
+      await warnOfKeysWithoutLimits(createKeyRepository(unreachable), shipped, pino(log.stream))
+    } finally {
+      await unreachable.end()
+    }
     expect(log.entries()).toEqual([expect.objectContaining({ level: 40, msg: 'could not check which keys the config gives no limits' })])
   })
 })

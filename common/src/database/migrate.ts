@@ -39,10 +39,12 @@ async function readMigrations(directory: string): Promise<Migration[]> {
     })),
   )
   migrations.sort((a, b) => a.version - b.version || a.name.localeCompare(b.name))
-  const shared = migrations.filter((migration, index) => migrations[index + 1]?.version === migration.version)
-  if (shared.length > 0) {
-    throw new Error(`${directory}: ${shared.map((migration) => `${migration.name} and ${migrations[migrations.indexOf(migration) + 1]!.name}`).join(', ')} share a version number`)
+  const clashes: string[] = []
+  for (let index = 1; index < migrations.length; index++) {
+    const [before, after] = [migrations[index - 1]!, migrations[index]!]
+    if (before.version === after.version) clashes.push(`${before.name} and ${after.name}`)
   }
+  if (clashes.length > 0) throw new Error(`${directory}: ${clashes.join(', ')} share a version number`)
   return migrations
 }
 

@@ -603,11 +603,11 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     const timed = request.nowMillis === undefined && domain !== UNKNOWN_MASTER
     // Reckoned when the command is sent, at the end of the turn that asked for it (budgetedSender):
     // a long turn does not eat into the deadline.
-    let calledAt = 0
+    let sentAt = 0
     let sent: Promise<ScriptReply> | undefined
     const budgeted = send(() => {
-      calledAt = performance.now()
-      const deadline = timed ? clock.deadline(domain, calledAt) : 0
+      sentAt = performance.now()
+      const deadline = timed ? clock.deadline(domain, sentAt) : 0
       return (sent = client.slidingWindow(
         key,
         request.nowMillis ?? 0,
@@ -627,13 +627,13 @@ export function createRedisStore(client: RedisClient, options: { budgetMillis?: 
     try {
       reply = await budgeted
     } catch (error) {
-      if (error instanceof RedisBudgetExceededError && request.onLateDecision) reportLate(request, sent, calledAt)
+      if (error instanceof RedisBudgetExceededError && request.onLateDecision) reportLate(request, sent, sentAt)
       throw error
     }
     // A reply from another master than the one the call was meant for (a MOVED or ASK redirect
     // during a reshard or failover) tells nothing about that master's clock.
     if (timed && failureDomain(key) === domain) {
-      clock.learn(domain, calledAt, reply[1], reply[0] === EXPIRED)
+      clock.learn(domain, sentAt, reply[1], reply[0] === EXPIRED)
     }
     return reply
   }
