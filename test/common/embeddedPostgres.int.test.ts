@@ -1,10 +1,13 @@
 import { existsSync, statSync } from 'node:fs'
+import { once } from 'node:events'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { describe, expect, it } from 'vitest'
-import { startEmbeddedPostgres } from '../../common/src/database/embeddedPostgres.ts'
+import { socketPath, startEmbeddedPostgres } from '../../common/src/database/embeddedPostgres.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 
 // The embedded default (npm start) serves PGlite's one session to every connection of both
@@ -88,6 +91,29 @@ describe('the embedded Postgres on a Unix socket (npm start)', () => {
         await embedded.stop()
       }
       expect(existsSync(socket)).toBe(false)
+    } finally {
+      await rm(directory, { recursive: true, force: true })
+    }
+  })
+
+  it('stops, closing it, while a client that connected as it began to stop holds its connection open', async () => {
+    const directory = await mkdtemp(path.join(os.tmpdir(), 'aas-socket-'))
+    try {
+      const embedded = await startEmbeddedPostgres({ socketDirectory: directory, port: 6544 })
+      // A client that keeps its end open after the server's (allowHalfOpen), as a stopped or stuck one would.
+      const client = net.connect({ path: socketPath(directory, 6544), allowHalfOpen: true })
+      const ended = once(client, 'end')
+      const stopping = new Promise<void>((resolve, reject) => {
+        client.once('connect', () => embedded.stop().then(resolve, reject))
+      })
+      try {
+        const outcome = await Promise.race([stopping.then(() => 'stopped'), sleep(5_000).then(() => 'still stopping')])
+        expect(outcome).toBe('stopped')
+        await ended
+      } finally {
+        client.destroy()
+        await stopping
+      }
     } finally {
       await rm(directory, { recursive: true, force: true })
     }
