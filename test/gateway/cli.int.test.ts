@@ -324,6 +324,17 @@ describe('keys CLI (npm run keys)', () => {
     expect(run.stderr).not.toMatch(ANY_KEY)
   })
 
+  it('says in one line on stderr, exit 1, when its output could not be written to a full disk: a create names the key lost with it, a list that nothing was changed', async () => {
+    const env = cleanEnv({ DATABASE_URL: database.url })
+    const created = await runKeysCli(['create', '--plan', 'free', '--name', 'unwritten', '--json'], env, 20_000, 'disk-full')
+    expect(created.code, created.stderr).toBe(1)
+    expect(created.stderr).toMatch(/^error: stdout could not be written \(ENOSPC\); create was done, but the new key is lost with it: revoke it[^\n]*\n$/)
+    expect(created.stderr).not.toMatch(ANY_KEY)
+    const listed = await runKeysCli(['list'], env, 20_000, 'disk-full')
+    expect(listed.code, listed.stderr).toBe(1)
+    expect(listed.stderr).toBe('error: stdout could not be written (ENOSPC); nothing was changed\n')
+  })
+
   it('tells a key expired or active by the database\'s clock, not by a CLI machine whose clock is 10 min off', async () => {
     await schema()
     const live = await repository.create({ name: 'five minutes left', plan: 'free', expiresInMillis: 300_000 })

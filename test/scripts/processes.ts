@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { closeSync, openSync } from 'node:fs'
 import net from 'node:net'
 import { fileURLToPath } from 'node:url'
 
@@ -194,14 +195,17 @@ export function runKeysCli(
   args: string[],
   env: NodeJS.ProcessEnv,
   timeoutMillis = 45_000,
-  stdoutReader: 'whole' | 'first-chunk' | 'gone' = 'whole',
+  stdoutReader: 'whole' | 'first-chunk' | 'gone' | 'disk-full' = 'whole',
 ): Promise<CliRun> {
   return new Promise((resolve, reject) => {
+    // Linux's /dev/full fails every write with ENOSPC, as a full disk under `> key.json` does.
+    const full = stdoutReader === 'disk-full' ? openSync('/dev/full', 'w') : undefined
     const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/cli/keys.ts', ...args], {
       cwd: ROOT,
       env,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: ['ignore', full ?? 'pipe', 'pipe'],
     })
+    if (full !== undefined) closeSync(full)
     let stdout = ''
     let stderr = ''
     if (stdoutReader === 'gone') child.stdout?.destroy()

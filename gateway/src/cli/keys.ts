@@ -10,25 +10,28 @@ import { runKeys } from './run.ts'
 /**
  * stdout's reader gone (`keys list | head`, a pager quit, a closed terminal): EPIPE, which Node
  * raised as an uncaught error with its stack trace. Reading commands stop quietly, as Unix tools
- * do; a command that changed something says once that its result was not written, exit 1.
+ * do; a command that changed something says once that its result was not written, exit 1. Any
+ * other failure to write (a full disk or quota under `> key.json`, an I/O error) is said, exit 1,
+ * whatever the command: what it printed is lost, not merely unwanted.
  */
 const READ_ONLY = new Set<Command['name']>(['list', 'show', 'help'])
-let stdoutGone = false
+let stdoutFailure: NodeJS.ErrnoException | undefined
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-  if (error.code !== 'EPIPE') throw error
-  stdoutGone = true
+  stdoutFailure ??= error
 })
 process.stderr.on('error', () => undefined)
 
 const { code, ran } = await runKeys(process.argv.slice(2), {
-  out: (text) => void (stdoutGone || process.stdout.write(text)),
+  out: (text) => void (stdoutFailure || process.stdout.write(text)),
   err: (text) => void process.stderr.write(text),
 })
-// The EPIPE of the last write is reported on a later turn.
+// The failure of the last write is reported on a later turn.
 await new Promise((resolve) => setImmediate(resolve))
-if (stdoutGone && code === 0 && ran !== undefined && !READ_ONLY.has(ran)) {
+const readerGone = stdoutFailure?.code === 'EPIPE'
+if (stdoutFailure && code === 0 && ran !== undefined && !(readerGone && READ_ONLY.has(ran))) {
   process.stderr.write(
-    `error: stdout was closed before the result was written; ${ran} was done` +
+    `error: ${readerGone ? 'stdout was closed before the result was written' : `stdout could not be written (${stdoutFailure.code ?? stdoutFailure.message})`}; ` +
+      (READ_ONLY.has(ran) ? 'nothing was changed' : `${ran} was done`) +
       (ran === 'create' ? ', but the new key is lost with it: revoke it (`npm run keys -- list` shows it by its name) and create another' : '') +
       '\n',
   )
