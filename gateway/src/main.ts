@@ -122,6 +122,16 @@ async function main(): Promise<void> {
     throw new EnvError(`cannot use Redis at ${redisVariable}: it refuses the gateway a command or key it needs (${forbidden}); ${redisAclFix(limiter.storeKind, config.redis.keyPrefix)}`)
   }
   if (!redisReady) logger.warn({ problem: limiter.connectionProblem() }, 'Redis is not reachable yet; limits follow onStoreFailure until it is')
+  else {
+    const evicting = await limiter.evictingServers()
+    if (evicting.length > 0) {
+      logger.warn(
+        { maxmemoryPolicy: evicting },
+        `Redis at ${redisVariable} evicts keys when full (maxmemory-policy ${evicting.join(', ')}): counts, strikes and bans then vanish, ` +
+          'and keys over their limits are admitted again; set maxmemory-policy noeviction, so that a full Redis refuses writes, answered per onStoreFailure',
+      )
+    }
+  }
   const { app, repository, changes, unbans } = await wireGateway({
     config: configSource.get,
     pool,

@@ -247,6 +247,37 @@ describe('starting before Postgres, and signals at the edges of a process life',
     expect(warning).toMatch(/"problem":"Redis is not connected \(\w+\): /)
   }, 100_000)
 
+  it.concurrent('a gateway whose Redis evicts keys when full (maxmemory with volatile-lru, ElastiCache\'s default) warns at start, naming the policy and noeviction; on noeviction it does not', async (context) => {
+    const redis = await startPrivateRedis()
+    const admin = redis.admin()
+    try {
+      await admin.connect()
+      await admin.config('SET', 'maxmemory', '100mb')
+      await admin.config('SET', 'maxmemory-policy', 'volatile-lru')
+      const startedOn = async () => {
+        const { env, opsPort, apiPort } = await gatewayEnv(database.url, { REDIS_URL: redis.url })
+        const gateway = await startOwn(context, 'gateway/src/main.ts', { ...env, LOG_LEVEL: 'info' })
+        await waitForReady(`http://127.0.0.1:${opsPort}/readyz`, gateway, 30_000)
+        // Start-up lines come before the first request's access line, though they may reach stdout after /readyz.
+        expect((await fetch(`http://127.0.0.1:${apiPort}/v1/pets`)).status).toBe(401)
+        await eventually(async () => gateway.output().includes('"status":401'), 5_000)
+        return gateway.output().split('\n').filter((line) => line.includes('evicts keys when full'))
+      }
+      const [warning, ...more] = await startedOn()
+      expect(more).toEqual([])
+      expect(JSON.parse(warning!)).toMatchObject({
+        level: 40,
+        maxmemoryPolicy: ['volatile-lru'],
+        msg: expect.stringMatching(/^Redis at REDIS_URL evicts keys when full \(maxmemory-policy volatile-lru\): counts, strikes and bans then vanish, .* set maxmemory-policy noeviction/),
+      })
+      await admin.config('SET', 'maxmemory-policy', 'noeviction')
+      expect(await startedOn()).toEqual([])
+    } finally {
+      admin.disconnect()
+      await redis.close()
+    }
+  }, 100_000)
+
   it.concurrent('a SIGHUP (config reload) that reaches a gateway still starting is held, not fatal', async (context) => {
     // A Redis that accepts connections and answers nothing: the gateway waits for it (up to 2 s)
     // inside its start-up, which is when the reload signal arrives.

@@ -20,6 +20,7 @@ import {
   watchCredentialRefusals,
   type RedisClient,
 } from './redisStore.ts'
+import { evictingRedisServers } from './redisEviction.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
 export interface Limiter {
@@ -51,6 +52,8 @@ export interface Limiter {
    * for another reason (Redis down or slow: that may mend).
    */
   permissionsRefused(): Promise<string | undefined>
+  /** The Redis servers that evict keys when full, with their policies (evictingRedisServers); none for the in-process store. */
+  evictingServers(): Promise<string[]>
   close(): Promise<void>
 }
 
@@ -185,6 +188,7 @@ export function createLimiter(options: LimiterOptions): Limiter {
       }))
       return refused.find((words) => words !== undefined)
     },
+    evictingServers: async () => (redis ? evictingRedisServers(redis) : []),
     close: () => store.close(),
   }
   return limiter

@@ -1,0 +1,36 @@
+import { Cluster } from 'ioredis'
+import type { Redis } from 'ioredis'
+import type { RedisClient } from './redisStore.ts'
+
+/**
+ * The Redis servers (a Cluster's masters) that evict keys when full, each named with its policy:
+ * a `maxmemory` with any `maxmemory-policy` but `noeviction` (ElastiCache's default is
+ * `volatile-lru`). Every key the gateway writes has a TTL, so such a server drops counts, strikes
+ * and bans when it fills, without a word: keys over their limits are admitted again and bans end
+ * early. `noeviction` refuses the write instead (OOM), which the gateway answers per
+ * onStoreFailure and counts. Read from INFO (the README's ACL grants `+info`; CONFIG GET is often
+ * barred on managed Redis); a server that does not answer is left out.
+ */
+export async function evictingRedisServers(client: RedisClient): Promise<string[]> {
+  const servers: [string, Redis][] = client instanceof Cluster
+    ? client.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node])
+    : [['redis', client]]
+  const policies = await Promise.all(servers.map(async ([name, server]) => {
+    try {
+      const memory = parseInfo(await server.info('memory'))
+      const policy = memory.get('maxmemory_policy')
+      if (policy === undefined || policy === 'noeviction' || Number(memory.get('maxmemory') ?? 0) === 0) return undefined
+      return client instanceof Cluster ? `${name}: ${policy}` : policy
+    } catch {
+      return undefined
+    }
+  }))
+  return policies.filter((policy) => policy !== undefined)
+}
+
+function parseInfo(text: string): Map<string, string> {
+  return new Map(text.split('\r\n').flatMap((line) => {
+    const colon = line.indexOf(':')
+    return colon > 0 ? [[line.slice(0, colon), line.slice(colon + 1)] as const] : []
+  }))
+}
