@@ -26,6 +26,9 @@ import { createPetRepository } from './repository/petRepository.ts'
 const logger = createLogger('pets-service')
 
 async function main(): Promise<void> {
+  // Node's default for SIGHUP is to exit: one meant for the gateways' reload (`docker compose kill
+  // -s HUP`, a config push to every service) cut the catalogue's requests short, unanswered.
+  process.on('SIGHUP', () => logger.info('SIGHUP: the pets-service has no config to reload; it goes on serving'))
   const stopStartWatch = exitWhenStoppedWhileStarting(logger, 'start:pets')
   checkLogLevel()
   const config = loadPetsConfig()

@@ -278,6 +278,16 @@ describe('starting before Postgres, and signals at the edges of a process life',
     }
   }, 100_000)
 
+  it.concurrent('a pets-service given SIGHUP (a reload sent to every service) goes on serving, saying it has nothing to reload', async (context) => {
+    const { env, opsPort } = await petsEnv(database.url)
+    const pets = await startOwn(context, 'pets-service/src/main.ts', { ...env, LOG_LEVEL: 'info' })
+    await waitForReady(`http://127.0.0.1:${opsPort}/readyz`, pets, 30_000)
+    process.kill(pets.pid, 'SIGHUP')
+    await waitForOutput(pets, 'SIGHUP: the pets-service has no config to reload; it goes on serving', 5_000)
+    expect(await probe(opsPort, '/readyz')).toMatchObject({ status: 200, body: { status: 'ready' } })
+    expect(pets.hasExited()).toBe(false)
+  }, 100_000)
+
   it.concurrent('a SIGHUP (config reload) that reaches a gateway still starting is held, not fatal', async (context) => {
     // A Redis that accepts connections and answers nothing: the gateway waits for it (up to 2 s)
     // inside its start-up, which is when the reload signal arrives.
