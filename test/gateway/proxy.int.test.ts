@@ -564,6 +564,29 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(text).toMatch(/^gateway_upstream_errors_total\{upstream="pets",kind="protocol"\} 1$/m)
   })
 
+  it('times an answer the client left before its end under the upstream\'s status, and one the upstream broke off after its head only as a failure', async () => {
+    const scripted = await scriptedUpstream((request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' })
+      response.write('[')
+      // The rest never comes: for /pets/1 the client leaves first; /pets/2's the upstream breaks off.
+      if (request.url === '/pets/2') setTimeout(() => response.socket?.destroy(), 100)
+    })
+    const { gateway, key } = await gatewayTo(scripted)
+    const leaving = new AbortController()
+    const left = await gateway.request('/v1/pets/1', { key, contract: false, signal: leaving.signal })
+    expect(left.status).toBe(200)
+    leaving.abort()
+    const broken = await gateway.request('/v1/pets/2', { key, contract: false })
+    expect(broken.status).toBe(200)
+    await expect(broken.text()).rejects.toThrow()
+    const counts = async (name: string) =>
+      [...(await gateway.registry.metrics()).matchAll(new RegExp(`^${name}\\{upstream="pets",\\w+="(\\w+)"\\} (\\d+)$`, 'gm'))].map((match) => [match[1], Number(match[2])])
+    const failures = async () => (await counts('gateway_upstream_errors_total')).filter(([, count]) => count !== 0)
+    await vi.waitFor(async () => expect(await failures()).toHaveLength(1))
+    expect(await counts('gateway_upstream_duration_seconds_count')).toEqual([['2xx', 1]])
+    expect((await failures())[0]![1]).toBe(1)
+  })
+
   it('answers 502 bad_gateway, never the upstream\'s 408, when the upstream timed out the gateway\'s own connection, also on a GET\'s second try', async () => {
     // What the pets-service's HTTP parser answers on a connection it held longer than its headers
     // timeout (seen when it resumes after a freeze): the client's request was complete at the gateway.

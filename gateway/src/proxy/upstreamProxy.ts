@@ -107,15 +107,21 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
 
   // Upstream latency: request handed to the upstream → its response headers back, under the
   // upstream's status (answerHead gave it to the reply). An answer the gateway refused to pass on
-  // (fail) is counted as a failure only.
+  // (fail), or one the upstream broke off, is counted as a failure only; one the client left
+  // before its end, when it leaves (answered), as no onResponse follows.
   const waited = new WeakMap<object, number>()
   const observer = options.observer
   if (observer) {
     app.addHook('onResponse', (request, reply, done) => {
-      const seconds = waited.get(request)
-      if (seconds !== undefined) observer.response(name, reply.statusCode, seconds)
+      answered(request, reply.statusCode)
       done()
     })
+  }
+  function answered(request: FastifyRequest, status: number): void {
+    const seconds = waited.get(request)
+    if (seconds === undefined) return
+    waited.delete(request)
+    observer?.response(name, status, seconds)
   }
 
   /**
@@ -150,6 +156,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     inFlight: 0,
     honoursIdempotencyKeys: options.honoursIdempotencyKeys === true,
     fail,
+    answered,
     answerHead,
     pool,
   }
@@ -320,7 +327,7 @@ interface UpstreamLink {
   readonly name: string
   readonly timeoutMillis: number
   readonly observer: UpstreamObserver | undefined
-  /** Upstream latency per request, read by the onResponse hook. */
+  /** Upstream latency per request, observed once its answer ends (answered). */
   readonly waited: WeakMap<object, number>
   /** Requests dispatched to the pool whose exchange undici has not ended yet (bounded by maxInFlight). */
   inFlight: number
@@ -328,6 +335,8 @@ interface UpstreamLink {
   readonly honoursIdempotencyKeys: boolean
   readonly pool: Dispatcher
   fail(reply: FastifyReply, error: unknown): void
+  /** Observes the request's upstream latency, once, under `status`. */
+  answered(request: FastifyRequest, status: number): void
   answerHead(request: FastifyRequest, reply: FastifyReply, statusCode: number, parsed: Record<string, string | string[] | undefined>): boolean
 }
 
@@ -394,7 +403,10 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   private clientGone(): void {
     this.forgetClientGone()
-    if (!this.reply.raw.writableFinished && !this.stream?.readableEnded) this.cutOff(new Error('the client went away'), true)
+    if (this.reply.raw.writableFinished) return
+    // The upstream answered; the client did not stay for all of it.
+    this.link.answered(this.request, this.statusCode)
+    if (!this.stream?.readableEnded) this.cutOff(new Error('the client went away'), true)
   }
 
   onConnect(abortRequest: (reason?: Error) => void): void {
@@ -552,6 +564,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
    * the loop (a socket's error after its close; the deadline's timer).
    */
   private breakOff(error: Error): void {
+    this.link.waited.delete(this.request)
     this.link.observer?.failure(this.link.name, failureKind(error))
     this.reply.log.warn({ err: error }, 'upstream answer broken off after its head was sent')
     this.stream?.destroy(error)
