@@ -61,6 +61,7 @@ describe('gateway logs', () => {
     const levels = (requestId: string) => lines.filter((line) => line.requestId === requestId).map((line) => [line.level, line.status ?? line.msg])
     expect(levels('log-501')).toEqual([[30, 501]])
     expect(levels('log-502')).toEqual([[40, 'upstream request failed'], [30, 502]])
+    expect(lines.find((line) => line.requestId === 'log-502' && line.level === 40)).toMatchObject({ upstream: 'pets', code: 'bad_gateway' })
   })
 
   it('write a line (status 499) and count the request when the client leaves before its answer', async () => {

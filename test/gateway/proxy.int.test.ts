@@ -688,7 +688,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
         const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
         const order = { key, contract: false, ...json({ petId: 1, quantity: 1 }, { 'idempotency-key': 'order-1' }) }
         expect((await gateway.request('/v1/store/orders', order)).status).toBe(200)
-        await expectErrorResponse(await gateway.request('/v1/store/orders', order), 502, 'bad_gateway')
+        const failed = await expectErrorResponse(await gateway.request('/v1/store/orders', order), 502, 'bad_gateway')
+        expect(failed.message).toBe('The orders service could not be reached or answered badly.')
         expect(closing.outcomes).toEqual(['POST answered', 'POST closed'])
       } finally {
         await pets.close()

@@ -36,11 +36,15 @@ function errorCodes(error: unknown): string[] {
   return codes
 }
 
-/** Upstream failures as clients see them: 504 when it stayed silent, 502 for everything else. */
-export function upstreamFailure(error: unknown) {
+/**
+ * Upstream failures as clients see them: 504 when it stayed silent, 502 for everything else. The
+ * messages name the catalogue (the pets upstream) or, for another upstream, its name.
+ */
+export function upstreamFailure(error: unknown, upstream = 'pets') {
+  const service = upstream === 'pets' ? undefined : `The ${upstream} service`
   return failureKind(error) === 'timeout'
-    ? gatewayErrors.create('upstream_timeout', undefined, { cause: error })
-    : gatewayErrors.create('bad_gateway', undefined, { cause: error })
+    ? gatewayErrors.create('upstream_timeout', service && `${service} did not answer in time.`, { cause: error })
+    : gatewayErrors.create('bad_gateway', service && `${service} could not be reached or answered badly.`, { cause: error })
 }
 
 /** The answer's body was not complete within the upstream timeout of its headers. */

@@ -190,8 +190,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     if (reply.sent) return
     waited.delete(reply.request)
     observer?.failure(name, failureKind(error))
-    const failure = upstreamFailure(error)
-    reply.log.warn({ err: error, code: failure.code }, 'upstream request failed')
+    const failure = upstreamFailure(error, name)
+    reply.log.warn({ err: error, code: failure.code, upstream: name }, 'upstream request failed')
     sendApiError(reply, failure)
   }
 
