@@ -47,6 +47,24 @@ describe('gateway logs', () => {
     expect(keyless[0]!.keyId).toBeUndefined()
   })
 
+  it('name behind a trusted proxy the client it names, without the port it may add, as the per-IP limit counts it', async () => {
+    const behindProxy = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      logStream: gatewayLog.stream,
+      configure: (file) => void (file.server.trustedProxies = ['127.0.0.1']),
+    })
+    gateways.push(behindProxy)
+    for (const [requestId, forwarded] of [['log-proxied-v4', '203.0.113.9:4444'], ['log-proxied-v6', '[2001:db8::1]:443'], ['log-proxied-plain', '198.51.100.7']]) {
+      await behindProxy.request('/v1/pets', { headers: { 'x-request-id': requestId!, 'x-forwarded-for': forwarded! } })
+    }
+    const lines = gatewayLog.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+    const addressOf = (requestId: string) => lines.filter((line) => line.requestId === requestId).map((line) => line.clientAddress)
+    expect(addressOf('log-proxied-v4')).toEqual(['203.0.113.9'])
+    expect(addressOf('log-proxied-v6')).toEqual(['2001:db8::1'])
+    expect(addressOf('log-proxied-plain')).toEqual(['198.51.100.7'])
+  })
+
   it('record a documented 501 in the access line only, while an upstream failure also gets a line with its cause', async () => {
     const gateway = gateways[0]!
     const { key } = await gateway.createKey()
