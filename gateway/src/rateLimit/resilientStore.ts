@@ -65,9 +65,16 @@ export function createResilientStore(options: ResilientStoreOptions) {
   let failingDomains = 0
   const where = (domain: string) => ({ store: options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
 
+  /**
+   * The primary's clock (Redis TIME) less this host's, as of its last decision: the fallback
+   * decides in the store's time too, so a gateway whose clock is off gives the X-RateLimit-Reset
+   * and ban ends the other gateways give while Redis is away, as it does while Redis answers.
+   */
+  let primaryClockOffset = 0
+
   async function fallbackOr(error: unknown, request: LimitRequest): Promise<ResilientDecision> {
     if (!options.fallback) throw new StoreUnavailableError(error)
-    return { ...(await options.fallback.consume({ ...request, nowMillis: undefined })), degraded: true }
+    return { ...(await options.fallback.consume({ ...request, nowMillis: clock() + primaryClockOffset })), degraded: true }
   }
 
   /**
@@ -97,6 +104,7 @@ export function createResilientStore(options: ResilientStoreOptions) {
       const countedBefore = state.failuresCounted
       try {
         const decision = await options.primary.consume(request)
+        primaryClockOffset = decision.nowMillis - clock()
         if (state.retired) return { ...decision, degraded: false }
         state.failuresInARow = 0
         if (state.failing) {

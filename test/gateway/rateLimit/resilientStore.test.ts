@@ -13,8 +13,8 @@ const request: LimitRequest = {
 }
 
 /** A real in-process store standing in for Redis, which fails (like a late or refused Redis) while told to. */
-function primaryThatCanFail() {
-  const inner = createMemoryStore()
+function primaryThatCanFail(clock?: () => number) {
+  const inner = createMemoryStore({ clock })
   const state = { failing: false, calls: 0 }
   const store: LimitStore = {
     ...inner,
@@ -40,6 +40,18 @@ describe('onStoreFailure open: when Redis fails, requests are decided by per-pro
     })
     return { store, primary: primary.state, advance: (millis: number) => (now += millis) }
   }
+
+  it('decides in the store\'s time, learned from its last answer, on a host whose clock is 150 s behind: the reset is the one Redis would give', async () => {
+    const primary = primaryThatCanFail(() => Date.now() + 150_000)
+    const store = createResilientStore({ primary: primary.store, fallback: createMemoryStore(), logger: pino({ level: 'silent' }) })
+    const fromStore = await store.consume(request)
+    primary.state.failing = true
+    const fromFallback = await store.consume(request)
+    expect(fromFallback.degraded).toBe(true)
+    // The same moment give or take the test's own pace, not 150 s earlier.
+    expect(Math.abs(fromFallback.nowMillis - fromStore.nowMillis)).toBeLessThan(5_000)
+    expect(Math.abs(fromFallback.minute.resetMillis - fromStore.minute.resetMillis)).toBeLessThan(5_000)
+  })
 
   it('one late reply sends only that request to the fallback; the next one asks Redis again', async () => {
     const { store, primary } = setUp()
