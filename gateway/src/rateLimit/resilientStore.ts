@@ -71,10 +71,11 @@ export function createResilientStore(options: ResilientStoreOptions) {
    * and ban ends the other gateways give while Redis is away, as it does while Redis answers.
    */
   let primaryClockOffset = 0
+  const fallbackNow = () => clock() + primaryClockOffset
 
   async function fallbackOr(error: unknown, request: LimitRequest): Promise<ResilientDecision> {
     if (!options.fallback) throw new StoreUnavailableError(error)
-    return { ...(await options.fallback.consume({ ...request, nowMillis: clock() + primaryClockOffset })), degraded: true }
+    return { ...(await options.fallback.consume({ ...request, nowMillis: fallbackNow() })), degraded: true }
   }
 
   /**
@@ -143,13 +144,13 @@ export function createResilientStore(options: ResilientStoreOptions) {
      * caller retries). False when the primary had applied this unban already.
      */
     async unban(keyId: string, changeId: number): Promise<boolean> {
-      const [primary] = await Promise.allSettled([options.primary.unban(keyId, changeId), options.fallback?.unban(keyId, changeId)])
+      const [primary] = await Promise.allSettled([options.primary.unban(keyId, changeId), options.fallback?.unban(keyId, changeId, { nowMillis: fallbackNow() })])
       if (primary.status === 'rejected') throw primary.reason
       return primary.value
     },
     /** Lifts the ban in this process's fallback only: the shared store has lifted it already. */
     async unbanHere(keyId: string, changeId: number): Promise<void> {
-      await options.fallback?.unban(keyId, changeId)
+      await options.fallback?.unban(keyId, changeId, { nowMillis: fallbackNow() })
     },
     async close(): Promise<void> {
       await Promise.allSettled([options.primary.close(), options.fallback?.close()])
