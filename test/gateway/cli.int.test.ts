@@ -536,7 +536,7 @@ describe('keys CLI (npm run keys)', () => {
     expect((await repository.activeBans([record.id])).get(record.id)).toMatchObject({ step: 1 })
   })
 
-  it('refuses to change or unban a revoked key with exit 1, and changes nothing', async () => {
+  it('refuses to change or unban a revoked or expired key with exit 1, and changes nothing', async () => {
     await schema()
     const { record } = await repository.create({ name: 'revoked', plan: 'pro' })
     await repository.revoke(record.id)
@@ -555,6 +555,14 @@ describe('keys CLI (npm run keys)', () => {
     }
     expect(await repository.findById(record.id)).toMatchObject({ plan: 'pro', perMinute: null, perDay: null })
     expect((await repository.changesSince(0)).filter((change) => change.keyId === record.id)).toHaveLength(changesBefore)
+
+    // An expired key, by the database's clock, likewise: no gateway will take it again.
+    const expired = (await repository.create({ name: 'expired', plan: 'pro', expiresInMillis: -1_000 })).record
+    for (const refused of await Promise.all([run('set-plan', expired.id, 'business'), run('unban', expired.id)])) {
+      expect(refused.code, refused.stderr).toBe(1)
+      expect(refused.stderr).toMatch(new RegExp(`^error: API key ${expired.id} expired .+ UTC: an expired key cannot be changed or unbanned`))
+    }
+    expect(await repository.findById(expired.id)).toMatchObject({ plan: 'pro' })
 
     // Revoking it again says so and keeps the time it was first revoked.
     const revokedAt = (await repository.findById(record.id))?.revokedAt

@@ -64,15 +64,19 @@ async function existing(deps: CommandDeps, id: string): Promise<ApiKeyRecord> {
 }
 
 /**
- * set-plan, set-limits and unban on a revoked key: refused. A revoked key is refused by every
- * gateway and cannot be brought back, so changing it only hides a mistake (usually the wrong id).
+ * set-plan, set-limits and unban on a revoked or expired key: refused. Such a key is refused by
+ * every gateway and cannot be brought back, so changing it only hides a mistake (usually the
+ * wrong id). Expired by the database's clock (`now`), as the gateways judge it.
  */
-function live(record: ApiKeyRecord): ApiKeyRecord {
-  if (record.revokedAt !== null) {
-    throw new CliError(
-      `API key ${record.id} is revoked (since ${describeTime(record.revokedAt)}): a revoked key cannot be changed or unbanned. ` +
-        'Check the id (`npm run keys -- list`), or create a new key.',
-    )
+function live(record: ApiKeyRecord, now: Date): ApiKeyRecord {
+  const gone =
+    record.revokedAt !== null
+      ? `is revoked (since ${describeTime(record.revokedAt)}): a revoked key`
+      : record.expiresAt !== null && record.expiresAt <= now
+        ? `expired ${describeTime(record.expiresAt)}: an expired key`
+        : undefined
+  if (gone !== undefined) {
+    throw new CliError(`API key ${record.id} ${gone} cannot be changed or unbanned. Check the id (\`npm run keys -- list\`), or create a new key.`)
   }
   return record
 }
@@ -150,7 +154,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       return report(record, command.json, headline)
     }
     case 'unban': {
-      const record = live(await existing(deps, command.id))
+      const record = live(await existing(deps, command.id), now)
       const recordedBan = (await repository.activeBans([record.id])).has(record.id)
       const changeId = await repository.requestUnban(command.id)
       if (changeId === null) present(undefined, command.id)
@@ -168,7 +172,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
     }
     case 'set-plan': {
       const plan = requirePlan(plans, command.plan)
-      const before = live(await existing(deps, command.id))
+      const before = live(await existing(deps, command.id), now)
       const hasBoth = before.perMinute !== null && before.perDay !== null
       if (isCustomPlan(plan) && !command.limits && !hasBoth) throw needsLimits(command.plan)
       // Limits before plan: a gateway reading in between never sees a custom plan without limits.
@@ -185,7 +189,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       return
     }
     case 'set-limits': {
-      const before = live(await existing(deps, command.id))
+      const before = live(await existing(deps, command.id), now)
       const plan = plans && Object.hasOwn(plans, before.plan) ? plans[before.plan] : undefined
       if (command.limits === null && plan && isCustomPlan(plan)) {
         throw new UsageError(
