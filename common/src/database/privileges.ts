@@ -224,8 +224,7 @@ export async function describeRefusal(pool: pg.Pool, needs: PostgresNeeds, error
   }))
   // A database that is not there is no privilege the role lacks, and the operator who mistyped its
   // name in DATABASE_URL was sent looking for one.
-  const code = (error as { code?: unknown } | null)?.code ?? ((error as { cause?: { code?: unknown } } | null)?.cause)?.code
-  const headline = code === '3D000' ? 'Postgres has no such database' : `Postgres refuses the ${needs.who}'s role what it needs`
+  const headline = words.startsWith('3D000:') ? 'Postgres has no such database' : `Postgres refuses the ${needs.who}'s role what it needs`
   return `${headline} (${words}): ${fix}`
 }
 

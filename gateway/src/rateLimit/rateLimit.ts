@@ -108,8 +108,7 @@ export const rateLimit = fp(
 
     // Headers speak the store's time (Redis TIME), whatever this host's clock says. Answers that
     // make no store call (a cached ban, the anonymous limit) use the offset seen on the last one.
-    let storeClockOffset = 0
-    const storeNow = () => Date.now() + storeClockOffset
+    const storeNow = () => options.store.now()
 
     function anonymousHeaders(request: FastifyRequest, state: Omit<AnonymousDecision, 'admitted'>) {
       const now = storeNow()
@@ -185,7 +184,6 @@ export const rateLimit = fp(
           headers: { 'retry-after': String(retryAfter) },
         })
       }
-      if (!decision.degraded) storeClockOffset = decision.nowMillis - Date.now()
       request.rateLimitHeaders =
         decision.outcome === 'banned'
           ? bannedHeaders(limits, decision.nowMillis, decision.retryAfterMillis)

@@ -66,16 +66,17 @@ export function createResilientStore(options: ResilientStoreOptions) {
   const where = (domain: string) => ({ store: options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
 
   /**
-   * The primary's clock (Redis TIME) less this host's, as of its last decision: the fallback
-   * decides in the store's time too, so a gateway whose clock is off gives the X-RateLimit-Reset
-   * and ban ends the other gateways give while Redis is away, as it does while Redis answers.
+   * The primary's clock (Redis TIME) less this host's, as of its last decision. The store's time
+   * (storeNow) is what every answer speaks: the fallback's decisions too, so a gateway whose clock
+   * is off gives the X-RateLimit-Reset and ban ends the other gateways give while Redis is away,
+   * as it does while Redis answers.
    */
   let primaryClockOffset = 0
-  const fallbackNow = () => clock() + primaryClockOffset
+  const storeNow = () => clock() + primaryClockOffset
 
   async function fallbackOr(error: unknown, request: LimitRequest): Promise<ResilientDecision> {
     if (!options.fallback) throw new StoreUnavailableError(error)
-    return { ...(await options.fallback.consume({ ...request, nowMillis: fallbackNow() })), degraded: true }
+    return { ...(await options.fallback.consume({ ...request, nowMillis: storeNow() })), degraded: true }
   }
 
   /**
@@ -98,6 +99,8 @@ export function createResilientStore(options: ResilientStoreOptions) {
   }
 
   return {
+    /** This host's reckoning of the store's time: its clock plus the offset seen on the primary's last decision. */
+    now: storeNow,
     async consume(request: LimitRequest): Promise<ResilientDecision> {
       const domain = options.primary.failureDomain?.(request.keyId) ?? options.primary.kind
       const state = healthOf(domain)
@@ -144,13 +147,13 @@ export function createResilientStore(options: ResilientStoreOptions) {
      * caller retries). False when the primary had applied this unban already.
      */
     async unban(keyId: string, changeId: number): Promise<boolean> {
-      const [primary] = await Promise.allSettled([options.primary.unban(keyId, changeId), options.fallback?.unban(keyId, changeId, { nowMillis: fallbackNow() })])
+      const [primary] = await Promise.allSettled([options.primary.unban(keyId, changeId), options.fallback?.unban(keyId, changeId, { nowMillis: storeNow() })])
       if (primary.status === 'rejected') throw primary.reason
       return primary.value
     },
     /** Lifts the ban in this process's fallback only: the shared store has lifted it already. */
     async unbanHere(keyId: string, changeId: number): Promise<void> {
-      await options.fallback?.unban(keyId, changeId, { nowMillis: fallbackNow() })
+      await options.fallback?.unban(keyId, changeId, { nowMillis: storeNow() })
     },
     async close(): Promise<void> {
       await Promise.allSettled([options.primary.close(), options.fallback?.close()])
