@@ -148,7 +148,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(authenticate, {
     keys: deps.keys,
     onFailure: deps.metrics?.authFailure,
-    beginLookUp: (request) => deps.limiter.anonymous().beginLookUp(anonymousBucket(request.ip)),
+    beginLookUp: (request, overdue) => deps.limiter.anonymous().beginLookUp(anonymousBucket(request.ip), overdue),
   })
   await app.register(privateResponses)
   // 3

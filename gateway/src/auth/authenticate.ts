@@ -111,7 +111,7 @@ export const authenticate = fp(
        * or not at all (anonymousLimiter.ts beginLookUp). Without it, every invented key with a valid
        * checksum (anyone can compute one) would cost a Postgres query after the address is refused.
        */
-      beginLookUp?: (request: FastifyRequest) => LookUpTurn
+      beginLookUp?: (request: FastifyRequest, overdue: boolean) => LookUpTurn
     },
   ) => {
     app.decorateRequest('apiKey', null)
@@ -142,37 +142,49 @@ export const authenticate = fp(
       else request.apiKey = record
     }
 
+    /** The key could not be checked now (Postgres unavailable, or too slow for the address's lookups): 503. */
+    function unchecked(request: FastifyRequest, cause?: unknown): void {
+      request.authFailure = gatewayErrors.create('service_unavailable', undefined, {
+        headers: { 'retry-after': String(spreadRetryAfterSeconds(RETRY_AFTER_UNAVAILABLE)) },
+        cause,
+      })
+      request.authFailureReason = 'unchecked'
+    }
+
     /**
      * A key the cache did not hold: looked up once the per-IP limit allows it. A request told to
-     * wait for the address's lookups under way goes anyway after LOOKUP_WAIT_MILLIS: with Postgres
-     * slow or hung they take seconds each, and waiting in line behind every one of them would keep
-     * a request far past its own lookup's bound.
+     * wait for the address's lookups under way waits LOOKUP_WAIT_MILLIS at most: with Postgres slow
+     * or hung they take seconds each, and waiting in line behind every one of them would keep a
+     * request far past its own lookup's bound. It then goes as one of the address's few overdue
+     * lookups, or, when those are all under way too, is answered 503 (the per-IP limit decides).
      */
     function lookUp(request: FastifyRequest, hashHex: string, done: (error?: Error) => void, waitingSince?: number): void {
       // A key already being looked up (a client's connections warming up with one key) is one
       // query, and one place under the per-IP limit, however many requests wait for it.
-      let turn = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request) : UNLIMITED
+      const now = performance.now()
+      const since = waitingSince ?? now
+      const left = since + LOOKUP_WAIT_MILLIS - now
+      const turn = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request, left <= 0) : UNLIMITED
       if (turn.kind === 'refused') {
         refuse(request, 'over_ip_limit')
         return done()
       }
+      if (turn.kind === 'busy') {
+        unchecked(request)
+        return done()
+      }
       if (turn.kind === 'wait') {
-        const since = waitingSince ?? performance.now()
-        const left = since + LOOKUP_WAIT_MILLIS - performance.now()
-        if (left <= 0) turn = UNLIMITED
-        else {
-          let timer: NodeJS.Timeout | undefined
-          const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, left)))
-          void Promise.race([turn.untilSettled, waited]).then(() => {
-            clearTimeout(timer)
-            // Its answer may have come meanwhile, from another request's lookup of the same key.
-            const held = options.keys.cached(hashHex)
-            if (held === undefined) return lookUp(request, hashHex, done, since)
-            identify(request, held)
-            done()
-          })
-          return
-        }
+        let timer: NodeJS.Timeout | undefined
+        const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, left)))
+        void Promise.race([turn.untilSettled, waited]).then(() => {
+          clearTimeout(timer)
+          // Its answer may have come meanwhile, from another request's lookup of the same key.
+          const held = options.keys.cached(hashHex)
+          if (held === undefined) return lookUp(request, hashHex, done, since)
+          identify(request, held)
+          done()
+        })
+        return
       }
       const { settled } = turn
       options.keys.fetch(hashHex).then(
@@ -184,11 +196,7 @@ export const authenticate = fp(
         (error: unknown) => {
           settled(false)
           if (!isDatabaseUnavailable(error)) return done(error as Error)
-          request.authFailure = gatewayErrors.create('service_unavailable', undefined, {
-            headers: { 'retry-after': String(spreadRetryAfterSeconds(RETRY_AFTER_UNAVAILABLE)) },
-            cause: error,
-          })
-          request.authFailureReason = 'unchecked'
+          unchecked(request, error)
           done()
         },
       )

@@ -21,6 +21,8 @@ interface LocalWindow {
   resetsAt: number
   lookups: number
   pending: number
+  /** Lookups under way that went after waiting LOOKUP_WAIT_MILLIS for the others (beginLookUp `overdue`). */
+  overdue: number
   /** Wakes the lookups waiting for one under way to settle (beginLookUp). */
   wake?: () => void
   settling?: Promise<void>
@@ -28,12 +30,15 @@ interface LocalWindow {
 
 /**
  * Whether a key no cache holds may be looked up for an address now: go (and call `settled` with
- * the answer), wait until one of its lookups under way has its answer and ask again, or not at all.
+ * the answer), wait until one of its lookups under way has its answer and ask again, not at all
+ * (`refused`: the address has spent its limit), or not now (`busy`: its lookups are overdue, the
+ * key cannot be checked while Postgres is this slow).
  */
 export type LookUpTurn =
   | { kind: 'go'; settled: (found: boolean) => void }
   | { kind: 'wait'; untilSettled: Promise<void> }
   | { kind: 'refused' }
+  | { kind: 'busy' }
 
 /** An address's counts in this process, which a reload's new limiter carries over. */
 export interface AnonymousCounts {
@@ -107,7 +112,7 @@ export function createAnonymousLimiter(options: {
   function windowHere(clientIp: string, now: number): LocalWindow {
     let window = here.get(clientIp)
     if (window === undefined || window.resetsAt <= now) {
-      window = { count: 0, resetsAt: now + windowMillis, lookups: 0, pending: 0 }
+      window = { count: 0, resetsAt: now + windowMillis, lookups: 0, pending: 0, overdue: 0 }
       here.set(clientIp, window)
     }
     return window
@@ -162,22 +167,35 @@ export function createAnonymousLimiter(options: {
    * process's window or in the shared one Redis reported, `limit` more lookups are made until the
    * window resets (a real key from behind the same address, say a colleague's behind one NAT),
    * then none; one that finds a usable key gives its place back.
+   *
+   * A request that has waited its while (`overdue`: Postgres is slow, the lookups under way take
+   * seconds) goes without waiting any longer, but at most `limit` such lookups are under way for
+   * an address at once; past them the key cannot be checked now (`busy`). Uncounted, a flood of
+   * invented keys would cost a query each exactly while Postgres is slowest.
    */
-  function beginLookUp(clientIp: string): LookUpTurn {
+  function beginLookUp(clientIp: string, overdue = false): LookUpTurn {
     const window = windowHere(clientIp, performance.now())
     const spentHere = window.count >= limit || spentWindow(clientIp) !== undefined
+    let late = false
     if (spentHere) {
       if (window.lookups >= limit) return REFUSED
       window.lookups++
     } else if (window.count + window.pending >= limit) {
-      if (window.settling === undefined) window.settling = new Promise((resolve) => (window.wake = resolve))
-      return { kind: 'wait', untilSettled: window.settling }
+      if (overdue) {
+        if (window.overdue >= limit) return BUSY
+        late = true
+        window.overdue++
+      } else {
+        if (window.settling === undefined) window.settling = new Promise((resolve) => (window.wake = resolve))
+        return { kind: 'wait', untilSettled: window.settling }
+      }
     }
     window.pending++
     return {
       kind: 'go',
       settled: (found) => {
         window.pending--
+        if (late) window.overdue--
         if (spentHere && found) window.lookups--
         const wake = window.wake
         window.wake = window.settling = undefined
@@ -253,5 +271,6 @@ function tighter(a: AnonymousDecision, b: AnonymousDecision): AnonymousDecision 
 }
 
 const REFUSED: LookUpTurn = { kind: 'refused' }
+const BUSY: LookUpTurn = { kind: 'busy' }
 
 export type AnonymousLimiter = ReturnType<typeof createAnonymousLimiter>

@@ -257,6 +257,30 @@ describe('requests without a valid key are limited per client IP', () => {
     }
   })
 
+  // Past its wait, a request goes as one of the address's few overdue lookups: a flood of invented
+  // keys while Postgres hangs costs twice the limit in queries, not one each, and the rest are told
+  // to come back.
+  it('looks up six keys of twenty invented ones sent at once while Postgres hangs, and answers the other fourteen 503 with Retry-After', async () => {
+    const g = await gateway()
+    const lookups = holdLookups(g, 100)
+    const connections = await sendAtOnce(g, Array.from({ length: 20 }, () => get(generateApiKey())))
+    try {
+      const { statuses, retryAfters } = answersOn(connections)
+      await eventually(async () => statuses().length === 14, 10_000, 50)
+      expect(statuses()).toEqual(Array.from({ length: 14 }, () => '503'))
+      expect(retryAfters().every((seconds) => seconds >= 1)).toBe(true)
+      expect(connections.filter((connection) => connection.answer().includes('"code":"service_unavailable"'))).toHaveLength(14)
+      expect(lookups.held()).toBe(6)
+      lookups.release()
+      await eventually(async () => statuses().length === 20, 10_000, 50)
+      // Charged as they settle: three guesses take the address's limit, the other three are over it.
+      expect(statuses().filter((status) => status !== '503').sort()).toEqual(['401', '401', '401', '429', '429', '429'])
+    } finally {
+      lookups.release()
+      for (const connection of connections) connection.socket.destroy()
+    }
+  })
+
   // The other side of limiting lookups once an address has spent its window: each real key found
   // gives its place back, so colleagues behind a guesser's NAT are not locked out after three keys.
   it('admits every real key it does not hold, one after another, from an address that has spent its limit', async () => {
