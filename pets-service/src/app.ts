@@ -13,7 +13,7 @@ import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
 import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
-import { firstNumberRoundedToInteger, instancePathAt, type NumberLiteral } from './http/exactNumbers.ts'
+import { firstNumberRoundedToInteger, firstRepeatedMember, instancePathAt, type NumberLiteral } from './http/exactNumbers.ts'
 import type { PetRepository } from './repository/petRepository.ts'
 import type { PostgresRefusalWatch } from '../../common/src/database/privileges.ts'
 import { authCheckRoute } from './routes/authCheck.ts'
@@ -135,10 +135,11 @@ function unsupportedEncoding(headers: IncomingHttpHeaders): string | undefined {
 }
 
 /**
- * JSON bodies are parsed as Fastify does, after two checks that keep a client's text from being
+ * JSON bodies are parsed as Fastify does, with three checks that keep a client's text from being
  * stored as something it never sent: the bytes must be UTF-8 (RFC 8259 §8.1; decoded leniently,
- * `Caf\xE9` would be stored as `Caf\uFFFD`), and a number that is not an integer but parses to
- * one (`9007199254740990.5`) would pass the integer schema rounded, so both are refused with 400.
+ * `Caf\xE9` would be stored as `Caf\uFFFD`); a number that is not an integer but parses to one
+ * (`9007199254740990.5`) would pass the integer schema rounded; and of a member given twice
+ * JSON.parse keeps the last, whatever the first held. All three are refused with 400.
  */
 function strictJsonBodies(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error')
@@ -157,13 +158,15 @@ function strictJsonBodies(app: FastifyInstance): void {
     } catch {
       return done(petsErrors.create('invalid_json', 'The request body is not valid UTF-8.'))
     }
+    // Judged once the text is known to be JSON (broken JSON is invalid_json however it reads). A
+    // rounded number, where the schema would take the rounded value: elsewhere (a name, a field
+    // not allowed) the schema's own message tells the truth.
     const rounded = firstNumberRoundedToInteger(text)
-    if (rounded === undefined) return parseJson(request, text, done)
-    // Judged once the text is known to be JSON, and where the schema would take the rounded value:
-    // elsewhere (a name, a field not allowed) the schema's own message tells the truth, and broken
-    // JSON is invalid_json however its numbers read.
     parseJson(request, text, (error, body) => {
       if (error) return done(error)
+      const repeated = firstRepeatedMember(text)
+      if (repeated !== undefined) return done(petsErrors.create('validation_failed', repeatedMessage(text, repeated)))
+      if (rounded === undefined) return done(null, body)
       const validate = request.getValidationFunction('body')
       if (validate !== undefined && !validate(body)) return done(null, body)
       done(petsErrors.create('validation_failed', roundedMessage(text, rounded)))
@@ -173,6 +176,10 @@ function strictJsonBodies(app: FastifyInstance): void {
 
 /** Long enough for any integer a client means; a literal of a megabyte is not repeated whole. */
 const MAX_ECHOED_LITERAL = 40
+
+function repeatedMessage(json: string, repeated: { name: string; valueIndex: number }): string {
+  return `body${instancePathAt(json, repeated.valueIndex)} must be given once`
+}
 
 function roundedMessage(json: string, rounded: NumberLiteral): string {
   const { token, index } = rounded

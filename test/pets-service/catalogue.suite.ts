@@ -158,6 +158,10 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
           jsonPost(`{ "name" : "Rex" ,\n "categoryId" : 1.${'0'.repeat(100)}1 }`),
           `body/categoryId must be an integer; 1.${'0'.repeat(38)}… would be rounded to one`,
         ],
+        // JSON.parse keeps the last of a member given twice: the refused value before it would pass.
+        ['a categoryId given twice, first refused', '/pets', jsonPost('{"name":"A","categoryId":"x","categoryId":2}'), 'body/categoryId must be given once'],
+        ['a status given twice', '/pets', jsonPost('{"name":"A","categoryId":2,"status":"bogus","status":"sold"}'), 'body/status must be given once'],
+        ['a name given twice, spelt apart', '/pets', jsonPost('{"name":"A","categoryId":2,"n\\u0061me" : "B"}'), 'body/name must be given once'],
         // Where the schema refuses the value for another reason, that reason is the message.
         ['a name that is a rounded number', '/pets', jsonPost('{"name":1.0000000000000001,"categoryId":1}'), 'body/name must be string'],
         [

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { firstNumberRoundedToInteger, instancePathAt } from '../../pets-service/src/http/exactNumbers.ts'
+import { firstNumberRoundedToInteger, firstRepeatedMember, instancePathAt } from '../../pets-service/src/http/exactNumbers.ts'
 
 describe('numbers JSON.parse would round to an integer', () => {
   it.each([
@@ -51,5 +51,26 @@ describe('the field a number in a JSON text belongs to', () => {
     ['{"a/b":{"c~d":{"\\u0065":1.0000000000000001}}}', '1.0000000000000001', '/a~1b/c~0d/e'],
   ])('finds %s at its pointer', (json, token, pointer) => {
     expect(instancePathAt(json, json.indexOf(token))).toBe(pointer)
+  })
+})
+
+describe('members given twice in one object', () => {
+  it.each([
+    ['{"name":"A","categoryId":"x","categoryId":2}', 'categoryId', '2'],
+    ['{"name":"A", "n\\u0061me" :\t"B"}', 'name', '"B"'],
+    ['{"a":{"b":1},"c":[{"d":1,"d":[3]}]}', 'd', '[3]'],
+  ])('finds the second member of %s', (json, name, value) => {
+    expect(firstRepeatedMember(json)).toEqual({ name, valueIndex: json.lastIndexOf(value) })
+  })
+
+  it.each([
+    '{"name":"A","categoryId":2}',
+    // The same name in different objects, and names as values or inside strings, are not repeats.
+    '{"a":{"x":1},"b":{"x":1}}',
+    '{"name":"name","categoryId":2,"status":"{\\"name\\":1}"}',
+    '[{"a":1},{"a":1}]',
+    '{"a":"b","b":"a"}',
+  ])('finds none in %s', (json) => {
+    expect(firstRepeatedMember(json)).toBeUndefined()
   })
 })

@@ -10,7 +10,7 @@ describe('a new pet as stored', () => {
   it('has white space and invisible characters trimmed off either end, not the variation selector or tags that belong to the last character', () => {
     const trimmed = (name: string) => normaliseNewPet({ name, categoryId: 1 }).name
     // Those attached to the last letter too (a variation selector, the grapheme joiner, a tag, a Mongolian selector after a Latin x).
-    for (const name of ['Rex\u200b', '\u200bRex', '\u2060Rex\u2060', 'Rex\u00ad', '\u180eRex', '\u{e0001}Rex', '\ufeff Rex \u3000', 'Rex\u200d', '\u200dRex\u200c', '\u2800Rex\u2800', 'Rex\ufe0f', 'Rex\u034f', 'Rex\u{e0020}', 'Rex\u{e0100}', 'Rex\u180b', 'Rex\u0301\ufe0f\u034f']) {
+    for (const name of ['Rex\u200b', '\u200bRex', '\u2060Rex\u2060', 'Rex\u00ad', '\u180eRex', '\u{e0001}Rex', '\ufeff Rex \u3000', 'Rex\u200d', '\u200dRex\u200c', '\u2800Rex\u2800', 'Rex\ufe0f', 'Rex\u034f', 'Rex\u{e0020}', 'Rex\u{e0100}', 'Rex\u180b', 'Rex\u0301\ufe0f\u034f', 'Rex\u0085', '\u0085 Rex']) {
       expect(trimmed(name), JSON.stringify(name)).toBe(name.includes('\u0301') ? 'Rex\u0301' : 'Rex')
     }
     // A selector that chooses a glyph: an emoji's presentation, a Han ideograph's variant (names), a Mongolian letter's form.
@@ -34,6 +34,7 @@ describe('a new pet as stored', () => {
     ['blank', ' \t '],
     ['a tab inside', 'Re\tx'],
     ['DEL', 'Re\u007fx'],
+    ['a next-line character (U+0085) inside', 'Re\u0085x'],
     ['lone surrogate', 'Re\ud800x'],
     ['only noncharacters', '\uffff\ufffe\ufdd0'],
     ['only code points with no character assigned', '\u0378\u{1ffff}'],

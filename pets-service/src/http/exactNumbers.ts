@@ -37,6 +37,42 @@ export function firstNumberRoundedToInteger(json: string): NumberLiteral | undef
 }
 
 /**
+ * The first member of an object in a JSON text JSON.parse has accepted whose name an earlier
+ * member of the same object already has, and where its value begins; or undefined. JSON.parse
+ * keeps the last of them silently, so `{"categoryId":"x","categoryId":2}` would pass the schema
+ * although the client sent a value it refuses (RFC 8259 §4: names SHOULD be unique).
+ */
+export function firstRepeatedMember(json: string): { name: string; valueIndex: number } | undefined {
+  // One entry per container open: the names met so far in an object, null in an array.
+  const open: (Set<string> | null)[] = []
+  for (let i = 0; i < json.length; i++) {
+    const char = json.charCodeAt(i)
+    if (char === 0x7b) open.push(new Set())
+    else if (char === 0x5b) open.push(null)
+    else if (char === 0x7d || char === 0x5d) open.pop()
+    else if (char === 0x22) {
+      const start = i
+      let escaped = false
+      for (i++; i < json.length && json.charCodeAt(i) !== 0x22; i++) {
+        if (json.charCodeAt(i) === 0x5c) {
+          escaped = true
+          i++
+        }
+      }
+      const names = open.at(-1)
+      if (!names) continue
+      const colon = indexAfterWhitespace(json, i + 1)
+      // A string in an object followed by a colon is a name; the value after a name is not.
+      if (json.charCodeAt(colon) !== 0x3a) continue
+      const name = escaped ? (JSON.parse(json.slice(start, i + 1)) as string) : json.slice(start + 1, i)
+      if (names.has(name)) return { name, valueIndex: indexAfterWhitespace(json, colon + 1) }
+      names.add(name)
+    }
+  }
+  return undefined
+}
+
+/**
  * The JSON Pointer (RFC 6901, as Ajv writes an error's instancePath: `/categoryId`, `/pets/0`) of
  * the value that begins at `index` of a JSON text JSON.parse has accepted. Read by hand, not by a
  * second parse: the text holds no value but as written, and only the keys on the way are decoded.
@@ -71,9 +107,13 @@ export function instancePathAt(json: string, index: number): string {
 }
 
 function nextNonWhitespace(json: string, from: number): number {
+  return json.charCodeAt(indexAfterWhitespace(json, from))
+}
+
+function indexAfterWhitespace(json: string, from: number): number {
   let i = from
   while (json.charCodeAt(i) === 0x20 || json.charCodeAt(i) === 0x09 || json.charCodeAt(i) === 0x0a || json.charCodeAt(i) === 0x0d) i++
-  return json.charCodeAt(i)
+  return i
 }
 
 /** Whether a JSON number literal denotes an integer exactly (`7.0`, `1e3` do; `1.5`, `15e-1` not). */
