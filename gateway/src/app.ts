@@ -35,7 +35,7 @@ import { rateLimit } from './rateLimit/rateLimit.ts'
 import { apiDocs } from './routes/apiDocs.ts'
 import { getPetDeprecation } from './routes/getPetDeprecation.ts'
 import { storeOrdersRoute } from './routes/storeOrders.ts'
-import { routeRequestTarget, undecodablePathRoute } from './routes/requestTarget.ts'
+import { refusedPathRoutes, routeRequestTarget } from './routes/requestTarget.ts'
 
 export interface GatewayDependencies {
   /** The config in force; reloads replace it, and the limits follow on the next request. */
@@ -87,8 +87,8 @@ function httpsOptions(pair: TlsPair, timeouts: ClientTimeouts) {
  *   6.  the answers of one event-loop turn written together, at its end.
  * The API's description (/v1/openapi.json, /docs) is served without a key, limited per IP.
  * Before routing (rewriteUrl), an absolute-form target is reduced to its path and query, and a
- * path that does not percent-decode is routed to a 400 route, so even that answer passes stages
- * 1–3 instead of being refused by the router before them.
+ * path that does not percent-decode or holds a `.` or `..` segment is routed to a 400 route, so
+ * even that answer passes stages 1–3 instead of being refused by the router before them.
  */
 export async function buildGateway(deps: GatewayDependencies): Promise<FastifyInstance> {
   const boot = deps.config()
@@ -178,7 +178,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   })
   // Its deprecated operation's notice, on the gateway's own answers there too.
   await app.register(getPetDeprecation)
-  await app.register(undecodablePathRoute)
+  await app.register(refusedPathRoutes)
   await app.register(storeOrdersRoute, {
     upstream: boot.upstreams.orders,
     internalToken: deps.internalToken,

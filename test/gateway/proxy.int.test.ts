@@ -275,6 +275,29 @@ describe('gateway proxy to the real pets-service', () => {
     for (const character of ['{', '}', '"', '`', '<', '>']) expect(await answerTo(character.repeat(8_000)), character).toEqual(digits)
   })
 
+  it('answers 400 to a path with a "." or ".." segment, plain or percent-encoded, instead of resolving it for one party and not another', async () => {
+    const answerTo = async (path: string) => {
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`)
+      await connection.closed
+      const { statusLine, body } = parseAnswer(connection.answer())
+      return { statusLine, body: body as { code: string; message: string } }
+    }
+    // The first two were read as GET /v1/pets/1 and the third answered 404: each party read dot segments its own way.
+    for (const path of ['/v1/pets/./1', '/v1/pets/%2e/1', '/v1/./pets', '/v1/pets/1/..', '/v1/pets/../pets', '/v1/%2E%2e/v1/pets', '/v1/pets/.', '/v1/../internal?x=1']) {
+      expect(await answerTo(path), path).toEqual({
+        statusLine: 'HTTP/1.1 400 Bad Request',
+        body: { code: 'bad_request', message: 'The request path may not hold "." or ".." segments; send the path they resolve to.', status: 400 },
+      })
+    }
+    // A dot inside a segment, or a "/./" in the query, is no dot segment: the pets-service judges the id.
+    for (const path of ['/v1/pets/.1', '/v1/pets/1?x=/./']) {
+      const { statusLine, body } = await answerTo(path)
+      expect(statusLine, path).toBe('HTTP/1.1 400 Bad Request')
+      expect(body.code, path).toBe('validation_failed')
+    }
+  })
+
   it('keeps its own headers whole when a client sends a thousand of its own: credential, caller id and prefix', async () => {
     const { key: other } = await gateway.createKey()
     // About 9 KB of headers: under the 16 KiB limit, and the 1,000 lines the gateway reads (with

@@ -4,6 +4,8 @@ import { gatewayErrors } from '../errors.ts'
 
 /** Where a path that does not percent-decode is sent; it answers 400 after the whole pipeline. */
 export const UNDECODABLE_PATH_ROUTE = '/v1/.undecodable-path'
+/** Where a path with a `.` or `..` segment is sent; it answers 400 after the whole pipeline. */
+export const DOT_SEGMENT_PATH_ROUTE = '/v1/.dot-segment-path'
 
 /** `http://host:port` at the start of an absolute-form request target. */
 const SCHEME_AND_AUTHORITY = /^https?:\/\/[^/?#]*/i
@@ -17,19 +19,36 @@ const SCHEME_AND_AUTHORITY = /^https?:\/\/[^/?#]*/i
  *   UTF-8) before any hook runs: no key check, no rate limit, no headers, no log fields. Such a
  *   path is sent to a route of its own instead, and its 400 goes through authentication and the
  *   limits like every other answer.
- * An origin-form target without a `%` (nearly all) costs two character checks.
+ * - A path with a `.` or `..` segment (`/v1/pets/./1`, `/v1/%2e%2e/pets`) is sent to a route of
+ *   its own too, answered 400: each party on the way resolves such a path its own way or not at
+ *   all (the router did not, the proxy's URL handling did), so the same request was one operation
+ *   here, another or none there. No client needs one: RFC 3986 §5.2.4 removes them before sending.
+ * An origin-form target without a `%` or `/.` (nearly all) costs three character checks.
  */
 export function routeRequestTarget(request: IncomingMessage): string {
   const url = originForm(request.url ?? '/')
-  if (url.indexOf('%') < 0) return url
+  const encoded = url.indexOf('%') >= 0
+  if (!encoded && url.indexOf('/.') < 0) return url
   const queryAt = url.indexOf('?')
   const path = queryAt < 0 ? url : url.slice(0, queryAt)
-  try {
-    decodeURIComponent(path)
-    return url
-  } catch {
-    return UNDECODABLE_PATH_ROUTE
+  if (encoded) {
+    try {
+      decodeURIComponent(path)
+    } catch {
+      return UNDECODABLE_PATH_ROUTE
+    }
   }
+  return hasDotSegment(path) ? DOT_SEGMENT_PATH_ROUTE : url
+}
+
+/** Whether a path that percent-decodes has a segment that is `.` or `..`, written plainly or encoded. */
+function hasDotSegment(path: string): boolean {
+  for (const segment of path.split('/')) {
+    if (segment.length === 0 || segment.length > 6) continue
+    const decoded = segment.indexOf('%') < 0 ? segment : decodeURIComponent(segment)
+    if (decoded === '.' || decoded === '..') return true
+  }
+  return false
 }
 
 /** The origin-form target the client sent, whatever the router was given instead. */
@@ -45,8 +64,12 @@ function originForm(url: string): string {
   return rest.charCodeAt(0) === 0x2f ? rest : `/${rest}`
 }
 
-export async function undecodablePathRoute(app: FastifyInstance): Promise<void> {
+/** The routes that answer the paths routeRequestTarget set aside. */
+export async function refusedPathRoutes(app: FastifyInstance): Promise<void> {
   app.all(UNDECODABLE_PATH_ROUTE, async () => {
     throw gatewayErrors.create('bad_request', 'The request path is not valid percent-encoding.')
+  })
+  app.all(DOT_SEGMENT_PATH_ROUTE, async () => {
+    throw gatewayErrors.create('bad_request', 'The request path may not hold "." or ".." segments; send the path they resolve to.')
   })
 }
