@@ -4,6 +4,14 @@ import { sameKeyLimits, type KeyLimits } from './planLimits.ts'
 /** Taken before a store call: a ban that call reports is kept only if the key was not forgotten since. */
 export type BanTicket = number
 
+/** What the store said of a ban (a LimitDecision's fields): its time, what is left, its step. */
+export interface BanSeen {
+  nowMillis: number
+  banMillisLeft: number
+  retryAfterMillis: number
+  banStep: number
+}
+
 /**
  * Bans this gateway has seen, answered without a Redis call while they last. Expiry is kept
  * on the local clock as "now + time left by the store's clock", so a gateway whose clock is
@@ -11,10 +19,15 @@ export type BanTicket = number
  * request would be admitted again, which can be later than its end (a window still full), and
  * the limits that moment was computed under: once the key's limits change (a reload, a new plan
  * or custom limits), the next request asks the store again rather than trust a stale moment.
+ * That moment is kept in the store's time as well, as the store gave it, for X-RateLimit-Reset:
+ * carried on the local clock it came back a reply's latency later, and a moment on a whole second
+ * (a bucket's edge) was then given as the second after, unlike the gateways that asked the store.
  */
 export function createBanCache(options: { maxEntries?: number; clock?: () => number } = {}) {
   const clock = options.clock ?? (() => performance.now())
-  const bans = new LRUCache<string, { until: number; admittedAt: number; step: number; limits: KeyLimits }>({ max: options.maxEntries ?? 100_000 })
+  const bans = new LRUCache<string, { until: number; admittedAt: number; admittedAtStoreMillis: number; step: number; limits: KeyLimits }>({
+    max: options.maxEntries ?? 100_000,
+  })
   // An unban forgets the key while requests may be on their way to the store, and the store can
   // answer them "banned" after the unban is done (they reached Redis before it): without this,
   // such an answer would cache the lifted ban again, for as long as the ban had left (up to a day).
@@ -22,13 +35,23 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
   const forgottenAt = new LRUCache<string, number>({ max: 10_000 })
   return {
     ticket: (): BanTicket => forgets,
-    remember(keyId: string, ticket: BanTicket, limits: KeyLimits, millisLeft: number, retryAfterMillis: number, step: number): void {
+    remember(keyId: string, ticket: BanTicket, limits: KeyLimits, ban: BanSeen): void {
       if ((forgottenAt.get(keyId) ?? -1) > ticket) return
       const now = clock()
-      bans.set(keyId, { until: now + millisLeft, admittedAt: now + Math.max(retryAfterMillis, millisLeft), step, limits })
+      const untilAdmitted = Math.max(ban.retryAfterMillis, ban.banMillisLeft)
+      bans.set(keyId, {
+        until: now + ban.banMillisLeft,
+        admittedAt: now + untilAdmitted,
+        admittedAtStoreMillis: ban.nowMillis + untilAdmitted,
+        step: ban.banStep,
+        limits,
+      })
     },
-    /** Milliseconds left of a known ban and until a request would be admitted under `limits`, or undefined. */
-    lookup(keyId: string, limits: KeyLimits): { millisLeft: number; retryAfterMillis: number; step: number } | undefined {
+    /**
+     * Milliseconds left of a known ban and until a request would be admitted under `limits`, and
+     * that moment in the store's time; or undefined.
+     */
+    lookup(keyId: string, limits: KeyLimits): { millisLeft: number; retryAfterMillis: number; admittedAtStoreMillis: number; step: number } | undefined {
       const ban = bans.get(keyId)
       if (!ban) return undefined
       const now = clock()
@@ -37,7 +60,7 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
         bans.delete(keyId)
         return undefined
       }
-      return { millisLeft, retryAfterMillis: ban.admittedAt - now, step: ban.step }
+      return { millisLeft, retryAfterMillis: ban.admittedAt - now, admittedAtStoreMillis: ban.admittedAtStoreMillis, step: ban.step }
     },
     /** Drops the key's ban, and any ban a store call started before now reports for it. */
     forget(keyId: string): void {

@@ -92,8 +92,9 @@ function settle(reply: FastifyReply, done: (error?: Error) => void, outcome: unk
 }
 
 /** A banned key has nothing left in either window until it would be admitted, wherever the answer comes from. */
-function bannedHeaders(limits: KeyLimits, now: number, retryAfterMillis: number): Record<string, string> {
-  const end = { remaining: 0, resetMillis: now + retryAfterMillis }
+/** Both windows spent until `admittedAtMillis`, the moment a banned key's request is admitted again (store time). */
+function bannedHeaders(limits: KeyLimits, now: number, admittedAtMillis: number): Record<string, string> {
+  const end = { remaining: 0, resetMillis: admittedAtMillis }
   return rateLimitHeaders(keyWindows(limits, end, end), now)
 }
 
@@ -137,7 +138,10 @@ export const rateLimit = fp(
     function knownBanRefusal(request: FastifyRequest, key: ApiKeyRecord, limits: KeyLimits) {
       const knownBan = options.bans.lookup(key.id, limits)
       if (!knownBan) return undefined
-      request.rateLimitHeaders = bannedHeaders(limits, storeNow(), knownBan.retryAfterMillis)
+      // The store's time now as this ban reckons it (its admission moment, less the wait left by
+      // this host's clock): Reset is the moment Redis gave, and RateLimit's t says Retry-After.
+      const { admittedAtStoreMillis, retryAfterMillis } = knownBan
+      request.rateLimitHeaders = bannedHeaders(limits, admittedAtStoreMillis - retryAfterMillis, admittedAtStoreMillis)
       options.observer?.decision({ plan: key.plan, outcome: 'banned', source: 'ban_cache' })
       return refusal('api_key_banned', knownBan.retryAfterMillis)
     }
@@ -186,7 +190,7 @@ export const rateLimit = fp(
       }
       request.rateLimitHeaders =
         decision.outcome === 'banned'
-          ? bannedHeaders(limits, decision.nowMillis, decision.retryAfterMillis)
+          ? bannedHeaders(limits, decision.nowMillis, decision.nowMillis + decision.retryAfterMillis)
           : rateLimitHeaders(keyWindows(limits, decision.minute, decision.day), decision.nowMillis)
       options.observer?.decision({
         plan: key.plan,
@@ -203,7 +207,7 @@ export const rateLimit = fp(
       })
       if (decision.newBan) announceBan(key.id, key.plan, decision, !decision.degraded)
       if (decision.outcome === 'banned') {
-        options.bans.remember(key.id, banTicket, limits, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
+        options.bans.remember(key.id, banTicket, limits, decision)
         throw refusal('api_key_banned', decision.retryAfterMillis)
       }
       if (decision.outcome === 'limited') {

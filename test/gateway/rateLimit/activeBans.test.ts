@@ -22,8 +22,8 @@ describe('gateway_active_bans', () => {
     const registry = new Registry()
     createGatewayMetrics(registry).observeBans(bans)
 
-    bans.remember('key_short', bans.ticket(), limits, 10_000, 10_000, 0)
-    bans.remember('key_long', bans.ticket(), limits, 60_000, 60_000, 2)
+    bans.remember('key_short', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 10_000, retryAfterMillis: 10_000, banStep: 0 })
+    bans.remember('key_long', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 60_000, retryAfterMillis: 60_000, banStep: 2 })
     expect(await scrape(registry)).toBe('gateway_active_bans 2')
 
     now = 10_000

@@ -53,7 +53,7 @@ describe('the ban cache and an unban racing a decision on its way to Redis', () 
         const decided = (async () => {
           const ticket = bans.ticket()
           const decision = await store.consume(request)
-          if (decision.outcome === 'banned') bans.remember('key_race', ticket, limits, decision.banMillisLeft, decision.retryAfterMillis, decision.banStep)
+          if (decision.outcome === 'banned') bans.remember('key_race', ticket, limits, decision)
           return decision.outcome
         })()
         if (unbanAfter === 'a turn later') await new Promise((resolve) => setImmediate(resolve))
@@ -207,8 +207,8 @@ describe('the ban cache after an unban', () => {
     bans.forget('key_bannedAgain')
     // A request decided after the unban: its ban is the key's new one, and is kept.
     const ticket = bans.ticket()
-    bans.remember('key_bannedAgain', ticket, limits, 30_000, 30_000, 1)
-    expect(bans.lookup('key_bannedAgain', limits)).toEqual({ millisLeft: 30_000, retryAfterMillis: 30_000, step: 1 })
+    bans.remember('key_bannedAgain', ticket, limits, { nowMillis: 0, banMillisLeft: 30_000, retryAfterMillis: 30_000, banStep: 1 })
+    expect(bans.lookup('key_bannedAgain', limits)).toEqual({ millisLeft: 30_000, retryAfterMillis: 30_000, admittedAtStoreMillis: 30_000, step: 1 })
   })
 })
 
