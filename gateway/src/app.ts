@@ -10,6 +10,7 @@ import {
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import type { PostgresRefusalWatch } from '../../common/src/database/privileges.ts'
 import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
+import { cutStalledConnections } from '../../common/src/http/stalledConnections.ts'
 import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
 import { MAX_HEADER_LINES, headerLineLimit } from '../../common/src/http/headerLines.ts'
@@ -48,7 +49,7 @@ export interface GatewayDependencies {
   internalToken: string
   logger: FastifyBaseLogger
   registry: Registry
-  /** How long a client may take to send its headers and its whole request (CLIENT_TIMEOUTS unless set). */
+  /** How long a client may take to send its headers and its whole request, and leave an answer unread (CLIENT_TIMEOUTS unless set). */
   clientTimeouts?: ClientTimeouts
   /** The certificate the public port serves HTTPS with (server.tls); plain HTTP without. */
   tls?: TlsPair
@@ -107,7 +108,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     genReqId: requestIdFrom,
     bodyLimit: BODY_LIMIT_BYTES,
     requestTimeout: timeouts.requestTimeoutMillis,
-    connectionTimeout: 60_000,
+    connectionTimeout: timeouts.stalledMillis,
     clientErrorHandler: clientErrorHandler(gatewayClientErrors, deps.logger, countRefusal),
     keepAliveTimeout: 72_000,
     // gracefulClose answers requests that arrive while closing, with the Error body.
@@ -116,6 +117,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     rewriteUrl: routeRequestTarget,
   })
   app.server.headersTimeout = timeouts.headersTimeoutMillis
+  cutStalledConnections(app.server)
   app.server.on('connect', refuseConnect(gatewayClientErrors, deps.logger, countRefusal))
   acceptOpaqueBodies(app)
 

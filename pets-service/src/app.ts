@@ -4,6 +4,7 @@ import type { Registry } from 'prom-client'
 import { CLIENT_TIMEOUTS, clientErrorHandler, connectionsCheckingIntervalMillis } from '../../common/src/http/clientErrors.ts'
 import { MAX_HEADER_LINES, headerLineLimit } from '../../common/src/http/headerLines.ts'
 import { coalescedWrites } from '../../common/src/http/coalescedWrites.ts'
+import { cutStalledConnections } from '../../common/src/http/stalledConnections.ts'
 import { errorBodies, frameworkErrorHandler } from '../../common/src/http/errorHandler.ts'
 import { expectContinue } from '../../common/src/http/expectContinue.ts'
 import { gracefulClose } from '../../common/src/http/gracefulClose.ts'
@@ -72,7 +73,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
       connectionsCheckingInterval: connectionsCheckingIntervalMillis(CLIENT_TIMEOUTS),
       maxHeaderSize: headerBytes([deps.internalToken, deps.previousInternalToken]),
     },
-    connectionTimeout: 60_000,
+    connectionTimeout: CLIENT_TIMEOUTS.stalledMillis,
     clientErrorHandler: clientErrorHandler(petsClientErrors, deps.logger, countParserRefusals(deps.registry)),
     keepAliveTimeout: 72_000,
     // gracefulClose answers requests that arrive while closing, with the Error body.
@@ -84,6 +85,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
     routerOptions: { maxParamLength: 16_384 },
   })
   app.server.headersTimeout = CLIENT_TIMEOUTS.headersTimeoutMillis
+  cutStalledConnections(app.server)
   useStrictBodyValidation(app)
   // The catalogue speaks JSON only: without this, Fastify would parse text/plain bodies and
   // answer 400 where 415 Unsupported Media Type is the truth.

@@ -1,3 +1,4 @@
+import { CLIENT_TIMEOUTS } from '../../common/src/http/clientErrors.ts'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
@@ -1177,7 +1178,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     // request (30 s) run from that request's first byte, also while it is held: once the answers
     // ahead took longer than that, the request was answered 408 and the connection closed, and
     // the rest of what the client had sent was never answered.
-    const timeouts = { headersTimeoutMillis: 1_000, requestTimeoutMillis: 3_000 }
+    const timeouts = { ...CLIENT_TIMEOUTS, headersTimeoutMillis: 1_000, requestTimeoutMillis: 3_000 }
     upstream = await scriptedUpstream((request, response) => {
       request.resume()
       request.on('end', () => {

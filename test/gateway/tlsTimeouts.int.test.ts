@@ -1,3 +1,4 @@
+import { CLIENT_TIMEOUTS } from '../../common/src/http/clientErrors.ts'
 import { mkdtempSync, rmSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import net from 'node:net'
@@ -12,7 +13,7 @@ import { startGateway } from '../helpers/gateway.ts'
 import { suiteService } from '../helpers/suiteService.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
-const TIMEOUTS = { headersTimeoutMillis: 500, requestTimeoutMillis: 1_000 }
+const TIMEOUTS = { ...CLIENT_TIMEOUTS, headersTimeoutMillis: 500, requestTimeoutMillis: 1_000 }
 
 /**
  * The slow-client bounds over TLS: the handshake is held to the header timeout (Node's own bound

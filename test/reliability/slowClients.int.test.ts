@@ -1,3 +1,4 @@
+import { CLIENT_TIMEOUTS } from '../../common/src/http/clientErrors.ts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startGateway } from '../helpers/gateway.ts'
 import { createKey, staticUpstream } from '../helpers/loadTools.ts'
@@ -12,7 +13,7 @@ import { killAll } from '../scripts/processes.ts'
 
 const TEST = 'test/reliability/slowClients.int.test.ts'
 /** Shorter than the production 10 s and 30 s so the cut-offs are seen within seconds. */
-const TIMEOUTS = { headersTimeoutMillis: 2_000, requestTimeoutMillis: 4_000 }
+const TIMEOUTS = { ...CLIENT_TIMEOUTS, headersTimeoutMillis: 2_000, requestTimeoutMillis: 4_000 }
 /** The production headers timeout, which the idle-connection test runs against. */
 const PRODUCTION_HEADERS_TIMEOUT_MILLIS = 10_000
 const IDLE_CONNECTIONS = scaled(2_000, 8_000)

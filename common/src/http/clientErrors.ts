@@ -161,10 +161,12 @@ export interface ClientTimeouts {
   headersTimeoutMillis: number
   /** The whole request, body included, must have arrived within this time. */
   requestTimeoutMillis: number
+  /** A connection on which nothing moves for this long is cut off (cutStalledConnections: an answer the client stops reading). */
+  stalledMillis: number
 }
 
-/** Slow clients are cut off: headers within 10 s, the whole request within 30 s. */
-export const CLIENT_TIMEOUTS: Readonly<ClientTimeouts> = { headersTimeoutMillis: 10_000, requestTimeoutMillis: 30_000 }
+/** Slow clients are cut off: headers within 10 s, the whole request within 30 s, an answer left unread after 60 s. */
+export const CLIENT_TIMEOUTS: Readonly<ClientTimeouts> = { headersTimeoutMillis: 10_000, requestTimeoutMillis: 30_000, stalledMillis: 60_000 }
 
 /**
  * Node looks for expired headers and requests only every `connectionsCheckingInterval` (30 s by
