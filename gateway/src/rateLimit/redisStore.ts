@@ -222,6 +222,8 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   // Errors surface on the commands that hit them; the connection-level event is kept for readiness.
   const credentialsChanged = () => credentialWatchers.get(client)?.forEach((watcher) => watcher())
   client.on('error', (error: Error) => {
+    // A command tried on the connection just lost: the reason is the error before it.
+    if (OFFLINE.test(error.message) && lastConnectionErrors.has(client)) return
     const text = connectionErrorText(error)
     // A single server's error is its socket's own, the reason included.
     lastConnectionErrors.set(client, handshakes && client instanceof Cluster ? handshakes.explain(text) : text)
@@ -417,9 +419,17 @@ function handshakeErrors(clientCertificate: TlsFiles | undefined): { Connector: 
  * "Failed to refresh slots cache."; the last node's own error says why (WRONGPASS, NOAUTH,
  * ECONNREFUSED), as a single server's error does.
  */
+/** ioredis's words for a command on a connection it does not have (the offline queue is off). */
+const OFFLINE = /Stream isn't writeable and enableOfflineQueue options is false/
+/** ioredis's words for a connection on which the server sent nothing within connectTimeout ("… in NaNms"). */
+const SILENT = /^Socket timeout\. Expecting data, but didn't receive any/
+
 function connectionErrorText(error: Error): string {
   const cause = (error as Error & { lastNodeError?: unknown }).lastNodeError
-  return cause instanceof Error && cause.message ? `${error.message} ${cause.message}` : error.message
+  const text = cause instanceof Error && cause.message ? `${error.message} ${cause.message}` : error.message
+  if (SILENT.test(text)) return 'the server took the connection but sent no answer (frozen, overloaded, or not Redis)'
+  if (OFFLINE.test(text)) return 'no connection yet'
+  return text
 }
 
 const coalescers = new WeakMap<RedisClient, (send: () => void) => WhenSent>()

@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { GatewayConfigFile } from '../../../gateway/src/config/schema.ts'
 import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import type { LimitRequest } from '../../../gateway/src/rateLimit/limitStore.ts'
+import { connectRedis, redisConnectionProblem } from '../../../gateway/src/rateLimit/redisStore.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
 import { freePort } from '../../helpers/ports.ts'
@@ -204,6 +205,22 @@ describe('Redis faults: every request is answered within the budget, open or clo
     }
     await expectRecovered('hung')
     recordFault('Redis frozen with SIGSTOP, connections open, while requests arrive', slowest)
+  })
+
+  // What the start-up warning and /readyz say: ioredis's words were "Stream isn't writeable and
+  // enableOfflineQueue options is false", the failure of a command tried after the real one.
+  it('says why a new connection to a frozen Redis gets nowhere: the server took it and sent no answer', async () => {
+    redis.freeze()
+    const client = connectRedis({ url: redis.url, commandTimeoutMillis: 200 })
+    try {
+      await eventually(async () => redisConnectionProblem(client)?.includes(': ') === true, 10_000)
+      // Past the commands that fail after it on the lost connection.
+      await sleep(1_000)
+      expect(redisConnectionProblem(client)).toMatch(/^Redis is not connected \(\w+\): the server took the connection but sent no answer \(frozen, overloaded, or not Redis\)$/)
+    } finally {
+      client.disconnect()
+      redis.thaw()
+    }
   })
 
   // ioredis's own timeout settles a command's promise but keeps the command queued until its
