@@ -1023,6 +1023,29 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     await expectErrorResponse(await outstanding, 504, 'upstream_timeout')
   })
 
+  // One client pipelining on a few connections took every place, and every other key was refused.
+  it('keeps a quarter of maxInFlight from any one key: its next request is refused 503, another key\'s is sent', async () => {
+    const silent = await scriptedUpstream(() => undefined)
+    const { gateway, key } = await gatewayTo(silent, 3, 4)
+    const { key: other } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const outstanding = Array.from({ length: 3 }, () => gateway.request('/v1/pets', { key }))
+    await arrived(silent.requests, 3)
+    const refused = await gateway.request('/v1/pets', { key })
+    expect(await expectErrorResponse(refused, 503, 'service_unavailable')).toMatchObject({
+      message: 'This API key has 3 requests outstanding at the pets service, its share; retry once fewer are.',
+    })
+    expect(refused.headers.get('retry-after')).toMatch(/^[1-3]$/)
+    const othersRequest = gateway.request('/v1/pets', { key: other })
+    await arrived(silent.requests, 4)
+    for (const answer of [...outstanding, othersRequest]) await expectErrorResponse(await answer, 504, 'upstream_timeout')
+    // Its places given back, the key is sent on again.
+    const again = gateway.request('/v1/pets', { key })
+    await arrived(silent.requests, 5)
+    await expectErrorResponse(await again, 504, 'upstream_timeout')
+    // Not the upstream's saturation: no failure counted against it.
+    expect(await gateway.registry.metrics()).toContain('gateway_upstream_errors_total{upstream="pets",kind="saturated"} 0\n')
+  })
+
   it('lets go of the upstream request of a client that left before the answer: its place is free at once, and no upstream timeout is counted', async () => {
     const silent = await scriptedUpstream(() => undefined)
     const log = captureLog()

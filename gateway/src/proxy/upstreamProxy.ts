@@ -66,6 +66,14 @@ export const UPSTREAM_CONNECTIONS = UNDICI_DEFAULTS.connections
 /** Answers up to this size are read whole and sent as one Buffer; larger or unsized ones stream. */
 export const BUFFERED_ANSWER_MAX_BYTES = 1_048_576
 
+/**
+ * The part of maxInFlight kept from any one API key: a quarter (256 of the default 1,024). A
+ * client pipelining on a few connections (128 requests each) took every place, and every other
+ * key's requests were refused 503 while it lasted; now it is refused past three quarters, and the
+ * other keys' requests go on being sent.
+ */
+const KEPT_FOR_OTHER_CALLERS = 1 / 4
+
 /** The Retry-After of the 503 past maxInFlight, drawn on each answer: a retry within seconds, not all in the same one. */
 const RETRY_AFTER_SATURATED: RetryAfterSpread = { min: 1, max: 3 }
 
@@ -154,6 +162,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     observer,
     waited,
     inFlight: 0,
+    callers: new Map(),
     honoursIdempotencyKeys: options.honoursIdempotencyKeys === true,
     fail,
     answered,
@@ -166,11 +175,17 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       headers: { 'retry-after': retryAfter },
     }),
   )
+  const perCaller = options.maxInFlight - Math.floor(options.maxInFlight * KEPT_FOR_OTHER_CALLERS)
+  const callerSaturated = spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) =>
+    gatewayErrors.create('service_unavailable', `This API key has ${perCaller} requests outstanding at the ${name} service, its share; retry once fewer are.`, {
+      headers: { 'retry-after': retryAfter },
+    }),
+  )
   /** Requests refused since the upstream became saturated: one warning when it starts, one when it ends, not one per request. */
   let refusedWhileSaturated = 0
 
-  /** True when the upstream can take one more request; otherwise answers 503 without sending the request on. */
-  function roomFor(reply: FastifyReply): boolean {
+  /** True when the upstream, and the caller's share of it, can take one more request; otherwise answers 503 without sending the request on. */
+  function roomFor(reply: FastifyReply, caller: string | undefined): boolean {
     if (link.inFlight >= options.maxInFlight) {
       observer?.failure(name, 'saturated')
       if (refusedWhileSaturated++ === 0) {
@@ -182,6 +197,10 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     if (refusedWhileSaturated > 0) {
       reply.log.warn({ upstream: name, refused: refusedWhileSaturated }, 'upstream no longer saturated')
       refusedWhileSaturated = 0
+    }
+    if (caller !== undefined && (link.callers.get(caller) ?? 0) >= perCaller) {
+      sendApiError(reply, callerSaturated())
+      return false
     }
     return true
   }
@@ -249,7 +268,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     // caller's key id to an upstream that honours TRACE (Apache httpd does by default), and its 200
     // handed them to the client. The gateway reflects nothing itself either.
     if (raw.method === 'TRACE') return sendApiError(reply, gatewayErrors.create('not_implemented', 'This method is not supported.'))
-    if (!roomFor(reply)) return
+    const caller = request.apiKey?.id
+    if (!roomFor(reply, caller)) return
     // A fragment is not part of a request target (RFC 9112 §3.2), but Node's parser lets one through.
     const target = raw.url ?? ''
     const fragmentAt = target.indexOf('#')
@@ -294,7 +314,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       bodyTimeout: options.timeoutMillis,
     }
     link.inFlight++
-    pool.dispatch(sent, new UpstreamExchange(link, request, reply, sent))
+    if (caller !== undefined) link.callers.set(caller, (link.callers.get(caller) ?? 0) + 1)
+    pool.dispatch(sent, new UpstreamExchange(link, request, reply, sent, caller))
   }
 
   await app.register(httpProxy, {
@@ -331,6 +352,8 @@ interface UpstreamLink {
   readonly waited: WeakMap<object, number>
   /** Requests dispatched to the pool whose exchange undici has not ended yet (bounded by maxInFlight). */
   inFlight: number
+  /** Of those, each API key's (bounded by its share, KEPT_FOR_OTHER_CALLERS); a key with none has no entry. */
+  readonly callers: Map<string, number>
   /** UpstreamOptions.honoursIdempotencyKeys. */
   readonly honoursIdempotencyKeys: boolean
   readonly pool: Dispatcher
@@ -375,13 +398,16 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private discarding = false
   private readonly sent: Dispatcher.DispatchOptions
   private readonly link: UpstreamLink
+  /** The API key whose share of maxInFlight this exchange holds. */
+  private readonly caller: string | undefined
   private readonly request: FastifyRequest
   private readonly reply: FastifyReply
   private readonly forgetClientGone: () => void
   private readonly onClientGone: () => void
 
-  constructor(link: UpstreamLink, request: FastifyRequest, reply: FastifyReply, sent: Dispatcher.DispatchOptions) {
+  constructor(link: UpstreamLink, request: FastifyRequest, reply: FastifyReply, sent: Dispatcher.DispatchOptions, caller: string | undefined) {
     this.link = link
+    this.caller = caller
     this.sent = sent
     this.request = request
     this.reply = reply
@@ -394,6 +420,15 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.onClientGone = this.clientGone.bind(this)
     reply.raw.once('close', this.onClientGone)
     this.forgetClientGone = onConnectionClose(request.raw.socket, this.onClientGone)
+  }
+
+  /** Its place under maxInFlight, and its caller's, given back: once, when undici ends the exchange. */
+  private ended(): void {
+    this.link.inFlight--
+    if (this.caller === undefined) return
+    const held = (this.link.callers.get(this.caller) ?? 1) - 1
+    if (held > 0) this.link.callers.set(this.caller, held)
+    else this.link.callers.delete(this.caller)
   }
 
   onDeadline(): void {
@@ -461,7 +496,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     if (this.discarding && !this.dropped) return this.resend()
-    this.link.inFlight--
+    this.ended()
     clearTimeout(this.deadline)
     if (this.dropped) return
     if (this.resumeUpstream) {
@@ -482,7 +517,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   onError(error: Error): void {
     if (this.discarding && !this.dropped) return this.resend()
     if (this.resendAfterClose(error)) return
-    this.link.inFlight--
+    this.ended()
     clearTimeout(this.deadline)
     if (this.dropped) return
     if (this.stream) this.breakOff(error)
