@@ -297,6 +297,13 @@ describe('gateway proxy to the real pets-service', () => {
       expect(statusLine, path).toBe('HTTP/1.1 400 Bad Request')
       expect(body.code, path).toBe('validation_failed')
     }
+    recordScenario({
+      area: 'Hostile input',
+      scenario: 'A path with a `.` or `..` segment, plain or percent-encoded (`/v1/pets/./1`, `/v1/%2E%2e/internal`)',
+      answered: '400 bad_request with the Error body, after the key check and the limits; nothing is passed on (before, the proxy resolved some of them and the router none: `/v1/pets/./1` was pet 1, `/v1/./pets` 404)',
+      lost: 'nothing',
+      test: 'test/gateway/proxy.int.test.ts',
+    })
   })
 
   it('keeps its own headers whole when a client sends a thousand of its own: credential, caller id and prefix', async () => {
