@@ -91,8 +91,10 @@ function settle(reply: FastifyReply, done: (error?: Error) => void, outcome: unk
   else done(outcome as Error)
 }
 
-/** A banned key has nothing left in either window until it would be admitted, wherever the answer comes from. */
-/** Both windows spent until `admittedAtMillis`, the moment a banned key's request is admitted again (store time). */
+/**
+ * A banned key has nothing left in either window until it would be admitted, wherever the answer
+ * comes from: both spent until `admittedAtMillis` (store time).
+ */
 function bannedHeaders(limits: KeyLimits, now: number, admittedAtMillis: number): Record<string, string> {
   const end = { remaining: 0, resetMillis: admittedAtMillis }
   return rateLimitHeaders(keyWindows(limits, end, end), now)
