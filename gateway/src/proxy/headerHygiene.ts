@@ -56,7 +56,8 @@ const METHOD_OVERRIDES = ['x-http-method-override', 'x-http-method', 'x-method-o
  * spellings of the client's address, a credential meant for a proxy (Proxy-Authorization,
  * consumed here, RFC 9110 §11.7.2), the URL overrides some frameworks obey (X-Original-URL,
  * X-Rewrite-URL) and the method overrides. Dropped with the gateway-only ones, and with every
- * X-Forwarded-* field (isClientDropped).
+ * X-Forwarded-* field (isClientDropped). Via is not copied as it is but sent with the gateway
+ * added to it (RFC 9110 §7.6.3; upstreamProxy).
  */
 const CLIENT_DROPPED = new Set([...INTERNAL_HEADERS, ...ADDRESS_SPELLINGS, ...METHOD_OVERRIDES, 'proxy-authorization', 'x-original-url', 'x-rewrite-url', 'via'])
 
