@@ -176,15 +176,16 @@ function strictJsonBodies(app: FastifyInstance): void {
   })
 }
 
-/** Long enough for any integer a client means; a literal of a megabyte is not repeated whole. */
+/** Long enough for any integer or field a client means; a literal or a path of a megabyte is not repeated whole. */
 const MAX_ECHOED_LITERAL = 40
 
+const echoed = (text: string) => (text.length > MAX_ECHOED_LITERAL ? `${text.slice(0, MAX_ECHOED_LITERAL)}…` : text)
+
 function repeatedMessage(json: string, repeated: { name: string; valueIndex: number }): string {
-  return `body${instancePathAt(json, repeated.valueIndex)} must be given once`
+  return `body${echoed(instancePathAt(json, repeated.valueIndex))} must be given once`
 }
 
 function roundedMessage(json: string, rounded: NumberLiteral): string {
   const { token, index } = rounded
-  const shown = token.length > MAX_ECHOED_LITERAL ? `${token.slice(0, MAX_ECHOED_LITERAL)}…` : token
-  return `body${instancePathAt(json, index)} must be an integer; ${shown} would be rounded to one`
+  return `body${echoed(instancePathAt(json, index))} must be an integer; ${echoed(token)} would be rounded to one`
 }

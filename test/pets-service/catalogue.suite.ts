@@ -162,6 +162,12 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
         ['a categoryId given twice, first refused', '/pets', jsonPost('{"name":"A","categoryId":"x","categoryId":2}'), 'body/categoryId must be given once'],
         ['a status given twice', '/pets', jsonPost('{"name":"A","categoryId":2,"status":"bogus","status":"sold"}'), 'body/status must be given once'],
         ['a name given twice, spelt apart', '/pets', jsonPost('{"name":"A","categoryId":2,"n\\u0061me" : "B"}'), 'body/name must be given once'],
+        [
+          'a long field given twice',
+          '/pets',
+          jsonPost(`{"name":"A","categoryId":2,"${'x'.repeat(500)}":1,"${'x'.repeat(500)}":2}`),
+          `body/${'x'.repeat(39)}… must be given once`,
+        ],
         // Where the schema refuses the value for another reason, that reason is the message.
         ['a name that is a rounded number', '/pets', jsonPost('{"name":1.0000000000000001,"categoryId":1}'), 'body/name must be string'],
         [

@@ -108,12 +108,21 @@ export function createAnonymousLimiter(options: {
   const carried = options.replacing && options.replacing.limit < limit ? undefined : options.replacing?.spent
   const spent = carried ?? new LRUCache<string, number>({ max: maxAddresses })
 
-  /** The address's window in this process, a new one if it had none or it has reset. */
+  /**
+   * The address's window in this process, a new one if it had none. One that has reset starts
+   * again in place: its lookups still under way keep their places (pending, overdue) and give them
+   * back to it when they settle. Replaced, the new window counted none of them, and an address
+   * could have twice its lookups under way for as long as those of the last window took.
+   */
   function windowHere(clientIp: string, now: number): LocalWindow {
     let window = here.get(clientIp)
-    if (window === undefined || window.resetsAt <= now) {
+    if (window === undefined) {
       window = { count: 0, resetsAt: now + windowMillis, lookups: 0, pending: 0, overdue: 0 }
       here.set(clientIp, window)
+    } else if (window.resetsAt <= now) {
+      window.count = 0
+      window.lookups = 0
+      window.resetsAt = now + windowMillis
     }
     return window
   }
@@ -196,7 +205,7 @@ export function createAnonymousLimiter(options: {
       settled: (found) => {
         window.pending--
         if (late) window.overdue--
-        if (spentHere && found) window.lookups--
+        if (spentHere && found && window.lookups > 0) window.lookups--
         const wake = window.wake
         window.wake = window.settling = undefined
         // After this turn: the request that settled is charged first (the rate-limit stage).

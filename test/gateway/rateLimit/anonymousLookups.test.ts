@@ -1,0 +1,18 @@
+import { describe, expect, it } from 'vitest'
+import { createAnonymousLimiter, type LookUpTurn } from '../../../gateway/src/rateLimit/anonymousLimiter.ts'
+
+const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
+
+describe('key lookups for one address while Postgres is slow', () => {
+  // The window's limit of 3, then 3 overdue: past them the key cannot be checked now.
+  it('keeps at most twice its limit under way, also across the reset of its window', async () => {
+    const limiter = createAnonymousLimiter({ perMinute: 3, windowSeconds: 1 })
+    const turns: LookUpTurn[] = Array.from({ length: 8 }, () => limiter.beginLookUp('192.0.2.7', true))
+    expect(turns.map((turn) => turn.kind)).toEqual(['go', 'go', 'go', 'go', 'go', 'go', 'busy', 'busy'])
+    await sleep(1_100)
+    // The six are still under way in the new window: before, it counted none of them.
+    expect(Array.from({ length: 8 }, () => limiter.beginLookUp('192.0.2.7', true).kind)).toEqual(Array.from({ length: 8 }, () => 'busy'))
+    for (const turn of turns) if (turn.kind === 'go') turn.settled(false)
+    expect(limiter.beginLookUp('192.0.2.7', true).kind).toBe('go')
+  })
+})
