@@ -160,9 +160,9 @@ function strictJsonBodies(app: FastifyInstance): void {
     } catch {
       return done(petsErrors.create('invalid_json', 'The request body is not valid UTF-8.'))
     }
-    // Judged once the text is known to be JSON (broken JSON is invalid_json however it reads). A
-    // rounded number, where the schema would take the rounded value: elsewhere (a name, a field
-    // not allowed) the schema's own message tells the truth.
+    // Both judged once the text is known to be JSON (broken JSON is invalid_json however it reads);
+    // a rounded number only where the schema would take the rounded value: elsewhere (a name, a
+    // field not allowed) the schema's own message tells the truth.
     const rounded = firstNumberRoundedToInteger(text)
     parseJson(request, text, (error, body) => {
       if (error) return done(error)

@@ -414,16 +414,17 @@ function handshakeErrors(clientCertificate: TlsFiles | undefined): { Connector: 
   }
 }
 
-/**
- * A connection error as readiness reports it. A Cluster that cannot read its slot map says only
- * "Failed to refresh slots cache."; the last node's own error says why (WRONGPASS, NOAUTH,
- * ECONNREFUSED), as a single server's error does.
- */
 /** ioredis's words for a command on a connection it does not have (the offline queue is off). */
 const OFFLINE = /Stream isn't writeable and enableOfflineQueue options is false/
 /** ioredis's words for a connection on which the server sent nothing within connectTimeout ("… in NaNms"). */
 const SILENT = /^Socket timeout\. Expecting data, but didn't receive any/
 
+/**
+ * A connection error as readiness reports it. A Cluster that cannot read its slot map says only
+ * "Failed to refresh slots cache."; the last node's own error says why (WRONGPASS, NOAUTH,
+ * ECONNREFUSED), as a single server's error does. ioredis's own words for a silent server, and
+ * for a command tried with no connection, are said plainly.
+ */
 function connectionErrorText(error: Error): string {
   const cause = (error as Error & { lastNodeError?: unknown }).lastNodeError
   const text = cause instanceof Error && cause.message ? `${error.message} ${cause.message}` : error.message
