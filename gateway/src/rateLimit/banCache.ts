@@ -68,6 +68,10 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
       forgottenAt.set(keyId, forgets)
       bans.delete(keyId)
     },
+    /** Drops every ban held: the store they came from is another now (a Redis restart), and is asked again. */
+    clear(): void {
+      bans.clear()
+    },
     /** Bans not ended yet. Ended ones are dropped here: a key that stops calling never looks its ban up again. */
     get size(): number {
       const now = clock()

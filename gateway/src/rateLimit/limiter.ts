@@ -20,7 +20,7 @@ import {
   watchCredentialRefusals,
   type RedisClient,
 } from './redisStore.ts'
-import { evictingRedisServers } from './redisEviction.ts'
+import { evictingRedisServers, watchRedisRestarts } from './redisEviction.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
 export interface Limiter {
@@ -122,9 +122,16 @@ export function createLimiter(options: LimiterOptions): Limiter {
     const config = options.config()
     return unobserved.consume({ keyId, ...limitsFor(PROBE_KEY, config), bans: banPolicy(config) })
   }
+  const bans = createBanCache({ clock: options.clock })
+  if (redis) {
+    watchRedisRestarts(redis, () => {
+      bans.clear()
+      options.logger.info({ store: storeKind }, 'Redis is another server than before (restarted or failed over): the bans this gateway held are asked of it again')
+    })
+  }
   const limiter: Limiter = {
     store,
-    bans: createBanCache({ clock: options.clock }),
+    bans,
     anonymous() {
       const config = options.config()
       const windowSeconds = Math.max(Math.round(config.windows.minute.lengthMillis / 1_000), 1)

@@ -28,6 +28,34 @@ export async function evictingRedisServers(client: RedisClient): Promise<string[
   return policies.filter((policy) => policy !== undefined)
 }
 
+/**
+ * Calls `restarted` when the Redis server (a Cluster's masters) the client is ready with again is
+ * not the one it was ready with before: another process (`run_id` in INFO), a restart or a
+ * failover. Its state may be gone with it (no persistence), and what this process cached from
+ * the old one (bans) would then disagree with every other gateway until it ran out.
+ */
+export function watchRedisRestarts(client: RedisClient, restarted: () => void): void {
+  let known: string | undefined
+  client.on('ready', () => {
+    void serverIdentity(client).then((identity) => {
+      if (identity === undefined) return
+      if (known !== undefined && identity !== known) restarted()
+      known = identity
+    })
+  })
+}
+
+/** The run_id of the server, or of each master sorted; undefined when one does not answer. */
+async function serverIdentity(client: RedisClient): Promise<string | undefined> {
+  const servers: Redis[] = client instanceof Cluster ? client.nodes('master') : [client]
+  try {
+    const ids = await Promise.all(servers.map(async (server) => parseInfo(await server.info('server')).get('run_id') ?? ''))
+    return ids.sort().join(',')
+  } catch {
+    return undefined
+  }
+}
+
 function parseInfo(text: string): Map<string, string> {
   return new Map(text.split('\r\n').flatMap((line) => {
     const colon = line.indexOf(':')
