@@ -20,7 +20,7 @@ import {
   watchCredentialRefusals,
   type RedisClient,
 } from './redisStore.ts'
-import { evictingRedisServers, watchRedisRestarts } from './redisEviction.ts'
+import { evictingRedisServers, watchRedisRestarts } from './redisServerInfo.ts'
 import { createResilientStore, type ResilientStore } from './resilientStore.ts'
 
 export interface Limiter {

@@ -2,6 +2,9 @@ import { Cluster } from 'ioredis'
 import type { Redis } from 'ioredis'
 import type { RedisClient } from './redisStore.ts'
 
+// What the Redis servers say of themselves in INFO (which the README's ACL grants): whether they
+// evict keys when full, and whether they are still the servers they were.
+
 /**
  * The Redis servers (a Cluster's masters) that evict keys when full, each named with its policy:
  * a `maxmemory` with any `maxmemory-policy` but `noeviction` (ElastiCache's default is
