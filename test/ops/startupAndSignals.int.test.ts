@@ -61,13 +61,29 @@ describe('starting before Postgres, and signals at the edges of a process life',
   beforeAll(async () => {
     upstream = await recordingUpstream()
   })
-  /** Databases made with another encoding than UTF-8, dropped at the end. */
-  const encodingDatabases: string[] = []
+  /** Databases of one test's own (another encoding than UTF-8, a migration lock of its own), dropped at the end. */
+  const ownDatabases: string[] = []
   afterAll(async () => {
     await killAll()
     await upstream?.close()
-    await dropDatabases(inject('postgresAdminUrl'), (name) => encodingDatabases.includes(name))
+    await dropDatabases(inject('postgresAdminUrl'), (name) => ownDatabases.includes(name))
   })
+
+  /** A new, empty database for one test, and its URL. */
+  async function ownDatabase(tag: string, encoding = 'UTF8'): Promise<{ name: string; url: string }> {
+    const name = `${TEST_DATABASE_PREFIX}${inject('testRunId')}_${tag}_${randomBytes(3).toString('hex')}`
+    const admin = new pg.Client({ connectionString: inject('postgresAdminUrl') })
+    await admin.connect()
+    try {
+      await admin.query(`CREATE DATABASE "${name}" ENCODING '${encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'`)
+      ownDatabases.push(name)
+    } finally {
+      await admin.end()
+    }
+    const url = new URL(inject('postgresAdminUrl'))
+    url.pathname = `/${name}`
+    return { name, url: url.toString() }
+  }
 
   const gatewayEnv = (databaseUrl: string, extra: NodeJS.ProcessEnv = {}) => gatewayProcessEnv({ databaseUrl, petsUrl: upstream.url, extra })
 
@@ -176,18 +192,8 @@ describe('starting before Postgres, and signals at the edges of a process life',
     ['pets-service', 'SQL_ASCII'],
     ['gateway', 'LATIN1'],
   ] as const)('a %s whose database stores text as %s exits 1 at start, naming the encoding and the fix', { timeout: 100_000 }, async ([service, encoding], context) => {
-    const name = `${TEST_DATABASE_PREFIX}${inject('testRunId')}_${encoding.toLowerCase()}_${randomBytes(3).toString('hex')}`
-    const admin = new pg.Client({ connectionString: inject('postgresAdminUrl') })
-    await admin.connect()
-    try {
-      await admin.query(`CREATE DATABASE "${name}" ENCODING '${encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'`)
-      encodingDatabases.push(name)
-    } finally {
-      await admin.end()
-    }
-    const url = new URL(inject('postgresAdminUrl'))
-    url.pathname = `/${name}`
-    const { env } = service === 'gateway' ? await gatewayEnv(url.toString()) : await petsEnv(url.toString())
+    const { name, url } = await ownDatabase(encoding.toLowerCase(), encoding)
+    const { env } = service === 'gateway' ? await gatewayEnv(url) : await petsEnv(url)
     const started = await startOwn(context, service === 'gateway' ? 'gateway/src/main.ts' : 'pets-service/src/main.ts', env)
     expect(await exitWithin(started, 30_000)).toEqual({ code: 1, signal: null })
     expect(started.output()).toContain(`${service} cannot start: cannot use Postgres at DATABASE_URL: the database "${name}" stores text as ${encoding}`)
@@ -197,14 +203,16 @@ describe('starting before Postgres, and signals at the edges of a process life',
   // A failover to a host that is gone, as the service starts: waitForPostgres was answered, then the
   // connection migrating goes mute. Left waiting, the process neither started nor exited, and its
   // supervisor saw nothing to restart.
-  // Side by side with gateways only: another pets-service on this database would wait on the lock too.
+  // On a database of its own: the other tests' pets-services, started side by side on the shared
+  // one, waited on the lock the test holds, and were taken for the one it waits for.
   it.concurrent('a pets-service whose Postgres goes mute while it migrates exits 1 within 30 s, saying so, for its supervisor to restart it', async (context) => {
-    const holder = new pg.Client({ connectionString: database.url })
+    const own = await ownDatabase('mute')
+    const holder = new pg.Client({ connectionString: own.url })
     await holder.connect()
     // Another instance migrating: the start waits on the lock, on a connection the test then silences.
     const lock = createHash('sha256').update(`migrations:${PETS_MIGRATIONS.schema}`).digest().readBigInt64BE(0).toString()
     await holder.query('SELECT pg_advisory_lock($1::bigint)', [lock])
-    const { relay, url: viaRelay } = await relayTo(database.url)
+    const { relay, url: viaRelay } = await relayTo(own.url)
     try {
       const { env } = await petsEnv(viaRelay)
       const service = await startOwn(context, 'pets-service/src/main.ts', env)
