@@ -170,17 +170,12 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     pool,
   }
   observer?.inFlight?.(name, () => link.inFlight, options.maxInFlight)
-  const saturated = spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) =>
-    gatewayErrors.create('service_unavailable', `The ${name} service has too many requests outstanding; retry shortly.`, {
-      headers: { 'retry-after': retryAfter },
-    }),
-  )
+  /** A 503 with `message`, its Retry-After drawn for each answer from 1 to 3 s. */
+  const unsent = (message: string) =>
+    spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) => gatewayErrors.create('service_unavailable', message, { headers: { 'retry-after': retryAfter } }))
+  const saturated = unsent(`The ${name} service has too many requests outstanding; retry shortly.`)
   const perCaller = options.maxInFlight - Math.floor(options.maxInFlight * KEPT_FOR_OTHER_CALLERS)
-  const callerSaturated = spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) =>
-    gatewayErrors.create('service_unavailable', `This API key has ${perCaller} requests outstanding at the ${name} service, its share; retry once fewer are.`, {
-      headers: { 'retry-after': retryAfter },
-    }),
-  )
+  const callerSaturated = unsent(`This API key has ${perCaller} requests outstanding at the ${name} service, its share; retry once fewer are.`)
   /** Requests refused since the upstream became saturated: one warning when it starts, one when it ends, not one per request. */
   let refusedWhileSaturated = 0
 

@@ -15,10 +15,7 @@ import type { RedisClient } from './redisStore.ts'
  * barred on managed Redis); a server that does not answer is left out.
  */
 export async function evictingRedisServers(client: RedisClient): Promise<string[]> {
-  const servers: [string, Redis][] = client instanceof Cluster
-    ? client.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node])
-    : [['redis', client]]
-  const policies = await Promise.all(servers.map(async ([name, server]) => {
+  const policies = await Promise.all(serversOf(client).map(async ([name, server]) => {
     try {
       const memory = parseInfo(await server.info('memory'))
       const policy = memory.get('maxmemory_policy')
@@ -50,13 +47,17 @@ export function watchRedisRestarts(client: RedisClient, restarted: () => void): 
 
 /** The run_id of the server, or of each master sorted; undefined when one does not answer. */
 async function serverIdentity(client: RedisClient): Promise<string | undefined> {
-  const servers: Redis[] = client instanceof Cluster ? client.nodes('master') : [client]
   try {
-    const ids = await Promise.all(servers.map(async (server) => parseInfo(await server.info('server')).get('run_id') ?? ''))
+    const ids = await Promise.all(serversOf(client).map(async ([, server]) => parseInfo(await server.info('server')).get('run_id') ?? ''))
     return ids.sort().join(',')
   } catch {
     return undefined
   }
+}
+
+/** The server, or a Cluster's masters, each with its name (host:port in a Cluster). */
+function serversOf(client: RedisClient): [string, Redis][] {
+  return client instanceof Cluster ? client.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]) : [['redis', client]]
 }
 
 function parseInfo(text: string): Map<string, string> {

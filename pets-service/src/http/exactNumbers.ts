@@ -14,16 +14,10 @@ export interface NumberLiteral {
  * maximum (2^53 − 1) refuses every one that rounds.
  */
 export function firstNumberRoundedToInteger(json: string): NumberLiteral | undefined {
-  let inString = false
   for (let i = 0; i < json.length; i++) {
     const char = json.charCodeAt(i)
-    if (inString) {
-      if (char === 0x5c) i++ // backslash: the next character is escaped
-      else if (char === 0x22) inString = false
-      continue
-    }
     if (char === 0x22) {
-      inString = true
+      i = stringEnd(json, i)
       continue
     }
     if (char !== 0x2d && (char < 0x30 || char > 0x39)) continue
@@ -52,19 +46,14 @@ export function firstRepeatedMember(json: string): { name: string; valueIndex: n
     else if (char === 0x7d || char === 0x5d) open.pop()
     else if (char === 0x22) {
       const start = i
-      let escaped = false
-      for (i++; i < json.length && json.charCodeAt(i) !== 0x22; i++) {
-        if (json.charCodeAt(i) === 0x5c) {
-          escaped = true
-          i++
-        }
-      }
+      i = stringEnd(json, i)
       const names = open.at(-1)
       if (!names) continue
       const colon = indexAfterWhitespace(json, i + 1)
       // A string in an object followed by a colon is a name; the value after a name is not.
       if (json.charCodeAt(colon) !== 0x3a) continue
-      const name = escaped ? (JSON.parse(json.slice(start, i + 1)) as string) : json.slice(start + 1, i)
+      const written = json.slice(start + 1, i)
+      const name = written.includes('\\') ? (JSON.parse(json.slice(start, i + 1)) as string) : written
       if (names.has(name)) return { name, valueIndex: indexAfterWhitespace(json, colon + 1) }
       names.add(name)
     }
@@ -96,7 +85,7 @@ export function instancePathAt(json: string, index: number): string {
       path[path.length - 1] = (path.at(-1) as number) + 1
     } else if (char === 0x22) {
       const start = i
-      for (i++; json.charCodeAt(i) !== 0x22; i++) if (json.charCodeAt(i) === 0x5c) i++
+      i = stringEnd(json, i)
       // A string in an object where a value is not expected next is a key: a value follows its colon.
       if (inArray.at(-1) === false && nextNonWhitespace(json, i + 1) === 0x3a) {
         path[path.length - 1] = JSON.parse(json.slice(start, i + 1)) as string
@@ -104,6 +93,13 @@ export function instancePathAt(json: string, index: number): string {
     }
   }
   return path.map((segment) => `/${String(segment).replaceAll('~', '~0').replaceAll('/', '~1')}`).join('')
+}
+
+/** Where the string that opens at `start` ends (its closing quote; the text's end if it has none): escapes are skipped. */
+function stringEnd(json: string, start: number): number {
+  let i = start + 1
+  while (i < json.length && json.charCodeAt(i) !== 0x22) i += json.charCodeAt(i) === 0x5c ? 2 : 1
+  return i
 }
 
 function nextNonWhitespace(json: string, from: number): number {

@@ -3,19 +3,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createUnbanApplier, keyChangeHandler } from '../../../gateway/src/keys/applyKeyChange.ts'
 import { backstopTimeoutMillis } from '../../../gateway/src/rateLimit/redisStore.ts'
 import type { KeyChange } from '../../../gateway/src/keys/keyRepository.ts'
-import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
+import type { RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
-import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import { testKeyPrefix } from '../../helpers/redis.ts'
-import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
+import type { PrivateRedis } from '../../helpers/redisServer.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { runKeysCli } from '../../scripts/processes.ts'
 import { EXACT_OUTCOME_BUDGET_MILLIS, codeOf, eventually, expectRateLimitHeaders, expectTooManyRequests, keyed, sleep } from './httpLimits.ts'
+import { startGatewaysSharingRedis, type SharedRedisGateways } from './sharedRedisGateways.ts'
 
 describe('bans over HTTP, on two gateways sharing a private Redis', () => {
   const prefix = testKeyPrefix()
   const database = suiteDatabase()
-  let pets: RunningPetsService
   let redis: PrivateRedis
   let a: RunningGateway
   let b: RunningGateway
@@ -66,30 +65,13 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     return evalsha.calls + plainEval.calls
   }
 
+  let shared: SharedRedisGateways | undefined
   beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    redis = await startPrivateRedis()
-    const options = {
-      databaseUrl: database.url,
-      petsUrl: pets.url,
-      env: { REDIS_URL: redis.url },
-      configure: (file: Parameters<NonNullable<Parameters<typeof startGateway>[0]['configure']>>[0]) => {
-        file.redis.keyPrefix = prefix
-        file.redis.commandTimeoutMillis = EXACT_OUTCOME_BUDGET_MILLIS
-        // Strikes count within one minute window: keep it short, so a lifted ban leaves a clear window.
-        file.windows.minute = { length: '2s', bucket: '1s' }
-        file.bans = { strikes: 3, ladder: ['4s', '30s'] }
-      },
-    }
-    a = await startGateway({ ...options, logStream: aLog.stream })
-    b = await startGateway({ ...options, logStream: bLog.stream })
+    shared = await startGatewaysSharingRedis(database.url, { prefix, ladder: ['4s', '30s'], logStreams: [aLog.stream, bLog.stream] })
+    ;({ redis, a, b } = shared)
   })
   afterAll(async () => {
-    redis?.thaw()
-    await a?.close()
-    await b?.close()
-    await pets?.close()
-    await redis?.close()
+    await shared?.close()
   })
 
   let banned: { key: string; id: string }

@@ -1,46 +1,29 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
+import type { RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
-import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import { testKeyPrefix } from '../../helpers/redis.ts'
-import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.ts'
+import type { PrivateRedis } from '../../helpers/redisServer.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
-import { EXACT_OUTCOME_BUDGET_MILLIS, codeOf, eventually } from './httpLimits.ts'
+import { codeOf, eventually } from './httpLimits.ts'
+import { startGatewaysSharingRedis, type SharedRedisGateways } from './sharedRedisGateways.ts'
 
 // README, Redis persistence: a Redis that comes back empty has forgotten every ban. A gateway
 // that held a ban in its cache went on refusing the key until the ban's end (a minute here, up to
 // a day), while the gateways that had not seen it admitted the key.
 describe('bans after Redis restarts empty, on two gateways that share it', () => {
   const database = suiteDatabase()
-  const prefix = testKeyPrefix()
-  let pets: RunningPetsService
+  const aLog = captureLog()
+  let shared: SharedRedisGateways | undefined
   let redis: PrivateRedis
   let a: RunningGateway
   let b: RunningGateway
-  const aLog = captureLog()
 
   beforeAll(async () => {
-    pets = await startPetsService(database.url)
-    redis = await startPrivateRedis()
-    const options = {
-      databaseUrl: database.url,
-      petsUrl: pets.url,
-      env: { REDIS_URL: redis.url },
-      configure: (file: Parameters<NonNullable<Parameters<typeof startGateway>[0]['configure']>>[0]) => {
-        file.redis.keyPrefix = prefix
-        file.redis.commandTimeoutMillis = EXACT_OUTCOME_BUDGET_MILLIS
-        file.windows.minute = { length: '2s', bucket: '1s' }
-        file.bans = { strikes: 3, ladder: ['60s'] }
-      },
-    }
-    a = await startGateway({ ...options, logStream: aLog.stream })
-    b = await startGateway(options)
+    shared = await startGatewaysSharingRedis(database.url, { prefix: testKeyPrefix(), ladder: ['60s'], logStreams: [aLog.stream] })
+    ;({ redis, a, b } = shared)
   })
   afterAll(async () => {
-    await a?.close()
-    await b?.close()
-    await pets?.close()
-    await redis?.close()
+    await shared?.close()
   })
 
   it('asks the new server again about the bans it held: both gateways admit the key the empty Redis no longer bans', async () => {
