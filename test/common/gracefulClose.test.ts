@@ -117,3 +117,31 @@ describe('requests pipelined on one connection while the service drains', () => 
     expect(ran).toEqual(['stream', 'next'])
   })
 })
+
+describe('a request whose body is still arriving when the service closes', () => {
+  it('is answered 503 at once, not carried out, and the close does not wait for the rest of the body', async () => {
+    const ran: string[] = []
+    const logged: string[] = []
+    app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => logged.push(line) } } })
+    await app.register(gracefulClose, { unavailable: () => new ApiError('service_unavailable', 503, 'Shutting down.') })
+    app.post('/create', async () => {
+      ran.push('create')
+      return { created: true }
+    })
+    await app.register(coalescedWrites)
+    const connection = await openRaw(await app.listen({ port: 0, host: '127.0.0.1' }))
+    connection.socket.write('POST /create HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":')
+    const slowBody = connection.dribble(' '.repeat(90), 100)
+    await sleep(300)
+    const closeStarted = performance.now()
+    await app.close()
+    app = undefined
+    expect(performance.now() - closeStarted).toBeLessThan(2_000)
+    await connection.closed
+    await slowBody
+    expect(connection.answer()).toMatch(/^HTTP\/1\.1 503 Service Unavailable\r\n[\s\S]*connection: close\r\n/i)
+    expect(connection.answer()).toContain('"code":"service_unavailable"')
+    expect(ran).toEqual([])
+    expect(logged.join('')).not.toContain('already sent')
+  })
+})

@@ -1,10 +1,12 @@
 import http from 'node:http'
 import net from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { serveOnLoopback } from '../helpers/fakeUpstreams.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
+import { openRaw } from '../helpers/rawClient.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { exitWithin, killAll, waitForPortClosed } from '../scripts/processes.ts'
@@ -230,6 +232,45 @@ describe('gateway shutdown on SIGTERM', () => {
       expect(quiet.every((socket) => socket.destroyed || socket.readableEnded)).toBe(true)
     } finally {
       for (const socket of quiet) socket.destroy()
+      await pool.end()
+      await upstream.close()
+      gateway.cleanup()
+    }
+  })
+
+  // Node's close() waited for a request whose body was still arriving, bounded only by the 30 s
+  // request timeout: one slow client held every shutdown to its 15 s deadline (exit 1).
+  it('answers 503 to a create whose body is still arriving, forwards nothing, and exits 0 before its deadline', async () => {
+    const upstream = await slowUpstream()
+    const gateway = await startGatewayProcess({ databaseUrl: database.url, petsUrl: upstream.url })
+    const pool = createPool({ connectionString: database.url, applicationName: 'ops-test' })
+    try {
+      const { key } = await createKeyRepository(pool).create({ name: 'slow-body', plan: 'pro' })
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(
+        `POST /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"name":`,
+      )
+      const slowBody = connection.dribble(' '.repeat(200), 100)
+      await sleep(500)
+      const signalledAt = Date.now()
+      gateway.proc.child.kill('SIGTERM')
+      await connection.closed
+      await slowBody
+      const exit = await exitWithin(gateway.proc, 20_000)
+      const exitedAfter = Date.now() - signalledAt
+      expect(exit, gateway.proc.output()).toEqual({ code: 0, signal: null })
+      expect(gateway.proc.output()).not.toContain('shutdown deadline passed')
+      expect(connection.answer()).toMatch(/^HTTP\/1\.1 503 Service Unavailable\r\n[\s\S]*connection: close\r\n[\s\S]*"code":"service_unavailable"/i)
+      expect(connection.answer()).toMatch(/\r\nx-ratelimit-remaining: \d+\r\n/i)
+      expect(upstream.received()).toBe(0)
+      recordScenario({
+        area: 'Gateway',
+        scenario: 'SIGTERM to a gateway process while a client is still sending a create\'s body (one byte every 100 ms)',
+        answered: `503 service_unavailable with Connection: close and the rate-limit headers; exit code 0 ${exitedAfter} ms after the signal (drain included)`,
+        lost: 'nothing: the body was not whole, so nothing was forwarded; the client may retry the create',
+        test: 'test/ops/shutdown.int.test.ts',
+      })
+    } finally {
       await pool.end()
       await upstream.close()
       gateway.cleanup()

@@ -1,8 +1,8 @@
 import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:timers/promises'
-import type { ServerResponse } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { Server as TlsServer } from 'node:tls'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { ApiError } from './apiError.ts'
 
@@ -55,8 +55,14 @@ const QUIET_CONNECTION_SWEEP_MILLIS = 250
  * as busy, and stops the header timeouts that would have ended it: three such connections held a
  * shutdown to its deadline (15 s). Once closing, every connection with no answer under way is
  * closed, until the server has closed; one whose request is being answered finishes first.
+ *
+ * A request whose body is still arriving is not being answered yet: nothing is carried out before
+ * the body is whole (the gateway forwards it whole, a service parses it whole). Left alone, one
+ * client sending slowly, or not at all, held the close until its request timeout (30 s), past the
+ * shutdown's deadline (15 s): the exit was forced, the steps after the close never ran. It gets
+ * `refuseUnfinished`'s answer (503, retry), on a connection that then closes.
  */
-function closeQuietConnections(app: FastifyInstance): () => void {
+function closeQuietConnections(app: FastifyInstance, refuseUnfinished: (request: IncomingMessage) => void): () => void {
   const connections = new Set<Socket>()
   // Over TLS the HTTP layer writes on the TLS socket, which 'secureConnection' gives (a handshake
   // never finished is ended by its own timeout).
@@ -69,7 +75,9 @@ function closeQuietConnections(app: FastifyInstance): () => void {
     const sweep = () => {
       for (const socket of connections) {
         // Node's own record of the answer the socket is writing (internal, stable since Node 0.x).
-        if (!(socket as { _httpMessage?: ServerResponse | null })._httpMessage) socket.destroy()
+        const answer = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
+        if (!answer) socket.destroy()
+        else if (!answer.headersSent && !answer.req.complete) refuseUnfinished(answer.req)
       }
     }
     const sweeping = setInterval(sweep, QUIET_CONNECTION_SWEEP_MILLIS).unref()
@@ -82,7 +90,14 @@ export const gracefulClose = fp(
   async (app: FastifyInstance, options: { unavailable: () => ApiError }) => {
     let closing = false
     let draining = false
-    const startClosingQuietConnections = closeQuietConnections(app)
+    // The reply of each request, for a close that finds its body still arriving.
+    const replies = new WeakMap<IncomingMessage, FastifyReply>()
+    const startClosingQuietConnections = closeQuietConnections(app, (raw) => {
+      const reply = replies.get(raw)
+      if (reply === undefined || reply.sent) return
+      replies.delete(raw)
+      reply.header('connection', 'close').send(options.unavailable())
+    })
     app.addHook('preClose', async () => {
       closing = true
       // Answers already made but held until the end of this turn (coalescedWrites) leave first:
@@ -94,6 +109,7 @@ export const gracefulClose = fp(
     })
     const letThroughWhileDraining = new WeakSet<object>()
     app.addHook('onRequest', (request, reply, done) => {
+      replies.set(request.raw, reply)
       const refuse = closing || (draining && queuedBehindClosingAnswer(request, reply.raw, letThroughWhileDraining))
       done(refuse ? options.unavailable() : undefined)
     })
