@@ -12,6 +12,7 @@ import { requestContext, requestIdFrom, singleLineRequestLogging } from '../../c
 import { useStrictBodyValidation } from '../../common/src/http/validation.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
+import type { ApiError } from '../../common/src/http/apiError.ts'
 import { petsClientErrors, petsErrors, petsFrameworkErrors } from './errors.ts'
 import { internalAuth } from './http/internalAuth.ts'
 import { firstNumberRoundedToInteger, firstRepeatedMember, instancePathAt, type NumberLiteral } from './http/exactNumbers.ts'
@@ -118,20 +119,24 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)/gi
 
 /**
- * Why a JSON body cannot be read as sent, if it cannot: bytes under a content coding (RFC 9110
- * §8.4: 415 for a coding the server does not accept; read as they are, a gzip body would be
- * "invalid JSON" and a body merely labelled br would be stored as if plain), or a charset other
- * than UTF-8 (RFC 8259 §8.1: JSON is exchanged as UTF-8; a Latin-1 body is not broken JSON but
- * an encoding this API does not take).
+ * The 415 for a JSON body that cannot be read as sent, if it cannot: bytes under a content coding
+ * (RFC 9110 §8.4: 415 for a coding the server does not accept, with the codings it does in
+ * Accept-Encoding, §15.5.16; read as they are, a gzip body would be "invalid JSON" and a body
+ * merely labelled br would be stored as if plain), or a charset other than UTF-8 (RFC 8259 §8.1:
+ * JSON is exchanged as UTF-8; a Latin-1 body is not broken JSON but an encoding this API does not take).
  */
-function unsupportedEncoding(headers: IncomingHttpHeaders): string | undefined {
+function unsupportedEncoding(headers: IncomingHttpHeaders): ApiError | undefined {
   const coding = headers['content-encoding']?.trim().toLowerCase()
   if (coding !== undefined && coding !== '' && coding !== 'identity') {
-    return `Content-Encoding ${coding.slice(0, 40)} is not supported; send the JSON body uncompressed.`
+    return petsErrors.create('unsupported_media_type', `Content-Encoding ${coding.slice(0, 40)} is not supported; send the JSON body uncompressed.`, {
+      headers: { 'accept-encoding': 'identity' },
+    })
   }
   for (const [, charset] of (headers['content-type'] ?? '').matchAll(CHARSET)) {
     const name = (charset ?? '').toLowerCase()
-    if (name !== 'utf-8' && name !== 'utf8') return `application/json bodies are UTF-8; charset=${name.slice(0, 40)} is not supported.`
+    if (name !== 'utf-8' && name !== 'utf8') {
+      return petsErrors.create('unsupported_media_type', `application/json bodies are UTF-8; charset=${name.slice(0, 40)} is not supported.`)
+    }
   }
   return undefined
 }
@@ -153,7 +158,7 @@ function strictJsonBodies(app: FastifyInstance): void {
     // Parsed, a bodiless DELETE labelled application/json got 400 invalid_json instead of 405.
     if (request.is404) return done(null, undefined)
     const unsupported = unsupportedEncoding(request.headers)
-    if (unsupported) return done(petsErrors.create('unsupported_media_type', unsupported))
+    if (unsupported) return done(unsupported)
     let text: string
     try {
       text = utf8.decode(body as Buffer)

@@ -139,6 +139,30 @@ describe('the OpenAPI document and the docs page, served by the gateway without 
     await expectErrorResponse(await gateway.request('/pets'), 401, 'missing_api_key')
   })
 
+  // Each answer carries its client's per-IP quota and request id: a shared cache (a CDN) that kept
+  // one would hand them to every other client. The docs files were `public, max-age=3600`.
+  it('lets a browser keep the docs files, and no shared cache keep any answer without a key', async () => {
+    for (const [path, caching] of [
+      ['/docs/swagger-ui-bundle.js', 'private, max-age=3600'],
+      ['/docs/docs.js', 'private, max-age=3600'],
+      ['/docs', 'private, no-cache'],
+      ['/v1/openapi.json', 'private, no-cache'],
+    ] as const) {
+      const response = await gateway.request(path)
+      expect(response.status, path).toBe(200)
+      expect(response.headers.get('x-ratelimit-remaining'), path).toMatch(/^\d+$/)
+      expect(response.headers.get('cache-control'), path).toBe(caching)
+      await response.arrayBuffer()
+    }
+    // Answers a cache keeps unless told otherwise (RFC 9110 §15.1): a 404, a 405, a 301.
+    for (const [method, path, status] of [['GET', '/', 404], ['DELETE', '/docs', 405], ['GET', '/docs/', 301]] as const) {
+      const response = await gateway.request(path, { method, redirect: 'manual' })
+      expect(response.status, `${method} ${path}`).toBe(status)
+      expect(response.headers.get('cache-control'), `${method} ${path}`).toBe('no-store')
+      await response.arrayBuffer()
+    }
+  })
+
   it('redirects /docs/ to /docs', async () => {
     const response = await gateway.request('/docs/', { redirect: 'manual' })
     expect(response.status).toBe(301)

@@ -427,6 +427,7 @@ describe('gateway proxy to the real pets-service', () => {
     const response = await gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: '{"name":"Rex","categoryId":1}' })
     const body = await expectErrorResponse(response, 415, 'unsupported_media_type')
     expect(body.message).toContain('Content-Encoding gzip')
+    expect(response.headers.get('accept-encoding')).toBe('identity')
   })
 
   it('answers 502 bad_gateway, never the upstream\'s 401, when the gateway holds the wrong internal credential', async () => {

@@ -229,6 +229,8 @@ export function describeCatalogue(label: string, openDatabase: () => Promise<Cat
       ])('refuses %s with 415 and stores nothing', async (_case, headers, body) => {
         const response = await service.request('/pets', { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body })
         await expectErrorResponse(response, 415, 'unsupported_media_type')
+        // For a content coding, the codings it takes (RFC 9110 §15.5.16): none but identity.
+        expect(response.headers.get('accept-encoding')).toBe('content-encoding' in headers ? 'identity' : null)
         expect(await storedCount()).toBe(0)
       })
 

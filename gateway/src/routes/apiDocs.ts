@@ -90,7 +90,7 @@ export async function apiDocs(app: FastifyInstance, options: { config: () => Gat
   app.get('/v1/openapi.json', { config: { public: true } }, async (_request, reply) =>
     reply
       .type('application/json; charset=utf-8')
-      .header('cache-control', 'no-cache')
+      .header('cache-control', 'private, no-cache')
       .send(documentFor(options.config().openapi.servers)),
   )
 
@@ -126,9 +126,11 @@ export async function apiDocs(app: FastifyInstance, options: { config: () => Gat
         void reply
           .header('content-security-policy', CONTENT_SECURITY_POLICY)
           .header('referrer-policy', 'no-referrer')
-          .header('cache-control', 'no-cache')
+          .header('cache-control', 'private, no-cache')
       } else {
-        void reply.header('cache-control', 'public, max-age=3600')
+        // A browser keeps the files an hour; a shared cache none: every answer carries its
+        // client's per-IP quota and request id, which a CDN would hand to everyone else.
+        void reply.header('cache-control', 'private, max-age=3600')
       }
       return send(asset, request, reply)
     })
