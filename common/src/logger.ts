@@ -20,6 +20,18 @@ const REDACTED = [
   'headers["x-internal-token"]',
 ]
 
+/**
+ * Errors as pino serializes them, but for `data`: undici's parser errors keep there the bytes the
+ * peer sent, and an upstream answering garbage may be echoing the request it got, internal
+ * token, and a key the client put in its URL, included.
+ */
+function errorWithoutPeerBytes(error: Error): Record<string, unknown> {
+  const serialized = pino.stdSerializers.err(error) as unknown as Record<string, unknown>
+  const data = serialized.data
+  if (data !== undefined) serialized.data = `[not logged: ${typeof data === 'string' ? `${data.length} characters` : 'bytes'} from the peer]`
+  return serialized
+}
+
 // sonic-boom's module.exports is the class itself; its types describe an ES module's default export.
 const SonicBoomStream = sonicBoom as unknown as typeof SonicBoom
 
@@ -64,6 +76,7 @@ export function createLogger(service: string, level = process.env.LOG_LEVEL || '
       level,
       base: { service },
       redact: { paths: REDACTED, censor: '[redacted]' },
+      serializers: { err: errorWithoutPeerBytes },
     },
     destination,
   )

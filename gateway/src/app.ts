@@ -29,7 +29,7 @@ import { pipelinedBehindClose, protocolVersion, requestFraming } from './proxy/r
 import { BODY_LIMIT_BYTES, acceptOpaqueBodies } from './proxy/opaqueBodies.ts'
 import { upstreamProxy } from './proxy/upstreamProxy.ts'
 import type { NewBan } from './rateLimit/banJournal.ts'
-import { addressOnly, anonymousBucket, trustedHops } from './rateLimit/clientAddress.ts'
+import { anonymousBucket, knownAddress, trustedHops } from './rateLimit/clientAddress.ts'
 import { capConnectionsPerClient } from './connectionsPerClient.ts'
 import type { Limiter } from './rateLimit/limiter.ts'
 import { rateLimit } from './rateLimit/rateLimit.ts'
@@ -133,7 +133,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   // The client's address too: for a request without a valid key (a flood of 401s, key guessing)
   // it is the only thing that says who sent it.
   await app.register(requestContext, {
-    logFields: (request) => ({ keyId: request.apiKey?.id, plan: request.apiKey?.plan ?? 'anonymous', clientAddress: addressOnly(request.ip) }),
+    logFields: (request) => ({ keyId: request.apiKey?.id, plan: request.apiKey?.plan ?? 'anonymous', clientAddress: knownAddress(request.ip) }),
   })
   await app.register(gracefulClose, {
     unavailable: () =>

@@ -55,14 +55,25 @@ describe('gateway logs', () => {
       configure: (file) => void (file.server.trustedProxies = ['127.0.0.1']),
     })
     gateways.push(behindProxy)
-    for (const [requestId, forwarded] of [['log-proxied-v4', '203.0.113.9:4444'], ['log-proxied-v6', '[2001:db8::1]:443'], ['log-proxied-plain', '198.51.100.7']]) {
+    // A trusted hop that passes on the client's own text (here a key) does not get it logged.
+    const { key } = await behindProxy.createKey()
+    for (const [requestId, forwarded] of [
+      ['log-proxied-v4', '203.0.113.9:4444'],
+      ['log-proxied-v6', '[2001:db8::1]:443'],
+      ['log-proxied-plain', '198.51.100.7'],
+      ['log-proxied-text', key],
+      ['log-proxied-text-after', `203.0.113.9, ${key}`],
+    ]) {
       await behindProxy.request('/v1/pets', { headers: { 'x-request-id': requestId!, 'x-forwarded-for': forwarded! } })
     }
+    expect(gatewayLog.lines.join('\n')).not.toContain(key.slice(4))
     const lines = gatewayLog.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
     const addressOf = (requestId: string) => lines.filter((line) => line.requestId === requestId).map((line) => line.clientAddress)
     expect(addressOf('log-proxied-v4')).toEqual(['203.0.113.9'])
     expect(addressOf('log-proxied-v6')).toEqual(['2001:db8::1'])
     expect(addressOf('log-proxied-plain')).toEqual(['198.51.100.7'])
+    expect(addressOf('log-proxied-text')).toEqual(['unknown'])
+    expect(addressOf('log-proxied-text-after')).toEqual(['unknown'])
   })
 
   it('record a documented 501 in the access line only, while an upstream failure also gets a line with its cause', async () => {

@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { FastifyRequest } from 'fastify'
-import { addressOnly } from '../rateLimit/clientAddress.ts'
+import { knownAddress } from '../rateLimit/clientAddress.ts'
 
 /*
  * Header hygiene at the proxy: what a client may not send on (the gateway's own headers and the
@@ -102,7 +102,7 @@ export function gatewayHeaders(request: Pick<FastifyRequest, 'id' | 'ip' | 'apiK
     'x-internal-token': internalToken,
     'x-request-id': request.id,
     'x-forwarded-prefix': PUBLIC_PREFIX,
-    'x-forwarded-for': addressOnly(request.ip),
+    'x-forwarded-for': knownAddress(request.ip),
     via: VIA,
   }
   if (request.apiKey) headers['x-consumer-id'] = request.apiKey.id

@@ -24,6 +24,17 @@ export function addressOnly(address: string | undefined): string {
   return IPV4_WITH_PORT.exec(address)?.[1] ?? BRACKETED_IPV6.exec(address)?.[1] ?? address
 }
 
+/**
+ * The client's address as the gateway passes it on (the log line, X-Forwarded-For to the
+ * upstream): the address alone, or `unknown` when it is no IP address. A trusted hop may pass on
+ * text the client chose (an X-Forwarded-For entry it did not replace), such as a key.
+ */
+export function knownAddress(given: string | undefined): string {
+  const address = addressOnly(given)
+  if (PLAIN_IPV4.test(address) || (address.includes(':') && ipaddr.IPv6.isValid(address))) return address
+  return UNKNOWN_ADDRESS
+}
+
 const ipv4 = (high: number, low: number) => `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`
 
 /**

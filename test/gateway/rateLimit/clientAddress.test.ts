@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { addressOnly, anonymousBucket } from '../../../gateway/src/rateLimit/clientAddress.ts'
+import { addressOnly, anonymousBucket, knownAddress } from '../../../gateway/src/rateLimit/clientAddress.ts'
 
 describe('the address the anonymous limit counts a client under', () => {
   it.each([
@@ -29,5 +29,20 @@ describe('the address the anonymous limit counts a client under', () => {
   it('counts a request whose socket has no address left (closed before it was read) with them, and forwards it as unknown', () => {
     expect(anonymousBucket(undefined)).toBe('unparseable')
     expect(addressOnly(undefined)).toBe('unknown')
+  })
+})
+
+describe('the client address the gateway logs and forwards', () => {
+  it.each([
+    ['203.0.113.9', '203.0.113.9'],
+    ['203.0.113.9:40123', '203.0.113.9'],
+    ['[2001:db8::1]:443', '2001:db8::1'],
+    ['::ffff:203.0.113.9', '::ffff:203.0.113.9'],
+    ['aas_0123456789abcdefghijABCDEFGHIJ0123456789', 'unknown'],
+    ['garbage:1', 'unknown'],
+    ['0x7f.1', 'unknown'],
+    [undefined, 'unknown'],
+  ])('%s is given as %s', (address, given) => {
+    expect(knownAddress(address)).toBe(given)
   })
 })
