@@ -366,7 +366,17 @@ async function main(): Promise<void> {
   printReady(planned, `${printableUrl(databaseUrl)} (${where})`)
   if (embedded) await printDemoKey(databaseUrl, planned)
   // No demo key on a real database (DESIGN): how to make one, since every /v1 call needs one.
-  else if (planned.some(({ spec }) => spec.name === 'gateway')) say('keys: npm run keys -- create --plan free --name my-app   (with this DATABASE_URL; the name says who the key is for)')
+  else if (planned.some(({ spec }) => spec.name === 'gateway')) say(`keys: ${keysCommand(['GATEWAY_CONFIG'])} create --plan free --name my-app   (with this DATABASE_URL; the name says who the key is for)`)
+}
+
+/**
+ * The keys CLI as this start's gateway sees things: it finds the embedded database through
+ * DATA_DIR and reads the plans from GATEWAY_CONFIG, so a shell without them would look in ./data
+ * and refuse a plan only this config names.
+ */
+function keysCommand(names: readonly ('DATA_DIR' | 'GATEWAY_CONFIG')[] = ['DATA_DIR', 'GATEWAY_CONFIG']): string {
+  const settings = names.flatMap((name) => (process.env[name] ? [`${name}=${shellQuoted(process.env[name])}`] : []))
+  return [...settings, 'npm run keys --'].join(' ')
 }
 
 async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Promise<void> {
@@ -374,8 +384,7 @@ async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Pro
   if (!gateway) return
   const key = await issueDemoKeyOnFirstStart(databaseUrl)
   if (!key) {
-    // The CLI finds this database through DATA_DIR: a shell without it would look in ./data.
-    const keys = process.env.DATA_DIR ? `DATA_DIR=${shellQuoted(process.env.DATA_DIR)} npm run keys --` : 'npm run keys --'
+    const keys = keysCommand()
     say(`more keys: ${keys} create --plan free --name my-app   (list them: ${keys} list)`)
     return
   }

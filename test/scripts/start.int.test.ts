@@ -419,17 +419,21 @@ describe('npm start where its ports are taken', () => {
       const stack = taken.some(Boolean) ? free : { ...free, opsPort: 6666, gatewayOpsPort: 6667 }
       // Not npmStart: its own readiness wait is a fetch too. The ready line comes once both ops
       // ports answered npm start's /readyz with 200.
-      const proc = startNode('scripts/start.ts', { ...stackEnv(stack), DATABASE_URL: database.url }, { detached: true })
+      // A config of its own with a plan config/gateway.yaml lacks: the CLI must be told of it too.
+      const config = path.join(path.dirname(stack.dataDir), 'gateway.yaml')
+      await writeFile(config, (await readFile('config/gateway.yaml', 'utf8')).replace('plans:\n', 'plans:\n  gold:       { perMinute: 2000, perDay: 50000 }\n'))
+      const proc = startNode('scripts/start.ts', { ...stackEnv(stack), DATABASE_URL: database.url, GATEWAY_CONFIG: config }, { detached: true })
       await waitForOutput(proc, '[start] ready:', READY_MILLIS)
       await waitForOutput(proc, '[start] keys:', 10_000)
       const output = proc.output()
       expect(output).not.toContain('first start')
-      expect(output).toContain('[start] keys: npm run keys -- create --plan free --name my-app   (with this DATABASE_URL; the name says who the key is for)')
-      const created = await runKeysCli(['create', '--plan', 'free', '--name', 'walkthrough', '--json'], { ...baseEnv(), DATABASE_URL: database.url })
+      expect(output).toContain(`[start] keys: GATEWAY_CONFIG=${config} npm run keys -- create --plan free --name my-app   (with this DATABASE_URL; the name says who the key is for)`)
+      const created = await runKeysCli(['create', '--plan', 'gold', '--name', 'walkthrough', '--json'], { ...baseEnv(), DATABASE_URL: database.url, GATEWAY_CONFIG: config })
       expect(created.code, created.stderr).toBe(0)
       const { key } = JSON.parse(created.stdout) as { key: string }
       const answer = await fetch(`http://127.0.0.1:${stack.gatewayPort}/v1/pets`, { headers: { authorization: `Bearer ${key}` } })
       expect(answer.status).toBe(200)
+      expect(answer.headers.get('x-ratelimit-limit')).toBe('2000')
       expect(await sigterm(proc)).toMatchObject({ code: 0 })
     },
     READY_MILLIS + STOP_MILLIS,
