@@ -426,6 +426,14 @@ describe('gateway config: YAML syntax errors', () => {
     expect(parseGatewayConfig(shippedWith('strikes: 10', 'strikes: !!int "10"')).bans.strikes).toBe(10)
   })
 
+  // The YAML library threw a ReferenceError: check-config printed a stack trace, the reload log no line.
+  it('refuses aliases that expand into a billion copies as a problem of the file, at its last alias', () => {
+    expect(problemsOf('alias-bomb.yaml')).toEqual([
+      'test/fixtures/config/alias-bomb.yaml:70: its aliases expand to more copies than any config needs ' +
+        '(Excessive alias count indicates a resource exhaustion attack): write the settings out',
+    ])
+  })
+
   it('says YAML merge keys are not supported, at their line, rather than calling << an unknown key', () => {
     expect(problemsOf('merge-key.yaml')).toEqual([
       `test/fixtures/config/merge-key.yaml:${shippedLine('pro:')}: YAML merge keys (<<) are not supported: write the settings out (anchors and aliases work)`,

@@ -193,6 +193,27 @@ function syntaxErrorMessage(document: Document, error: YAMLError): string {
  * Parses and validates a config text. Every problem with a setting's shape is reported, not only
  * the first; the rules across settings (crossChecks) are checked once the shapes are right.
  */
+/**
+ * The document as plain values. The YAML library refuses aliases that would expand into more
+ * copies than it allows (a "billion laughs" file, a few lines that would fill the memory) by
+ * throwing a ReferenceError, which reached check-config's user as a stack trace and the reload
+ * log without a line: said here as a problem of the file, at its last alias.
+ */
+function expanded(document: Document, lines: LineCounter, source: string): unknown {
+  try {
+    return document.toJS()
+  } catch (error) {
+    if (!(error instanceof ReferenceError)) throw error
+    let last = 0
+    visit(document, {
+      Alias(_key, alias) {
+        if (alias.range) last = Math.max(last, alias.range[0])
+      },
+    })
+    throw new ConfigError([`${source}:${lines.linePos(last).line}: its aliases expand to more copies than any config needs (${error.message}): write the settings out`])
+  }
+}
+
 export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): GatewayConfigFile {
   const lines = new LineCounter()
   const document = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false })
@@ -226,7 +247,7 @@ export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): 
     },
   })
   if (merges.length > 0) throw new ConfigError(merges)
-  const value: unknown = document.toJS()
+  const value = expanded(document, lines, source)
   if (!validate(value)) {
     const errors = validate.errors ?? []
     // anyOf also reports each failed branch at the same path; its own summary is the clearer one.
