@@ -61,6 +61,8 @@ describe('gateway readiness (/readyz of the real process)', () => {
       const down = await readyzBecomes(gateway, 503)
       expect(down.body).toMatchObject({ status: 'not_ready', dependencies: { postgres: 'down', upstream: 'up' } })
       expect(Object.keys(down.body.dependencies!)).toEqual(['postgres', 'upstream'])
+      // Why, in words that name no address (the driver's message does).
+      expect(down.body.reasons).toEqual({ postgres: expect.stringMatching(/^no answer from Postgres \((E[A-Z]+|timed out|connection lost|unreachable)\)$/) })
       await relay.restore()
       await readyzBecomes(gateway, 200)
     } finally {

@@ -305,7 +305,7 @@ export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logge
         result = await check(pool, needs.schema, needs.serving)
       } catch (error) {
         const words = postgresRefusal(error)
-        if (words === undefined) throw error
+        if (words === undefined) throw new DependencyDown(`no answer from Postgres (${unanswered(error)})`)
         begin(words)
         throw new DependencyDown(`Postgres refuses the role (${words}): ${loginRefusalFix(error, pool) ?? 'grant the role what Postgres names'}`)
       }
@@ -315,4 +315,18 @@ export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logge
       throw new DependencyDown(`Postgres refuses the role (privileges missing): ${fix}`)
     },
   }
+}
+
+/**
+ * Why Postgres gave no answer, for /readyz: the system's code (ECONNREFUSED, ENOTFOUND, …) or what
+ * pg says happened, never the driver's message, which names addresses.
+ */
+function unanswered(error: unknown): string {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return code
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return `SQLSTATE ${code}`
+  const text = typeof message === 'string' ? message : ''
+  if (/timeout/i.test(text)) return 'timed out'
+  if (/terminated|closed|ended/i.test(text)) return 'connection lost'
+  return 'unreachable'
 }
