@@ -117,6 +117,7 @@ export async function buildPetsService(deps: PetsServiceDependencies): Promise<F
 }
 
 const CHARSET = /;\s*charset\s*=\s*"?([^";\s]*)/gi
+const QUOTED = /"(?:[^"\\]|\\.)*"/g
 
 /**
  * The 415 for a JSON body that cannot be read as sent, if it cannot: bytes under a content coding
@@ -132,7 +133,11 @@ function unsupportedEncoding(headers: IncomingHttpHeaders): ApiError | undefined
       headers: { 'accept-encoding': 'identity' },
     })
   }
-  for (const [, charset] of (headers['content-type'] ?? '').matchAll(CHARSET)) {
+  const contentType = headers['content-type'] ?? ''
+  // Two media types (`application/json; charset=utf-8, text/plain`) are no Content-Type, as
+  // `application/json, text/plain` is not; its charset would be read as `utf-8,`.
+  if (contentType.includes(',') && contentType.replace(QUOTED, '').includes(',')) return petsErrors.create('unsupported_media_type')
+  for (const [, charset] of contentType.matchAll(CHARSET)) {
     const name = (charset ?? '').toLowerCase()
     if (name !== 'utf-8' && name !== 'utf8') {
       return petsErrors.create('unsupported_media_type', `application/json bodies are UTF-8; charset=${name.slice(0, 40)} is not supported.`)
