@@ -33,16 +33,37 @@ export async function evictingRedisServers(client: RedisClient): Promise<string[
  * not the one it was ready with before: another process (`run_id` in INFO), a restart or a
  * failover. Its state may be gone with it (no persistence), and what this process cached from
  * the old one (bans) would then disagree with every other gateway until it ran out.
+ *
+ * A Cluster client is ready once, as a whole: one master restarted alone comes back as a new
+ * connection to its node, and a replica promoted in a failover shows in the next slot map. So
+ * for a Cluster the masters are read again on each node connection's ready and each refresh of
+ * the slot map (every 5 s), one reading at a time (an older one never overtakes a newer one), and
+ * once more after it when asked meanwhile.
  */
 export function watchRedisRestarts(client: RedisClient, restarted: () => void): void {
   let known: string | undefined
-  client.on('ready', () => {
+  let reading = false
+  let again = false
+  const check = () => {
+    if (reading) return void (again = true)
+    reading = true
     void serverIdentity(client).then((identity) => {
-      if (identity === undefined) return
-      if (known !== undefined && identity !== known) restarted()
-      known = identity
+      if (identity !== undefined) {
+        if (known !== undefined && identity !== known) restarted()
+        known = identity
+      }
+      reading = false
+      if (again) {
+        again = false
+        check()
+      }
     })
-  })
+  }
+  client.on('ready', check)
+  if (client instanceof Cluster) {
+    client.on('+node', (node: Redis) => node.on('ready', check))
+    client.on('refresh', check)
+  }
 }
 
 /** The run_id of the server, or of each master sorted; undefined when one does not answer. */
