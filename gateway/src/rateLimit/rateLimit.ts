@@ -209,7 +209,11 @@ export const rateLimit = fp(
       })
       if (decision.newBan) announceBan(key.id, key.plan, decision, !decision.degraded)
       if (decision.outcome === 'banned') {
-        options.bans.remember(key.id, banTicket, limits, decision)
+        // A ban this process's fallback decided is not cached: each request asks the resilient
+        // store, which answers it from the fallback while Redis is set aside, until Redis answers
+        // again and decides as it does on every other gateway. Cached, it went on refusing the key
+        // here alone, up to the ladder's longest step, while the others admitted it.
+        if (!decision.degraded) options.bans.remember(key.id, banTicket, limits, decision)
         throw refusal('api_key_banned', decision.retryAfterMillis)
       }
       if (decision.outcome === 'limited') {

@@ -14,7 +14,7 @@ import { startPrivateRedis, type PrivateRedis } from '../../helpers/redisServer.
 import { suiteService } from '../../helpers/suiteService.ts'
 import { cuttableRelay } from '../../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
-import { anonymous, eventually, expectRateLimitHeaders, keyed, sleep } from './httpLimits.ts'
+import { anonymous, codeOf, eventually, expectRateLimitHeaders, keyed, sleep } from './httpLimits.ts'
 
 /** What "answered within the 50 ms budget" may cost end to end on a loaded 2-core machine; a hang is seconds. */
 const ANSWER_WITHIN_MILLIS = 1_000
@@ -719,4 +719,48 @@ describe('a ban Redis starts on a reply later than the budget', () => {
       await gateway.close()
     }
   })
+})
+
+// A ban the per-process fallback decided went into the ban cache like Redis's own: once Redis
+// answered again, this gateway went on refusing the key (up to the ladder's longest step) while
+// every other gateway, asking Redis, admitted it.
+describe('a ban the per-process fallback decides while Redis is frozen', () => {
+  const prefix = testKeyPrefix()
+  const database = suiteDatabase()
+  const pets = suiteService(() => startPetsService(database.url))
+  const redis = suiteService(() => startPrivateRedis())
+
+  it('holds while Redis is away and ends once Redis answers again, which decides as on every gateway', async () => {
+    const gateway = await startGateway({
+      databaseUrl: database.url,
+      petsUrl: pets.url,
+      env: { REDIS_URL: redis.url },
+      configure: (file) => {
+        file.redis.keyPrefix = prefix
+        file.onStoreFailure = 'open'
+        file.plans.free = { perMinute: 1, perDay: 1_000 }
+        file.bans = { strikes: 1, ladder: ['60s'] }
+      },
+    })
+    try {
+      const [{ key }, other] = await Promise.all([gateway.createKey(), gateway.createKey()])
+      const send = async () => codeOf(await gateway.request('/v1/pets?limit=1', { key }))
+      // Once Redis has answered, the gateway knows its clock, and its calls carry deadlines.
+      expect(await codeOf(await gateway.request('/v1/pets?limit=1', { key: other.key }))).toBeUndefined()
+      redis.freeze()
+      try {
+        expect([await send(), await send(), await send()]).toEqual([undefined, 'api_key_banned', 'api_key_banned'])
+        // Past the last call's deadline (twice the 50 ms budget): Redis will not run any of them.
+        await sleep(300)
+      } finally {
+        redis.thaw()
+      }
+      // Redis never ran those calls in time (their deadlines passed while it was frozen): it has
+      // nothing against the key, and says so once the gateway asks it again.
+      const waited = await eventually(async () => (await send()) === undefined, 10_000, 200)
+      expect(waited).toBeLessThan(10_000)
+    } finally {
+      await gateway.close()
+    }
+  }, 30_000)
 })
