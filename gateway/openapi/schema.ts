@@ -463,6 +463,33 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description The body was sent with a transfer coding besides `chunked` (`Transfer-Encoding: gzip,
+         *     chunked`), which the gateway does not decode (`not_implemented`, RFC 9112 §6.1). Send the
+         *     body chunked or with `Content-Length`. The request is counted against the limits
+         *     like any other, and not carried out.
+         */
+        TransferCodingNotImplemented: {
+            headers: {
+                "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "not_implemented",
+                 *       "message": "No transfer coding but chunked is supported; send the body chunked or with a Content-Length.",
+                 *       "status": 501
+                 *     }
+                 */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The catalogue service could not be reached or answered badly (`bad_gateway`). */
         BadGateway: {
             headers: {
@@ -645,6 +672,7 @@ export type ResponseHeadersTooLarge = components['responses']['HeadersTooLarge']
 export type ResponseTooManyRequests = components['responses']['TooManyRequests'];
 export type ResponseInternalError = components['responses']['InternalError'];
 export type ResponseNotImplemented = components['responses']['NotImplemented'];
+export type ResponseTransferCodingNotImplemented = components['responses']['TransferCodingNotImplemented'];
 export type ResponseBadGateway = components['responses']['BadGateway'];
 export type ResponseServiceUnavailable = components['responses']['ServiceUnavailable'];
 export type ResponseGatewayTimeout = components['responses']['GatewayTimeout'];
@@ -714,6 +742,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
+            501: components["responses"]["TransferCodingNotImplemented"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["GatewayTimeout"];
@@ -778,6 +807,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
+            501: components["responses"]["TransferCodingNotImplemented"];
             502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["GatewayTimeout"];
@@ -931,6 +961,36 @@ export interface operations {
                      *       "code": "internal_error",
                      *       "message": "Something went wrong on our side.",
                      *       "status": 500
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /**
+             * @description The body was sent with a transfer coding besides `chunked` (`Transfer-Encoding: gzip,
+             *     chunked`), which the gateway does not decode (`not_implemented`, RFC 9112 §6.1). Send the
+             *     body chunked or with `Content-Length`. The request is counted against the limits
+             *     like any other, and not carried out.
+             */
+            501: {
+                headers: {
+                    Deprecation: components["headers"]["Deprecation"];
+                    Sunset: components["headers"]["Sunset"];
+                    Link: components["headers"]["LinkSuccessor"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_implemented",
+                     *       "message": "No transfer coding but chunked is supported; send the body chunked or with a Content-Length.",
+                     *       "status": 501
                      *     }
                      */
                     "application/json": components["schemas"]["Error"];

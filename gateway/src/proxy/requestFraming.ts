@@ -49,6 +49,9 @@ function undecodedTransferCoding(transferEncoding: string | undefined): boolean 
  * Error body once charged like any other, ahead of the key's 401 (a key would not help), and the
  * connection closed after the answer (closesAfterAnswer).
  */
+
+/** The 501 for a body under a transfer coding besides chunked (RFC 9112 §6.1), as the OpenAPI document shows it. */
+export const TRANSFER_CODING_NOT_DECODED = 'No transfer coding but chunked is supported; send the body chunked or with a Content-Length.'
 export const protocolVersion = fp(
   async (app: FastifyInstance) => {
     app.addHook('onRequest', (request, _reply, done) => {
@@ -79,7 +82,7 @@ export const requestFraming = fp(
       const repeated = repeatedSingleton(raw.rawHeaders)
       if (repeated !== undefined) return done(gatewayErrors.create('bad_request', `The ${repeated} header may be sent only once.`))
       if (undecodedTransferCoding(raw.headers['transfer-encoding'])) {
-        return done(gatewayErrors.create('not_implemented', 'No transfer coding but chunked is supported; send the body chunked or with a Content-Length.'))
+        return done(gatewayErrors.create('not_implemented', TRANSFER_CODING_NOT_DECODED))
       }
       done()
     })
