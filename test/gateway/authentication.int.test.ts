@@ -160,7 +160,6 @@ describe('gateway authentication', () => {
     expect((await gateway.request('/v1/pets', { key })).status).toBe(200)
     expect((await second.request('/v1/pets', { key })).status).toBe(200)
     await gateway.keys.revoke(id)
-    const revokedAt = Date.now()
     await vi.waitFor(
       async () => {
         expect((await gateway.request('/v1/pets', { key })).status).toBe(401)
@@ -168,7 +167,6 @@ describe('gateway authentication', () => {
       },
       { timeout: 2_000, interval: 50 },
     )
-    expect(Date.now() - revokedAt).toBeLessThan(2_000)
   })
 
   it('sees a plan change on every running gateway within 2 seconds', async () => {

@@ -62,7 +62,10 @@ describe('keys --expires at a date-time', () => {
         expect(parseExpires('2026-12-31T18:00', now)).toEqual({ at: new Date('2026-12-31T18:00:00Z') })
       }
     } finally {
-      process.env.TZ = zone
+      // Assigned undefined, the variable would hold the string "undefined" (read as UTC) for every
+      // later file in this worker.
+      if (zone === undefined) delete process.env.TZ
+      else process.env.TZ = zone
     }
     expect(parseExpires('2026-12-31T18:00+09:00', now)).toEqual({ at: new Date('2026-12-31T09:00:00Z') })
   })

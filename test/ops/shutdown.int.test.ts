@@ -262,6 +262,7 @@ describe('gateway shutdown on SIGTERM', () => {
       expect(gateway.proc.output()).not.toContain('shutdown deadline passed')
       expect(connection.answer()).toMatch(/^HTTP\/1\.1 503 Service Unavailable\r\n[\s\S]*connection: close\r\n[\s\S]*"code":"service_unavailable"/i)
       expect(connection.answer()).toMatch(/\r\nx-ratelimit-remaining: \d+\r\n/i)
+      expect(connection.answer()).toMatch(/\r\nretry-after: 1\r\n/i)
       expect(upstream.received()).toBe(0)
       recordScenario({
         area: 'Gateway',

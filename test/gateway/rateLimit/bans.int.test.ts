@@ -176,12 +176,11 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     expect(await cli('unban', id)).toMatchObject({ unban: 'applied', ban: null })
     // Each gateway is polled until it stops answering banned; a poll that reaches Redis while the
     // window is still full is one strike, two at most in all, below the three that would ban again.
-    const lifted = await Promise.all(
+    await Promise.all(
       [a, b].map((gateway) =>
         eventually(async () => (await codeOf(await send(gateway))) !== 'api_key_banned', 2_000),
       ),
     )
-    for (const millis of lifted) expect(millis).toBeLessThan(2_000)
     // Once the window has room again the key is simply admitted, on both.
     await sleep(3_000)
     for (const gateway of [a, b]) expect((await send(gateway)).status).toBe(200)
@@ -210,10 +209,9 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
     expect(shown).toMatchObject({ ban: { step: 1 } })
     // The pending unban is retried every 2 s once a few seconds old, and once applied it is
     // announced to both gateways, whose caches may have learnt the ban again meanwhile.
-    const lifted = await Promise.all(
+    await Promise.all(
       [a, b].map((gateway) => eventually(async () => (await codeOf(await send(gateway))) !== 'api_key_banned', 10_000, 250)),
     )
-    for (const millis of lifted) expect(millis).toBeLessThan(10_000)
     expect((await cli('show', id)).ban).toBeNull()
     expect(await a.keys.pendingUnbans()).toEqual([])
   })
