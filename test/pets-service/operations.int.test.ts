@@ -306,6 +306,78 @@ describe('pets-service when its Postgres takes no writes for a while (failover, 
   })
 })
 
+/** Sets (or resets) a database-wide default, as an operator or a managed service may; connections opened afterwards take it. */
+async function databaseDefault(url: string, setting: string, value: string | undefined) {
+  const admin = new pg.Client({ connectionString: url })
+  await admin.connect()
+  try {
+    const { rows } = await admin.query<{ name: string }>('SELECT current_database() AS name')
+    await admin.query(`ALTER DATABASE "${rows[0]!.name}" ${value === undefined ? `RESET ${setting}` : `SET ${setting} = '${value}'`}`)
+  } finally {
+    await admin.end()
+  }
+}
+
+// Retries racing on one Idempotency-Key rely on READ COMMITTED (a blocked claim sees the row the
+// first committed): with the database's default set stricter, some got 500 (SQLSTATE 40001).
+describe('pets-service on a database whose default isolation is stricter than READ COMMITTED', () => {
+  const database = migratedSuiteDatabase()
+
+  it.each(['repeatable read', 'serializable'])('%s: retries racing on one Idempotency-Key get the first pet or 422, never 500', async (isolation) => {
+    await databaseDefault(database.url, 'default_transaction_isolation', isolation)
+    const { app, pool } = await serviceOn(database.url)
+    try {
+      const create = (key: string, name: string) =>
+        app.inject({ method: 'POST', url: '/pets', payload: { name, categoryId: 1 }, headers: { ...auth, 'idempotency-key': key } })
+      const tag = isolation.replace(' ', '-')
+      const same = await Promise.all(Array.from({ length: 20 }, () => create(`same-${tag}`, 'Rex')))
+      expect(same.map((response) => response.statusCode)).toEqual(Array(20).fill(201))
+      expect(new Set(same.map((response) => (response.json() as { id: number }).id)).size).toBe(1)
+      const different = await Promise.all(Array.from({ length: 10 }, (_, index) => create(`different-${tag}`, `Rex ${index}`)))
+      expect(different.map((response) => response.statusCode).sort()).toEqual([201, ...Array(9).fill(422)])
+      const { rows } = await pool.query<{ count: number }>("SELECT count(*)::int AS count FROM pets.pets WHERE name LIKE 'Rex%'")
+      expect(rows[0]!.count).toBe(2)
+      await pool.query('DELETE FROM pets.pets')
+    } finally {
+      await databaseDefault(database.url, 'default_transaction_isolation', undefined)
+      await app.close()
+      await pool.end()
+    }
+  })
+})
+
+// A lock_timeout set for the database or the role ends a statement waiting on a lock (an
+// operator's or a migration's) with 55P03: the same wait that gets 503 without it got 500.
+describe('pets-service on a database with a lock_timeout, while a table lock is held', () => {
+  const database = migratedSuiteDatabase()
+
+  it('answers list and create 503 with Retry-After, not 500', async () => {
+    await databaseDefault(database.url, 'lock_timeout', '200ms')
+    const { app, pool } = await serviceOn(database.url)
+    const holder = new pg.Client({ connectionString: database.url })
+    await holder.connect()
+    try {
+      await holder.query('BEGIN')
+      await holder.query('LOCK TABLE pets.pets IN ACCESS EXCLUSIVE MODE')
+      for (const request of [
+        { method: 'GET' as const, url: '/pets' },
+        { method: 'POST' as const, url: '/pets', payload: { name: 'Rex', categoryId: 1 } },
+        { method: 'POST' as const, url: '/pets', payload: { name: 'Rex', categoryId: 1 }, headers: { 'idempotency-key': 'locked-1' } },
+      ]) {
+        const response = await app.inject({ ...request, headers: { ...auth, ...request.headers } })
+        expect(response.statusCode, `${request.method} ${response.body}`).toBe(503)
+        expect(response.headers['retry-after']).toMatch(/^[3-7]$/)
+      }
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined)
+      await holder.end()
+      await databaseDefault(database.url, 'lock_timeout', undefined)
+      await app.close()
+      await pool.end()
+    }
+  })
+})
+
 describe('pets-service when a column it reads changes type while it runs (a migration of another version)', () => {
   const database = migratedSuiteDatabase()
 

@@ -257,8 +257,10 @@ export function isQueryCanceled(error: unknown): boolean {
 // statement timeout) and 53 (insufficient resources) mean "try again later", not a bug. So does
 // 25006 (read_only_sql_transaction): a write reaching a Postgres that takes none for now (a
 // primary demoted in a failover, a standby behind the address, default_transaction_read_only set
-// by an operator or by a managed service whose disk is nearly full).
-const UNAVAILABLE_SQLSTATE = /^(08|53|57)|^25006$/
+// by an operator or by a managed service whose disk is nearly full); and 55P03
+// (lock_not_available): a lock_timeout set for the database or role ended a wait on a lock an
+// operator or a migration holds, where without it the statement timeout would have.
+const UNAVAILABLE_SQLSTATE = /^(08|53|57)|^25006$|^55P03$/
 // EMFILE and ENFILE: this process (or the host) has no file descriptor left for a new connection
 // until others close; the database is as unreachable as if it refused, and as temporarily.
 const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EMFILE', 'ENFILE'])

@@ -330,7 +330,8 @@ export function createKeyRepository(pool: pg.Pool) {
      */
     async recordBan(ban: RecordedBan, startedHere = performance.now(), late = false): Promise<BanRecordOutcome> {
       return withConnection(pool, async (client) => {
-        await client.query('BEGIN')
+        // READ COMMITTED whatever the database's default: what the lock waited for is read after it.
+        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED')
         await client.query(LOCK_KEY, [ban.keyId])
         const { rows } = await client.query<{ outcome: BanRecordOutcome }>(
           `WITH ban AS (SELECT statement_timestamp() - $5 * interval '1 millisecond' AS recorded_at),
@@ -423,7 +424,8 @@ export function createKeyRepository(pool: pg.Pool) {
      */
     async markUnbanApplied(changeId: number, announce = false): Promise<boolean> {
       return withConnection(pool, async (client) => {
-        await client.query('BEGIN')
+        // READ COMMITTED whatever the database's default: what the lock waited for is read after it.
+        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED')
         await client.query(LOCK_KEY_OF_CHANGE, [changeId])
         const { rows } = await client.query<{ marked: boolean }>(
           `WITH applied AS (

@@ -102,7 +102,10 @@ export function createPetRepository(pool: pg.Pool, options: PetRepositoryOptions
       // stays read-only after it takes them again, and would fail every later create with a key.
       // Closed, its transaction is rolled back by Postgres.
       return withConnection(pool, async (client) => {
-        await client.query('BEGIN')
+        // Whatever the database's default: the claim below relies on READ COMMITTED, where a claim
+        // that waited sees the row the first committed. Under REPEATABLE READ or SERIALIZABLE (set
+        // for a database or role) the retries that waited failed with 40001 instead.
+        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED')
         // A concurrent request with the same key blocks here until the first commits, then
         // finds its row: exactly one pet per key whatever the interleaving. A row past the
         // retention is claimed afresh (the hourly purge may not have run, say on a service
