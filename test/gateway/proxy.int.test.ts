@@ -1588,6 +1588,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
         expect(seen[name], name).toBeUndefined()
       }
       expect(seen.via).toBe('1.1 client-proxy, 1.1 aas-gateway')
+      // A Via its Connection names is hop-by-hop (RFC 9110 §7.6.1): only the gateway's own goes on.
+      const connection = await openRaw(gateway.url)
+      connection.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nVia: 1.0 client-proxy\r\nConnection: via, close\r\n\r\n`)
+      await connection.closed
+      expect(connection.answer()).toMatch(/^HTTP\/1\.1 200 /)
+      expect(recorder.requests[1]!.headers.via).toBe('1.1 aas-gateway')
     })
 
     it('drops the client\'s underscore spellings of the headers it drops, which CGI-style upstreams read as the same names', async () => {

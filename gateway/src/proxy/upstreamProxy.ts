@@ -290,7 +290,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       if (named.length > 0 && named.includes(key)) continue
       headers[key] = incoming[key]
     }
-    if (incoming.via !== undefined) headers.via = `${incoming.via}, ${VIA}`
+    // The client's Via, unless its Connection names it (hop-by-hop then, like any field it names).
+    if (incoming.via !== undefined && !named.includes('via')) headers.via = `${incoming.via}, ${VIA}`
     headers.host = host
     // Set aside only where the header was taken away: a request that still has one (every create) is not looked up.
     const unparsed = incoming['content-type'] === undefined ? unparsedContentType.get(request) : undefined
