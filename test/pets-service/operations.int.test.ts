@@ -72,6 +72,20 @@ function migratedSuiteDatabase() {
   return database
 }
 
+/** Sets (or resets) a database-wide default, as an operator or a managed service may; connections opened afterwards take it. */
+async function databaseDefault(url: string, setting: string, value: string | undefined) {
+  const admin = new pg.Client({ connectionString: url })
+  await admin.connect()
+  try {
+    // This session may have opened read-only (the default being set): the ALTER must still run.
+    await admin.query('SET default_transaction_read_only = off')
+    const { rows } = await admin.query<{ name: string }>('SELECT current_database() AS name')
+    await admin.query(`ALTER DATABASE "${rows[0]!.name}" ${value === undefined ? `RESET ${setting}` : `SET ${setting} = '${value}'`}`)
+  } finally {
+    await admin.end()
+  }
+}
+
 describe('pets-service when Postgres is unavailable', () => {
   it.each([
     ['refuses connections', async () => ({ url: await refusedPostgresUrl(), close: () => undefined })],
@@ -265,17 +279,7 @@ describe('pets-service after a failover that leaves its open connections mute (t
 describe('pets-service when its Postgres takes no writes for a while (failover, default_transaction_read_only)', () => {
   const database = migratedSuiteDatabase()
 
-  async function defaultReadOnly(on: boolean) {
-    const admin = new pg.Client({ connectionString: database.url })
-    await admin.connect()
-    try {
-      await admin.query('SET default_transaction_read_only = off')
-      const { rows } = await admin.query<{ name: string }>('SELECT current_database() AS name')
-      await admin.query(`ALTER DATABASE "${rows[0]!.name}" ${on ? 'SET default_transaction_read_only = on' : 'RESET default_transaction_read_only'}`)
-    } finally {
-      await admin.end()
-    }
-  }
+  const defaultReadOnly = (on: boolean) => databaseDefault(database.url, 'default_transaction_read_only', on ? 'on' : undefined)
 
   it('answers a create 503 with Retry-After, not 500, and stores it once Postgres takes writes again', async () => {
     await defaultReadOnly(true)
@@ -305,18 +309,6 @@ describe('pets-service when its Postgres takes no writes for a while (failover, 
     }
   })
 })
-
-/** Sets (or resets) a database-wide default, as an operator or a managed service may; connections opened afterwards take it. */
-async function databaseDefault(url: string, setting: string, value: string | undefined) {
-  const admin = new pg.Client({ connectionString: url })
-  await admin.connect()
-  try {
-    const { rows } = await admin.query<{ name: string }>('SELECT current_database() AS name')
-    await admin.query(`ALTER DATABASE "${rows[0]!.name}" ${value === undefined ? `RESET ${setting}` : `SET ${setting} = '${value}'`}`)
-  } finally {
-    await admin.end()
-  }
-}
 
 // Retries racing on one Idempotency-Key rely on READ COMMITTED (a blocked claim sees the row the
 // first committed): with the database's default set stricter, some got 500 (SQLSTATE 40001).
