@@ -190,10 +190,6 @@ function syntaxErrorMessage(document: Document, error: YAMLError): string {
 }
 
 /**
- * Parses and validates a config text. Every problem with a setting's shape is reported, not only
- * the first; the rules across settings (crossChecks) are checked once the shapes are right.
- */
-/**
  * The document as plain values. The YAML library refuses aliases that would expand into more
  * copies than it allows (a "billion laughs" file, a few lines that would fill the memory) by
  * throwing a ReferenceError, which reached check-config's user as a stack trace and the reload
@@ -214,6 +210,10 @@ function expanded(document: Document, lines: LineCounter, source: string): unkno
   }
 }
 
+/**
+ * Parses and validates a config text. Every problem with a setting's shape is reported, not only
+ * the first; the rules across settings (crossChecks) are checked once the shapes are right.
+ */
 export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): GatewayConfigFile {
   const lines = new LineCounter()
   const document = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false })

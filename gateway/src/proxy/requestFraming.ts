@@ -41,6 +41,9 @@ function undecodedTransferCoding(transferEncoding: string | undefined): boolean 
   return false
 }
 
+/** The 501 for a body under a transfer coding besides chunked (RFC 9112 §6.1), as the OpenAPI document shows it. */
+export const TRANSFER_CODING_NOT_DECODED = 'No transfer coding but chunked is supported; send the body chunked or with a Content-Length.'
+
 /**
  * RFC 9110 §15.6.6, RFC 9112 §2.3: a request line naming a major version other than 1. Node's
  * parser takes `HTTP/0.9` and `HTTP/2.0` and reads the message by HTTP/1.0's rules, so it was
@@ -49,9 +52,6 @@ function undecodedTransferCoding(transferEncoding: string | undefined): boolean 
  * Error body once charged like any other, ahead of the key's 401 (a key would not help), and the
  * connection closed after the answer (closesAfterAnswer).
  */
-
-/** The 501 for a body under a transfer coding besides chunked (RFC 9112 §6.1), as the OpenAPI document shows it. */
-export const TRANSFER_CODING_NOT_DECODED = 'No transfer coding but chunked is supported; send the body chunked or with a Content-Length.'
 export const protocolVersion = fp(
   async (app: FastifyInstance) => {
     app.addHook('onRequest', (request, _reply, done) => {
