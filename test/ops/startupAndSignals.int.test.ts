@@ -132,7 +132,10 @@ describe('starting before Postgres, and signals at the edges of a process life',
     const { relay, service, opsPort } = await waitingForPostgres(context, script, envFor)
     try {
       await eventually(async () => (await probe(opsPort, '/healthz')).status === 200, 10_000)
-      expect(await probe(opsPort, '/readyz')).toMatchObject({ status: 503, body: { status: 'starting', dependencies: { postgres: 'down' } } })
+      expect(await probe(opsPort, '/readyz')).toMatchObject({
+        status: 503,
+        body: { status: 'starting', dependencies: { postgres: 'down' }, reasons: { postgres: expect.stringMatching(/^no answer from Postgres \(.+\)$/) } },
+      })
       expect(service.hasExited()).toBe(false)
 
       await relay.restore()

@@ -305,7 +305,7 @@ export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logge
         result = await check(pool, needs.schema, needs.serving)
       } catch (error) {
         const words = postgresRefusal(error)
-        if (words === undefined) throw new DependencyDown(`no answer from Postgres (${unanswered(error)})`)
+        if (words === undefined) throw unansweredPostgres(error)
         begin(words)
         throw new DependencyDown(`Postgres refuses the role (${words}): ${loginRefusalFix(error, pool) ?? 'grant the role what Postgres names'}`)
       }
@@ -318,9 +318,14 @@ export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logge
 }
 
 /**
- * Why Postgres gave no answer, for /readyz: the system's code (ECONNREFUSED, ENOTFOUND, …) or what
- * pg says happened, never the driver's message, which names addresses.
+ * A Postgres that gave no answer, for /readyz (while the service starts, too): the reason is the
+ * system's code (ECONNREFUSED, ENOTFOUND, …) or what pg says happened, never the driver's
+ * message, which names addresses.
  */
+export function unansweredPostgres(error: unknown): DependencyDown {
+  return new DependencyDown(`no answer from Postgres (${unanswered(error)})`)
+}
+
 function unanswered(error: unknown): string {
   const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
   if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return code
