@@ -19,8 +19,18 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Rate-limit headers of this request's decision, written on whatever answer it gets. */
     rateLimitHeaders: Record<string, string> | null
+    /** An admitted request's windows, the store's time of its decision and this process's: for an answer that comes late. */
+    rateLimitAdmitted: { windows: NamedWindow[]; storeMillis: number; decidedAt: number } | null
   }
 }
+
+/**
+ * An answer this much later than its decision (a slow upstream) gets its headers again: `RateLimit`
+ * says seconds from now (`t`), and from the decision they overstated the wait by the answer's
+ * latency (10 s for a 504), out of step with `X-RateLimit-Reset`. Below it, rounding `t` up to
+ * whole seconds already covers the difference.
+ */
+const LATE_ANSWER_MILLIS = 1_000
 
 export interface RateLimitEvent {
   /** The key's plan, or "anonymous" for the per-IP limit. */
@@ -108,6 +118,7 @@ function bannedHeaders(limits: KeyLimits, now: number, admittedAtMillis: number)
 export const rateLimit = fp(
   async (app: FastifyInstance, options: RateLimitOptions) => {
     app.decorateRequest('rateLimitHeaders', null)
+    app.decorateRequest('rateLimitAdmitted', null)
 
     // Headers speak the store's time (Redis TIME), whatever this host's clock says. Answers that
     // make no store call (a cached ban, the anonymous limit) use the offset seen on the last one.
@@ -190,10 +201,13 @@ export const rateLimit = fp(
           headers: { 'retry-after': String(retryAfter) },
         })
       }
-      request.rateLimitHeaders =
-        decision.outcome === 'banned'
-          ? bannedHeaders(limits, decision.nowMillis, decision.nowMillis + decision.retryAfterMillis)
-          : rateLimitHeaders(keyWindows(limits, decision.minute, decision.day), decision.nowMillis)
+      if (decision.outcome === 'banned') {
+        request.rateLimitHeaders = bannedHeaders(limits, decision.nowMillis, decision.nowMillis + decision.retryAfterMillis)
+      } else {
+        const windows = keyWindows(limits, decision.minute, decision.day)
+        request.rateLimitHeaders = rateLimitHeaders(windows, decision.nowMillis)
+        if (decision.outcome === 'admitted') request.rateLimitAdmitted = { windows, storeMillis: decision.nowMillis, decidedAt: performance.now() }
+      }
       options.observer?.decision({
         plan: key.plan,
         outcome: decision.outcome,
@@ -260,6 +274,11 @@ export const rateLimit = fp(
 
     // Callback style: every answer passes here, and an async hook costs a promise each time.
     app.addHook('onSend', (request, reply, payload, done) => {
+      const admitted = request.rateLimitAdmitted
+      if (admitted !== null) {
+        const late = performance.now() - admitted.decidedAt
+        if (late >= LATE_ANSWER_MILLIS) request.rateLimitHeaders = rateLimitHeaders(admitted.windows, admitted.storeMillis + late)
+      }
       if (request.rateLimitHeaders) reply.headers(request.rateLimitHeaders)
       done(null, payload)
     })

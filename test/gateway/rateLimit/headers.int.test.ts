@@ -151,6 +151,20 @@ describe('rate-limit headers on every /v1 answer, whoever produced it', () => {
     expectRateLimitHeaders(timeout, keyed)
   })
 
+  // RateLimit's t counts seconds from the answer; computed at the decision, it overstated the
+  // wait by the upstream's whole latency (here 2.5 s, 10 s for a default 504).
+  it('a late answer (a 504 after 2.5 s) gives RateLimit t from when it is sent, in step with X-RateLimit-Reset', async () => {
+    const silent = await silentUpstream()
+    upstreams.push(silent)
+    const timeout = await (await gatewayTo(silent.url, 2.5)).request('/v1/pets', { key })
+    const receivedSeconds = Date.now() / 1_000
+    expect(timeout.status).toBe(504)
+    const view = expectRateLimitHeaders(timeout, keyed)
+    // The X-RateLimit-* window is the minute here (fewer left than the day).
+    const t = view.current.get('minute')!.t
+    expect(Math.abs(view.reset - receivedSeconds - t), `t=${t}, reset in ${(view.reset - receivedSeconds).toFixed(2)} s`).toBeLessThanOrEqual(1.2)
+  })
+
   it("replaces an upstream's own rate-limit headers with the gateway's", async () => {
     const forging = await forgingUpstream()
     upstreams.push(forging)
