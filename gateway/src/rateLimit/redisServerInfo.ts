@@ -41,17 +41,23 @@ export async function evictingRedisServers(client: RedisClient): Promise<string[
  * once more after it when asked meanwhile.
  */
 export function watchRedisRestarts(client: RedisClient, restarted: () => void): void {
-  let known: string | undefined
+  // Each server's (master's) run_id by its name, as last read. One that does not answer, or is
+  // missing from a slot map for a moment, keeps its entry: only a server seen again as another
+  // process, or a master at an address not seen before (a replica promoted), is a change.
+  const known = new Map<string, string>()
   let reading = false
   let again = false
   const check = () => {
     if (reading) return void (again = true)
     reading = true
-    void serverIdentity(client).then((identity) => {
-      if (identity !== undefined) {
-        if (known !== undefined && identity !== known) restarted()
-        known = identity
+    void runIds(client).then((ids) => {
+      let changed = false
+      for (const [name, id] of ids) {
+        const before = known.get(name)
+        if (before === undefined ? known.size > 0 : before !== id) changed = true
+        known.set(name, id)
       }
+      if (changed) restarted()
       reading = false
       if (again) {
         again = false
@@ -66,14 +72,19 @@ export function watchRedisRestarts(client: RedisClient, restarted: () => void): 
   }
 }
 
-/** The run_id of the server, or of each master sorted; undefined when one does not answer. */
-async function serverIdentity(client: RedisClient): Promise<string | undefined> {
-  try {
-    const ids = await Promise.all(serversOf(client).map(async ([, server]) => parseInfo(await server.info('server')).get('run_id') ?? ''))
-    return ids.sort().join(',')
-  } catch {
-    return undefined
-  }
+/** The run_id of the server, or of each master, by name; those that do not answer are left out. */
+async function runIds(client: RedisClient): Promise<Map<string, string>> {
+  const read = await Promise.all(
+    serversOf(client).map(async ([name, server]) => {
+      try {
+        const id = parseInfo(await server.info('server')).get('run_id')
+        return id === undefined ? [] : [[name, id] as const]
+      } catch {
+        return []
+      }
+    }),
+  )
+  return new Map(read.flat())
 }
 
 /** The server, or a Cluster's masters, each with its name (host:port in a Cluster). */
