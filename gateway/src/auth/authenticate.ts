@@ -160,11 +160,15 @@ export const authenticate = fp(
      */
     function lookUp(request: FastifyRequest, hashHex: string, done: (error?: Error) => void, waitingSince?: number): void {
       // A key already being looked up (a client's connections warming up with one key) is one
-      // query, and one place under the per-IP limit, however many requests wait for it.
+      // query, and one place under the per-IP limit, however many requests wait for it. A key
+      // Postgres found before (held, then dropped by its TTL or a change) is no guess: without
+      // this, every key in use from an address that had also spent its limit on guesses (a NAT,
+      // a client with one bad key) was refused 429 each time its cache entry ran out, every minute.
       const now = performance.now()
       const since = waitingSince ?? now
       const left = since + LOOKUP_WAIT_MILLIS - now
-      const turn = options.beginLookUp && !options.keys.isLookingUp(hashHex) ? options.beginLookUp(request, left <= 0) : UNLIMITED
+      const guess = options.beginLookUp !== undefined && !options.keys.isLookingUp(hashHex) && !options.keys.wasFound(hashHex)
+      const turn = guess ? options.beginLookUp!(request, left <= 0) : UNLIMITED
       if (turn.kind === 'refused') {
         refuse(request, 'over_ip_limit')
         return done()

@@ -31,6 +31,11 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
   const inFlight = new Map<string, Promise<ApiKeyRecord | undefined>>()
   /** Keys whose change was announced while their lookup was under way: its answer may predate the change. */
   const changedInFlight = new Set<string>()
+  /**
+   * Keys Postgres has found, kept after they leave `known` (its TTL, a change to the key): a new
+   * lookup of one is no guess, whoever sends it, so the per-IP limit does not hold it up.
+   */
+  const found = new LRUCache<string, true>({ max: options.maxEntries })
 
   async function lookUp(hashHex: string): Promise<ApiKeyRecord | undefined> {
     for (let attempt = 1; ; attempt++) {
@@ -41,8 +46,10 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
         if (attempt < 3) continue
         return record
       }
-      if (record) known.set(hashHex, record)
-      else unknown.set(hashHex, true)
+      if (record) {
+        known.set(hashHex, record)
+        found.set(hashHex, true)
+      } else unknown.set(hashHex, true)
       return record
     }
   }
@@ -77,6 +84,8 @@ export function createKeyCache(repository: Pick<KeyRepository, 'findByHash'>, op
     fetch,
     /** Whether a lookup of this key hash is under way: a request for it joins that one query. */
     isLookingUp: (hashHex: string): boolean => inFlight.has(hashHex),
+    /** Whether Postgres has found this key before (a key this gateway held, since dropped): looking it up again is no guess. */
+    wasFound: (hashHex: string): boolean => found.has(hashHex),
     /** The key's record, or undefined when no such key exists. Rejects when Postgres cannot answer. */
     async lookup(key: string): Promise<ApiKeyRecord | undefined> {
       const hashHex = hashApiKeyHex(key)

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis'
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { generateApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
+import { generateApiKey, hashApiKey } from '../../../gateway/src/keys/apiKeyFormat.ts'
 import { createAnonymousLimiter } from '../../../gateway/src/rateLimit/anonymousLimiter.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
@@ -494,6 +494,29 @@ describe('requests without a valid key are limited per client IP', () => {
     } finally {
       redis.disconnect()
     }
+  })
+
+  // The soak review: a key in use from an address that had also spent its limit and its lookups
+  // on guesses was refused 429 each time its cache entry ran out (its TTL, every minute, or a
+  // change to the key), until the address's window freed.
+  it('looks up again, whatever the address has spent, a real key it held and dropped (its TTL, a change)', async () => {
+    const g = await gateway()
+    const [key] = await uncachedKeys(g, 1)
+    expect((await g.request('/v1/pets', { key })).status).toBe(200)
+    // The address spends its limit (3) and its lookups (3 more) on invented keys; the next is refused unlooked.
+    for (let i = 0; i < 6; i++) await (await g.request('/v1/pets', { key: generateApiKey() })).arrayBuffer()
+    const misses = g.cache.stats.misses
+    await expectTooManyRequests(await g.request('/v1/pets', { key: generateApiKey() }))
+    expect(g.cache.stats.misses, 'no lookup for the seventh guess').toBe(misses)
+    // The key leaves the cache as its TTL or a change to it would make it.
+    g.cache.invalidate(hashApiKey(key!))
+    const response = await g.request('/v1/pets', { key })
+    expect(response.status).toBe(200)
+    expect(expectRateLimitHeaders(response, keyed).limit).toBe(100_000)
+    expect(g.cache.stats.misses).toBe(misses + 1)
+    // Guesses are still refused without a lookup.
+    await expectTooManyRequests(await g.request('/v1/pets', { key: generateApiKey() }))
+    expect(g.cache.stats.misses).toBe(misses + 1)
   })
 
   it('never charges a key: a valid key from the same, exhausted IP has its whole quota', async () => {
