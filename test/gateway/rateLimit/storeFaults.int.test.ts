@@ -757,8 +757,7 @@ describe('a ban the per-process fallback decides while Redis is frozen', () => {
       }
       // Redis never ran those calls in time (their deadlines passed while it was frozen): it has
       // nothing against the key, and says so once the gateway asks it again.
-      const waited = await eventually(async () => (await send()) === undefined, 10_000, 200)
-      expect(waited).toBeLessThan(10_000)
+      await eventually(async () => (await send()) === undefined, 10_000, 200)
     } finally {
       await gateway.close()
     }
