@@ -167,8 +167,8 @@ export const authenticate = fp(
       const now = performance.now()
       const since = waitingSince ?? now
       const left = since + LOOKUP_WAIT_MILLIS - now
-      const guess = options.beginLookUp !== undefined && !options.keys.isLookingUp(hashHex) && !options.keys.wasFound(hashHex)
-      const turn = guess ? options.beginLookUp!(request, left <= 0) : UNLIMITED
+      const begin = options.beginLookUp
+      const turn = begin && !options.keys.isLookingUp(hashHex) && !options.keys.wasFound(hashHex) ? begin(request, left <= 0) : UNLIMITED
       if (turn.kind === 'refused') {
         refuse(request, 'over_ip_limit')
         return done()
