@@ -266,7 +266,7 @@ describe('gateway shutdown on SIGTERM', () => {
       expect(upstream.received()).toBe(0)
       recordScenario({
         area: 'Gateway',
-        scenario: 'SIGTERM to a gateway process while a client is still sending a create\'s body (one byte every 100 ms)',
+        scenario: "SIGTERM to a gateway process while a client is still sending a create's body (one byte every 100 ms)",
         answered: `503 service_unavailable with Connection: close and the rate-limit headers; exit code 0 ${exitedAfter} ms after the signal (no drain set)`,
         lost: 'nothing: the body was not whole, so nothing was forwarded; the client may retry the create',
         test: 'test/ops/shutdown.int.test.ts',
