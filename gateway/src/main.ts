@@ -2,7 +2,7 @@ import type { Server as TlsServer } from 'node:tls'
 import { Registry, collectDefaultMetrics } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
-import { requirePostgresGrants, unansweredPostgres, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
+import { postgresAnswers, requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
 import { requireUtf8Database } from '../../common/src/database/encoding.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
@@ -81,7 +81,7 @@ async function main(): Promise<void> {
     dependencies: {
       // Once started, a check of what requests need, not SELECT 1: a privilege taken from the role
       // leaves Postgres answering while every key lookup is refused. Before, the schema may not exist yet.
-      postgres: async () => void (started ? await postgresRefusals.probe() : await pool.query('SELECT 1').catch((error: unknown) => { throw unansweredPostgres(error) })),
+      postgres: async () => void (started ? await postgresRefusals.probe() : await postgresAnswers(pool)),
       // Authenticated: a pets-service refusing this gateway's INTERNAL_TOKEN is not a ready upstream.
       upstream: upstreamAcceptsGateway(config.upstreams.pets.url, internalToken),
       // With onStoreFailure "closed" a gateway whose Redis cannot decide (disconnected, frozen,

@@ -2,7 +2,7 @@ import { Registry, collectDefaultMetrics } from 'prom-client'
 import { requireUtf8Database } from '../../common/src/database/encoding.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
-import { requirePostgresGrants, unansweredPostgres, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
+import { postgresAnswers, requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
@@ -49,7 +49,7 @@ async function main(): Promise<void> {
     isAccepting: () => accepting,
     // Once started, a check of what requests need, not SELECT 1: a privilege taken from the role
     // leaves Postgres answering while every request is refused. Before, the schema may not exist yet.
-    dependencies: { postgres: async () => void (started ? await postgresRefusals.probe() : await pool.query('SELECT 1').catch((error: unknown) => { throw unansweredPostgres(error) })) },
+    dependencies: { postgres: async () => void (started ? await postgresRefusals.probe() : await postgresAnswers(pool)) },
   })
   await listenOrSay(() => ops.listen({ host: config.opsHost, port: config.opsPort }), {
     host: config.opsHost,

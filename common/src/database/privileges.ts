@@ -317,12 +317,20 @@ export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logge
   }
 }
 
+/** The /readyz check of a service still starting: Postgres answers at all, or why not (unansweredPostgres). */
+export async function postgresAnswers(pool: pg.Pool): Promise<void> {
+  try {
+    await pool.query('SELECT 1')
+  } catch (error) {
+    throw unansweredPostgres(error)
+  }
+}
+
 /**
- * A Postgres that gave no answer, for /readyz (while the service starts, too): the reason is the
- * system's code (ECONNREFUSED, ENOTFOUND, …) or what pg says happened, never the driver's
- * message, which names addresses.
+ * A Postgres that gave no answer, for /readyz: the reason is the system's code (ECONNREFUSED,
+ * ENOTFOUND, …) or what pg says happened, never the driver's message, which names addresses.
  */
-export function unansweredPostgres(error: unknown): DependencyDown {
+function unansweredPostgres(error: unknown): DependencyDown {
   return new DependencyDown(`no answer from Postgres (${unanswered(error)})`)
 }
 

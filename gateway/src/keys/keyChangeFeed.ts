@@ -1,6 +1,7 @@
 import pg from 'pg'
 import type { Logger } from 'pino'
 import { dropConnection, endWithin } from '../../../common/src/database/pool.ts'
+import { oneRunAtATime } from '../../../common/src/lifecycle/oneRunAtATime.ts'
 import { postgresNotThereYet } from '../../../common/src/database/waitForPostgres.ts'
 import type { FeedEntry, FeedPosition, KeyChange, KeyRepository } from './keyRepository.ts'
 
@@ -149,8 +150,6 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   }
 
   let stopped = false
-  let reading: Promise<void> | undefined
-  let again = false
 
   /**
    * The failed reads since the last one that worked. A Postgres down for minutes fails the read of
@@ -158,37 +157,25 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
    * that works again says so, rather than a warning per read.
    */
   let failing: { since: number; reads: number; toldAt: number } | undefined
-  const catchUp = async (): Promise<void> => {
-    if (reading) {
-      again = true
-      return reading
-    }
-    reading = (async () => {
-      do {
-        again = false
-        try {
-          await readOnce()
-          if (failing) logger.info({ failedReads: failing.reads, failingSeconds: Math.round((performance.now() - failing.since) / 1_000) }, 'reading API key changes works again')
-          failing = undefined
-        } catch (error) {
-          const now = performance.now()
-          if (!failing) {
-            failing = { since: now, reads: 1, toldAt: now }
-            logger.warn({ err: error }, 'reading API key changes failed; cached keys stay until their TTL')
-          } else {
-            failing.reads++
-            if (now - failing.toldAt >= (options.failingToldEveryMillis ?? FAILING_TOLD_EVERY_MILLIS)) {
-              failing.toldAt = now
-              logger.warn({ err: error, failedReads: failing.reads, failingSeconds: Math.round((now - failing.since) / 1_000) }, 'reading API key changes still fails; cached keys stay until their TTL')
-            }
-          }
+  const catchUp = oneRunAtATime(async () => {
+    try {
+      await readOnce()
+      if (failing) logger.info({ failedReads: failing.reads, failingSeconds: Math.round((performance.now() - failing.since) / 1_000) }, 'reading API key changes works again')
+      failing = undefined
+    } catch (error) {
+      const now = performance.now()
+      if (!failing) {
+        failing = { since: now, reads: 1, toldAt: now }
+        logger.warn({ err: error }, 'reading API key changes failed; cached keys stay until their TTL')
+      } else {
+        failing.reads++
+        if (now - failing.toldAt >= (options.failingToldEveryMillis ?? FAILING_TOLD_EVERY_MILLIS)) {
+          failing.toldAt = now
+          logger.warn({ err: error, failedReads: failing.reads, failingSeconds: Math.round((now - failing.since) / 1_000) }, 'reading API key changes still fails; cached keys stay until their TTL')
         }
-      } while (again && !stopped)
-    })().finally(() => {
-      reading = undefined
-    })
-    return reading
-  }
+      }
+    }
+  }, () => !stopped)
 
   const timer = setInterval(() => void catchUp(), options.pollMillis ?? 1_000)
   timer.unref()
@@ -279,7 +266,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     async stop() {
       stopped = true
       clearInterval(timer)
-      await reading
+      await catchUp.idle()
       if (listener) await endWithin(listener)
     },
   }

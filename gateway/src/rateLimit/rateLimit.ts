@@ -19,8 +19,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Rate-limit headers of this request's decision, written on whatever answer it gets. */
     rateLimitHeaders: Record<string, string> | null
-    /** An admitted request's windows, the store's time of its decision and this process's: for an answer that comes late. */
-    rateLimitAdmitted: { windows: NamedWindow[]; storeMillis: number; decidedAt: number } | null
+    /** An admitted request's windows and the store's time of its decision: for an answer that comes late. */
+    rateLimitAdmitted: { windows: NamedWindow[]; storeMillis: number } | null
   }
 }
 
@@ -206,7 +206,7 @@ export const rateLimit = fp(
       } else {
         const windows = keyWindows(limits, decision.minute, decision.day)
         request.rateLimitHeaders = rateLimitHeaders(windows, decision.nowMillis)
-        if (decision.outcome === 'admitted') request.rateLimitAdmitted = { windows, storeMillis: decision.nowMillis, decidedAt: performance.now() }
+        if (decision.outcome === 'admitted') request.rateLimitAdmitted = { windows, storeMillis: decision.nowMillis }
       }
       options.observer?.decision({
         plan: key.plan,
@@ -276,7 +276,8 @@ export const rateLimit = fp(
     app.addHook('onSend', (request, reply, payload, done) => {
       const admitted = request.rateLimitAdmitted
       if (admitted !== null) {
-        const late = performance.now() - admitted.decidedAt
+        // In the store's time, as the decision's: one clock read, none at the decision.
+        const late = storeNow() - admitted.storeMillis
         if (late >= LATE_ANSWER_MILLIS) request.rateLimitHeaders = rateLimitHeaders(admitted.windows, admitted.storeMillis + late)
       }
       if (request.rateLimitHeaders) reply.headers(request.rateLimitHeaders)

@@ -1,5 +1,6 @@
 import { Cluster } from 'ioredis'
 import type { Redis } from 'ioredis'
+import { oneRunAtATime } from '../../../common/src/lifecycle/oneRunAtATime.ts'
 import type { RedisClient } from './redisStore.ts'
 
 // What the Redis servers say of themselves in INFO (which the README's ACL grants): whether they
@@ -37,38 +38,28 @@ export async function evictingRedisServers(client: RedisClient): Promise<string[
  * A Cluster client is ready once, as a whole: one master restarted alone comes back as a new
  * connection to its node, and a replica promoted in a failover shows in the next slot map. So
  * for a Cluster the masters are read again on each node connection's ready and each refresh of
- * the slot map (every 5 s), one reading at a time (an older one never overtakes a newer one), and
- * once more after it when asked meanwhile.
+ * the slot map (every 5 s), one reading at a time (oneRunAtATime: an older one never overtakes a
+ * newer one).
  */
 export function watchRedisRestarts(client: RedisClient, restarted: () => void): void {
   // Each server's (master's) run_id by its name, as last read. One that does not answer, or is
   // missing from a slot map for a moment, keeps its entry: only a server seen again as another
   // process, or a master at an address not seen before (a replica promoted), is a change.
   const known = new Map<string, string>()
-  let reading = false
-  let again = false
-  const check = () => {
-    if (reading) return void (again = true)
-    reading = true
-    void runIds(client).then((ids) => {
-      let changed = false
-      for (const [name, id] of ids) {
-        const before = known.get(name)
-        if (before === undefined ? known.size > 0 : before !== id) changed = true
-        known.set(name, id)
-      }
-      if (changed) restarted()
-      reading = false
-      if (again) {
-        again = false
-        check()
-      }
-    })
-  }
-  client.on('ready', check)
+  const check = oneRunAtATime(async () => {
+    let changed = false
+    for (const [name, id] of await runIds(client)) {
+      const before = known.get(name)
+      if (before === undefined ? known.size > 0 : before !== id) changed = true
+      known.set(name, id)
+    }
+    if (changed) restarted()
+  })
+  const read = () => void check()
+  client.on('ready', read)
   if (client instanceof Cluster) {
-    client.on('+node', (node: Redis) => node.on('ready', check))
-    client.on('refresh', check)
+    client.on('+node', (node: Redis) => node.on('ready', read))
+    client.on('refresh', read)
   }
 }
 
