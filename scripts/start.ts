@@ -1,7 +1,7 @@
 /**
  * `npm start`: the whole stack on one machine. Every service in SERVICES runs as a child
- * process; Postgres is `DATABASE_URL` or, when that is unset, PGlite embedded in this process
- * and served over the Postgres wire protocol on a Unix socket, with its files and the socket under
+ * process; Postgres is `DATABASE_URL` or, when that is unset, PGlite embedded in this process (on
+ * a worker thread of its own) and served over the Postgres wire protocol on a Unix socket, with its files and the socket under
  * DATA_DIR (default ./data), private to this user.
  *
  * Ctrl-C, SIGTERM or SIGHUP (a dev supervisor's terminal hung up), or the end of the process that
@@ -13,10 +13,12 @@
  */
 import { X509Certificate, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { statfs } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { inspect } from 'node:util'
-import { socketPath, socketUrl, startEmbeddedPostgres, type EmbeddedPostgres } from '../common/src/database/embeddedPostgres.ts'
+import { socketPath, socketUrl } from '../common/src/database/embeddedPostgres.ts'
+import { startEmbeddedPostgresInThread, type EmbeddedPostgresThread } from '../common/src/database/embeddedPostgresThread.ts'
 import {
   databaseUrlFromEnv,
   drainMillisFromEnv,
@@ -77,22 +79,14 @@ const warn = (message: string) => console.warn(`[start] warning: ${message}`)
 const fail = (message: string) => console.error(`[start] error: ${message}`)
 
 const children: RunningChild[] = []
-let database: EmbeddedPostgres | undefined
-let databaseStarting: Promise<EmbeddedPostgres> | undefined
+let database: EmbeddedPostgresThread | undefined
+let databaseStarting: Promise<EmbeddedPostgresThread> | undefined
 let ownedDataDir: string | undefined
 /** The data directory when this run made it, and the topmost folder made with it. */
 let newDataDir: { dataDir: string; made: string } | undefined
 /** The embedded database's URL when its socket lives in a temporary folder of this run's own. */
 let temporarySocketUrl: string | undefined
 let stopping: Promise<void> | undefined
-
-function withTimeout<T>(promise: Promise<T>, millis: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took longer than ${millis / 1000} s`)), millis)
-  })
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
-}
 
 /** Stops everything in order and exits; the first caller decides the exit code. */
 function shutdown(exitCode: number): Promise<void> {
@@ -110,7 +104,7 @@ function shutdown(exitCode: number): Promise<void> {
     try {
       // A signal during PGlite's start: let it finish, then close it properly.
       const db = database ?? (await databaseStarting?.catch(() => undefined))
-      if (db) await withTimeout(db.stop(), DATABASE_STOP_MILLIS, 'closing the embedded database')
+      if (db) await db.stop(DATABASE_STOP_MILLIS)
     } catch (error) {
       fail(`the embedded database did not close cleanly: ${(error as Error).message}`)
       code = 1
@@ -220,13 +214,31 @@ function embeddedConnectionCap(poolSize: number): number {
   return Math.max(32, 2 * poolSize + 8)
 }
 
-async function startDatabase(dataDir: string, socketDirectory: string, port: number, poolSize: number): Promise<EmbeddedPostgres> {
+async function startDatabase(dataDir: string, socketDirectory: string, port: number, poolSize: number): Promise<EmbeddedPostgresThread> {
   const pgliteDir = path.join(dataDir, PGLITE_FOLDER)
   await ensureDatabaseCreated(pgliteDir, say)
-  databaseStarting = startEmbeddedPostgres({ dataDir: pgliteDir, socketDirectory, port, maxConnections: embeddedConnectionCap(poolSize) })
+  databaseStarting = startEmbeddedPostgresInThread({
+    dataDir: pgliteDir,
+    socketDirectory,
+    port,
+    maxConnections: embeddedConnectionCap(poolSize),
+    onFailure: (message) => {
+      const full = message.includes('No space left on device')
+      fail(`the embedded database stopped: ${message}${full ? `. ${FREE_SPACE_ADVICE}` : ''}; stopping everything`)
+      void shutdown(1)
+    },
+  })
   try {
     database = await databaseStarting
   } catch (error) {
+    const free = await freeBytes(pgliteDir)
+    if (free !== undefined && free < ROOM_TO_OPEN_BYTES) {
+      throw new Error(
+        `cannot open the embedded database in ${pgliteDir}: ${messageOf(error)}; the disk holding it has ` +
+          `${(free / 2 ** 20).toFixed(1)} MB free. ${FREE_SPACE_ADVICE}`,
+        { cause: error },
+      )
+    }
     // PGlite's own words for damaged files ("Aborted()", "failed to initialize") name no folder.
     throw new Error(
       `cannot open the embedded database in ${pgliteDir}: ${messageOf(error)} (if its files are damaged, move the folder aside to start ` +
@@ -236,6 +248,25 @@ async function startDatabase(dataDir: string, socketDirectory: string, port: num
   }
   if (!stopping) await updateDiscoveryFile(dataDir, ownerRecord(database.url))
   return database
+}
+
+/**
+ * PGlite writes its write-ahead log in 16 MB files and needs a new one to open a database that
+ * was not closed cleanly (the recovery's end) or whose log is full; below this it fails to open
+ * with no word of why.
+ */
+const ROOM_TO_OPEN_BYTES = 32 * 2 ** 20
+const FREE_SPACE_ADVICE =
+  'Free some space on that disk (PGlite needs at least 32 MB to open the database) and run npm start again: ' +
+  'it recovers everything committed before, as Postgres does after a crash'
+
+async function freeBytes(folder: string): Promise<number | undefined> {
+  try {
+    const { bavail, bsize } = await statfs(folder)
+    return bavail * bsize
+  } catch {
+    return undefined
+  }
 }
 
 /** What listens where, once every service answers /readyz. */

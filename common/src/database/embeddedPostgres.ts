@@ -19,6 +19,12 @@ export interface EmbeddedPostgresOptions {
   port?: number
   /** PGlite is one backend; the socket server multiplexes this many client connections onto it. */
   maxConnections?: number
+  /**
+   * Told the message of a PANIC the database sends a client (a write-ahead-log write that failed on
+   * a full disk, say). PGlite does not survive one: the thread running it then spins for ever
+   * inside the call that panicked, so this is the last thing that thread does.
+   */
+  onPanic?: (message: string) => void
 }
 
 export interface EmbeddedPostgres {
@@ -59,7 +65,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
       ? { db, host, port: options.port ?? 0, maxConnections }
       : { db, path: listenPath, maxConnections },
   )
-  keepBatchesTogether(server, db)
+  keepBatchesTogether(server, db, options.onPanic)
   try {
     if (listenPath !== undefined) {
       if (Buffer.byteLength(listenPath) > SOCKET_PATH_MAX_BYTES) {
@@ -125,7 +131,7 @@ interface QueuedMessage {
  * connection that went away (clearTransactionIfNeeded) frees the session as before. A message
  * that fails no longer leaves the queue stuck (the original returned with `processing` set).
  */
-function keepBatchesTogether(server: PGLiteSocketServer, db: PGlite): void {
+function keepBatchesTogether(server: PGLiteSocketServer, db: PGlite, onPanic?: (message: string) => void): void {
   const queue = (
     server as unknown as {
       queryQueue: {
@@ -163,6 +169,10 @@ function keepBatchesTogether(server: PGLiteSocketServer, db: PGlite): void {
               onRawData: (data: Uint8Array) => {
                 bytes += data.length
                 item.onData(data)
+                if (onPanic) {
+                  const panic = panicMessage(data)
+                  if (panic !== undefined) onPanic(panic)
+                }
               },
             }),
           )
@@ -180,4 +190,30 @@ function keepBatchesTogether(server: PGLiteSocketServer, db: PGlite): void {
       this.processing = false
     }
   }
+}
+
+/**
+ * The message of a PANIC ErrorResponse among the protocol messages in `data`, if there is one:
+ * 'E', a length, then fields of one type byte and a NUL-terminated text each; 'V' is the severity
+ * never translated, 'M' the message.
+ */
+export function panicMessage(data: Uint8Array): string | undefined {
+  const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
+  for (let offset = 0; offset + 5 <= data.length; ) {
+    const type = data[offset]
+    const end = offset + 1 + view.getInt32(offset + 1)
+    if (end <= offset + 1 || end > data.length) return undefined
+    if (type === 0x45) {
+      const fields = new Map<number, string>()
+      for (let at = offset + 5; at < end && data[at] !== 0; ) {
+        const text = data.indexOf(0, at + 1)
+        if (text === -1 || text >= end) break
+        fields.set(data[at]!, Buffer.from(data.subarray(at + 1, text)).toString('utf8'))
+        at = text + 1
+      }
+      if (fields.get(0x56) === 'PANIC') return fields.get(0x4d) ?? 'PANIC'
+    }
+    offset = end
+  }
+  return undefined
 }
