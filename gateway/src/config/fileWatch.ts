@@ -27,10 +27,15 @@ export function versionOf(paths: readonly string[]): string {
  * takes its first stat asynchronously and compares later ones with it: a change made after the
  * caller's last read (`versionAtRead`, from versionOf) but before that first stat would never be
  * seen. One comparison, once the watcher has its baseline, closes that gap.
+ *
+ * A file that comes back after a spell of missing (its folder renamed away and back, a mount that
+ * dropped) is reported with the stat from before it went missing: when it comes back unchanged the
+ * two agree, though the caller last read it missing and refused it. So the caller's own version
+ * counts too.
  */
 export function watchFiles(paths: readonly string[], versionAtRead: () => string, onChange: () => void): () => void {
   const onStat = (now: Stats, before: Stats) => {
-    if (fileVersion(now) !== fileVersion(before)) onChange()
+    if (fileVersion(now) !== fileVersion(before) || versionOf(paths) !== versionAtRead()) onChange()
   }
   for (const path of paths) watchFile(path, { interval: WATCH_INTERVAL_MILLIS }, onStat)
   const firstCheck = setTimeout(() => {

@@ -149,6 +149,22 @@ describe('config source: reload keeps a valid config in force', () => {
     expect(outcomes.filter((outcome) => outcome === 'failure').length).toBe(refusedBefore)
   })
 
+  it('a file whose folder went away past the wait and came back unchanged is read again: the refusal does not stand', async () => {
+    copy.write(readFileSync('config/gateway.yaml', 'utf8'))
+    expect(source.reload()).toBe(true)
+    stopWatching = source.watch()
+    await new Promise((resolve) => setTimeout(resolve, 1_200))
+    outcomes.length = 0
+    // A ConfigMap's folder swapped out and back, or a mount that dropped: the same inode returns.
+    renameSync(directory, `${directory}.away`)
+    try {
+      await eventually(async () => outcomes.includes('failure'), 10_000)
+    } finally {
+      renameSync(`${directory}.away`, directory)
+    }
+    await eventually(async () => outcomes.at(-1) === 'success', 10_000)
+  })
+
   it('a file left empty is a refused reload once it has had its moment to come back', async () => {
     copy.write(readFileSync('config/gateway.yaml', 'utf8'))
     expect(source.reload()).toBe(true)
