@@ -25,6 +25,7 @@ import {
   internalTokenFromEnv,
   listenersCollide,
   maxConnectionsFromEnv,
+  ordersTokenFromEnv,
   poolSizeFromEnv,
   portFromEnv,
   previousInternalTokenFromEnv,
@@ -303,6 +304,7 @@ async function main(): Promise<void> {
   // A config the gateway would refuse stops everything now, not after a database and a
   // pets-service were started for a gateway that then exits.
   const gatewayConfig = loadGatewayConfig(undefined, env)
+  if (gatewayConfig.upstreams.orders) ordersTokenFromEnv(env)
   // So does what the pets-service, or both services, would refuse (the gateway's own variables
   // are checked with its config above): not after the embedded database was created.
   checkServiceVariables(env)

@@ -22,6 +22,7 @@ await app.register(upstreamProxy, {
   timeoutMillis: 10_000,
   maxInFlight: DEFAULT_MAX_IN_FLIGHT,
   internalToken: 'bench-internal-token',
+  internalTokenVariable: 'INTERNAL_TOKEN',
   publicPath: '/v1/pets',
   upstreamPath: '/pets',
 })

@@ -127,6 +127,7 @@ async function run(variant: ProxyPlugin): Promise<Array<{ name: string; upstream
     timeoutMillis: 500,
     maxInFlight: DEFAULT_MAX_IN_FLIGHT,
     internalToken: 'internal-secret',
+    internalTokenVariable: 'INTERNAL_TOKEN',
     publicPath: '/v1/pets',
     upstreamPath: '/pets',
     observer: {

@@ -220,6 +220,25 @@ export function internalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): stri
   return longEnough('INTERNAL_TOKEN', requiredEnv('INTERNAL_TOKEN', env))
 }
 
+/**
+ * ORDERS_INTERNAL_TOKEN: the credential the gateway presents to the orders upstream
+ * (upstreams.orders), its own. INTERNAL_TOKEN lets its holder call the pets-service as the gateway:
+ * sent to the orders service too, whoever runs that service (or the host at its address) could.
+ */
+export function ordersTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string {
+  if (!env.ORDERS_INTERNAL_TOKEN) {
+    throw new EnvError(
+      'ORDERS_INTERNAL_TOKEN must be set when config/gateway.yaml names upstreams.orders: the credential the gateway ' +
+        'presents to the orders service (its own; the pets-service\'s INTERNAL_TOKEN is never sent there)',
+    )
+  }
+  const token = longEnough('ORDERS_INTERNAL_TOKEN', env.ORDERS_INTERNAL_TOKEN)
+  if (token === env.INTERNAL_TOKEN || token === env.INTERNAL_TOKEN_PREVIOUS) {
+    throw new EnvError('ORDERS_INTERNAL_TOKEN must differ from INTERNAL_TOKEN: the orders service must not hold the pets-service\'s credential')
+  }
+  return token
+}
+
 /** INTERNAL_TOKEN_PREVIOUS (pets-service): the credential also accepted while INTERNAL_TOKEN is rotated. */
 export function previousInternalTokenFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const token = env.INTERNAL_TOKEN_PREVIOUS

@@ -47,6 +47,8 @@ export interface GatewayDependencies {
   /** Called once per ban, by the gateway whose request started it (log line, record for the CLI). */
   onNewBan?: (ban: NewBan) => void
   internalToken: string
+  /** ORDERS_INTERNAL_TOKEN: what the orders upstream gets instead, when upstreams.orders is set. */
+  ordersToken?: string
   logger: FastifyBaseLogger
   registry: Registry
   /** How long a client may take to send its headers and its whole request, and leave an answer unread (CLIENT_TIMEOUTS unless set). */
@@ -172,6 +174,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
     ...boot.upstreams.pets,
     name: 'pets',
     internalToken: deps.internalToken,
+    internalTokenVariable: 'INTERNAL_TOKEN',
     observer: deps.metrics?.upstream,
     publicPath: '/v1/pets',
     upstreamPath: '/pets',
@@ -183,7 +186,7 @@ export async function buildGateway(deps: GatewayDependencies): Promise<FastifyIn
   await app.register(refusedPathRoutes)
   await app.register(storeOrdersRoute, {
     upstream: boot.upstreams.orders,
-    internalToken: deps.internalToken,
+    token: deps.ordersToken,
     observer: deps.metrics?.upstream,
   })
   // The OpenAPI document and the docs page (public routes: stage 3 limits them per IP)

@@ -6,7 +6,7 @@ import { postgresAnswers, requirePostgresGrants, watchPostgresRefusals } from '.
 import { requireUtf8Database } from '../../common/src/database/encoding.ts'
 import { waitForPostgres } from '../../common/src/database/waitForPostgres.ts'
 import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
-import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenOrSay, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
+import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenOrSay, ordersTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
   SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
@@ -63,6 +63,7 @@ async function main(): Promise<void> {
   const databaseUrl = databaseUrlFromEnv()
   const internalToken = internalTokenFromEnv()
   warnOfPublishedToken(internalToken, logger)
+  const ordersToken = config.upstreams.orders ? ordersTokenFromEnv() : undefined
   const drainMillis = drainMillisFromEnv()
 
   const poolSize = poolSizeFromEnv()
@@ -141,6 +142,7 @@ async function main(): Promise<void> {
     metrics,
     registry,
     internalToken,
+    ordersToken,
     logger,
     tls: tls?.pair(),
   })

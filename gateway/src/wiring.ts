@@ -40,6 +40,7 @@ export async function wireGateway(options: {
   metrics: GatewayMetrics
   registry: Registry
   internalToken: string
+  ordersToken?: string
   logger: Logger
   clientTimeouts?: ClientTimeouts
   /** HTTPS on the public port with this pair (server.tls); plain HTTP without. */
@@ -67,6 +68,7 @@ export async function wireGateway(options: {
     metrics,
     onNewBan: banJournal({ record: repository.recordBan, logger }),
     internalToken: options.internalToken,
+    ordersToken: options.ordersToken,
     logger,
     registry: options.registry,
     clientTimeouts: options.clientTimeouts,

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, maxConnectionsFromEnv, poolSizeFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, maxConnectionsFromEnv, ordersTokenFromEnv, poolSizeFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
 import { checkLogLevel } from '../../common/src/logger.ts'
 import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
@@ -16,6 +16,15 @@ describe('environment the services read at boot', () => {
     expect(() => internalTokenFromEnv({ INTERNAL_TOKEN: '0123456789abcdef-secret ' })).toThrow(`INTERNAL_TOKEN ${problem}`)
     expect(() => internalTokenFromEnv({ INTERNAL_TOKEN: '0123456789abcdef-€uro' })).toThrow(`INTERNAL_TOKEN ${problem}`)
     expect(internalTokenFromEnv({ INTERNAL_TOKEN: 'aZ09-._~!$&()*+,;=:@/?[]{}|' })).toBe('aZ09-._~!$&()*+,;=:@/?[]{}|')
+  })
+
+  it("refuses an orders upstream without a credential of its own: ORDERS_INTERNAL_TOKEN set, long enough, not the pets-service's", () => {
+    const pets = { INTERNAL_TOKEN: 'pets-token-0123456789', INTERNAL_TOKEN_PREVIOUS: 'old-pets-token-0123456789' }
+    expect(() => ordersTokenFromEnv(pets)).toThrow('ORDERS_INTERNAL_TOKEN must be set when config/gateway.yaml names upstreams.orders')
+    expect(() => ordersTokenFromEnv({ ...pets, ORDERS_INTERNAL_TOKEN: 'short' })).toThrow('ORDERS_INTERNAL_TOKEN must be at least 16 characters')
+    expect(() => ordersTokenFromEnv({ ...pets, ORDERS_INTERNAL_TOKEN: pets.INTERNAL_TOKEN })).toThrow('ORDERS_INTERNAL_TOKEN must differ from INTERNAL_TOKEN')
+    expect(() => ordersTokenFromEnv({ ...pets, ORDERS_INTERNAL_TOKEN: pets.INTERNAL_TOKEN_PREVIOUS })).toThrow('must differ')
+    expect(ordersTokenFromEnv({ ...pets, ORDERS_INTERNAL_TOKEN: 'orders-token-0123456789' })).toBe('orders-token-0123456789')
   })
 
   it("warns when INTERNAL_TOKEN is docker-compose.yml's published default, and only then", () => {

@@ -25,7 +25,7 @@ import {
   switchedUpstream,
   type TestUpstream,
 } from '../helpers/fakeUpstreams.ts'
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts'
+import { TEST_ORDERS_TOKEN, startGateway, type RunningGateway } from '../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService } from '../helpers/petsService.ts'
 import { captureLog } from '../helpers/logCapture.ts'
 import { eventually, sleep } from './rateLimit/httpLimits.ts'
@@ -709,6 +709,22 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       expect((await nodeRequest(`${gateway.url}/v1/pets`, { method: 'POST', headers }, body)).status).toBe(200)
       expect((await nodeRequest(`${gateway.url}/v1/pets`, { method: 'POST', headers }, body)).status).toBe(502)
       expect(closing.outcomes).toEqual(['POST answered', 'POST closed'])
+    })
+
+    it("gives an orders upstream its own credential (ORDERS_INTERNAL_TOKEN), never the pets-service's INTERNAL_TOKEN", async () => {
+      const orders = await recordingUpstream()
+      const pets = await recordingUpstream()
+      upstream = orders
+      gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, configure: (file) => void (file.upstreams.orders = { url: orders.url }) })
+      try {
+        const { key } = await gateway.createKey()
+        expect((await gateway.request('/v1/store/orders', { key, contract: false })).status).toBe(200)
+        expect((await gateway.request('/v1/pets', { key, contract: false })).status).toBe(200)
+        expect(orders.requests.map((headers) => headers['x-internal-token'])).toEqual([TEST_ORDERS_TOKEN])
+        expect(pets.requests.map((headers) => headers['x-internal-token'])).toEqual([TEST_INTERNAL_TOKEN])
+      } finally {
+        await pets.close()
+      }
     })
 
     it('never sends twice a POST with an Idempotency-Key to an upstream other than the pets-service, which may not honour keys', async () => {

@@ -37,6 +37,8 @@ export interface GatewayOptions {
   clientTimeouts?: ClientTimeouts
   /** The credential the gateway sends upstream; the pets-service's own by default. */
   internalToken?: string
+  /** What an orders upstream (upstreams.orders) gets; TEST_ORDERS_TOKEN unless set. */
+  ordersToken?: string
   /** HTTPS on its port with this pair (the url is then https://; `request` is for plain HTTP only). */
   tls?: TlsPair
 }
@@ -66,6 +68,9 @@ export interface RunningGateway {
   request(pathAndQuery: string, init?: RequestInit & { key?: string } & ContractOptions): Promise<Response>
   close(): Promise<void>
 }
+
+/** ORDERS_INTERNAL_TOKEN of the tests' gateways. */
+export const TEST_ORDERS_TOKEN = 'test-orders-token-0123456789abcdef'
 
 export function testGatewayConfig(
   petsUrl: string,
@@ -101,6 +106,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     metrics,
     registry,
     internalToken: options.internalToken ?? TEST_INTERNAL_TOKEN,
+    ordersToken: options.ordersToken ?? TEST_ORDERS_TOKEN,
     logger,
     clientTimeouts: options.clientTimeouts,
     tls: options.tls,

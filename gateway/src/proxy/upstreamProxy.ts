@@ -27,7 +27,9 @@ export interface UpstreamOptions {
   timeoutMillis: number
   /** Requests handed to the upstream and not yet ended (answered, failed or given up) beyond which another is refused at once. */
   maxInFlight: number
+  /** The credential this upstream checks, and the variable that sets it (named when the upstream refuses it). */
   internalToken: string
+  internalTokenVariable: string
   /** Public path served, e.g. /v1/pets, and the upstream path it maps to, e.g. /pets. */
   publicPath: string
   upstreamPath: string
@@ -216,9 +218,9 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       return false
     }
     // The client was authenticated here: an upstream 401 refuses the gateway's own credential
-    // (INTERNAL_TOKEN differs between the services), which a client can neither cause nor fix.
+    // (its token differs between the services), which a client can neither cause nor fix.
     if (statusCode === 401) {
-      reply.log.error('the upstream refused the internal credential: INTERNAL_TOKEN differs between gateway and upstream')
+      reply.log.error(`the upstream refused the internal credential: ${options.internalTokenVariable} differs between gateway and upstream`)
       fail(reply, new Error('upstream refused the internal credential'))
       return false
     }

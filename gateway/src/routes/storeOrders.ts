@@ -11,13 +11,15 @@ export const ORDERS_NOT_AVAILABLE = 'Store orders are not available yet.'
  */
 export async function storeOrdersRoute(
   app: FastifyInstance,
-  options: { upstream?: UpstreamConfig; internalToken: string; observer?: UpstreamObserver },
+  options: { upstream?: UpstreamConfig; token?: string; observer?: UpstreamObserver },
 ): Promise<void> {
   if (options.upstream) {
+    if (options.token === undefined) throw new Error('an orders upstream needs its own credential (ORDERS_INTERNAL_TOKEN)')
     await app.register(upstreamProxy, {
       ...options.upstream,
       name: 'orders',
-      internalToken: options.internalToken,
+      internalToken: options.token,
+      internalTokenVariable: 'ORDERS_INTERNAL_TOKEN',
       observer: options.observer,
       publicPath: '/v1/store/orders',
       upstreamPath: '/store/orders',
