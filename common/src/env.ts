@@ -106,6 +106,22 @@ export function httpUrlProblem(url: string): string | undefined {
   return scheme === 'http:' || scheme === 'https:' ? undefined : 'must be an http:// or https:// URL'
 }
 
+/**
+ * Why `url` cannot be an upstream's (PETS_URL, upstreams.<name>.url), or undefined: an http(s)
+ * origin and nothing more. The gateway sends each request's own path (`/pets/7`) and no
+ * credential of the URL's, so a base path, a query or a `user:password` would be dropped
+ * without a word (and a path the parser normalises failed 500).
+ */
+export function upstreamUrlProblem(url: string): string | undefined {
+  const problem = httpUrlProblem(url)
+  if (problem) return problem
+  const { username, password, pathname, search, hash } = new URL(url)
+  if (username || password || pathname !== '/' || search || hash || url.endsWith('?') || url.endsWith('#')) {
+    return 'must be an http:// or https:// origin only (scheme, host, port): the gateway sends no path, query or user:password of it'
+  }
+  return undefined
+}
+
 /** The scheme (`https:`) of a URL the WHATWG parser accepts; undefined for anything else. */
 export function urlScheme(url: string): string | undefined {
   try {

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, maxConnectionsFromEnv, ordersTokenFromEnv, poolSizeFromEnv, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, maxConnectionsFromEnv, ordersTokenFromEnv, poolSizeFromEnv, upstreamUrlProblem, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
 import { checkLogLevel } from '../../common/src/logger.ts'
 import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
@@ -155,5 +155,14 @@ describe('environment the services read at boot', () => {
     expect(httpUrlProblem('http://127.0.0.1:99999')).toBe('must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)')
     expect(httpUrlProblem('http://[::1:3001')).toBe('must be a valid http:// or https:// URL (is the port 1-65535? is every [ closed?)')
     expect(httpUrlProblem('ftp://127.0.0.1/')).toBe('must be an http:// or https:// URL')
+  })
+
+  it("takes an upstream's URL as an origin only: a path, query or user:password it would not send is refused", () => {
+    for (const url of ['http://127.0.0.1:3001', 'http://127.0.0.1:3001/', 'https://pets.internal', 'http://[::1]:3001']) expect(upstreamUrlProblem(url), url).toBeUndefined()
+    const problem = 'must be an http:// or https:// origin only (scheme, host, port): the gateway sends no path, query or user:password of it'
+    for (const url of ['http://127.0.0.1:3001/base', 'http://127.0.0.1:3001/?a=1', 'http://127.0.0.1:3001?', 'http://127.0.0.1:3001/#x', 'http://gw:pw@pets:3001', 'http://gw@pets:3001']) {
+      expect(upstreamUrlProblem(url), url).toBe(problem)
+    }
+    expect(upstreamUrlProblem('ftp://127.0.0.1/')).toBe('must be an http:// or https:// URL')
   })
 })

@@ -172,6 +172,7 @@ describe('gateway config', () => {
       // An upstream behind basic authentication, its port mistyped.
       [{ PETS_URL: 'http://gw:S3cr3t-pa55@pets:99999' }, 'got "http://gw:***@pets:99999"'],
       [{ PETS_URL: 'ftp://gw:S3cr3t-pa55@pets:3001' }, 'got "ftp://gw:***@pets:3001"'],
+      [{ PETS_URL: 'http://gw:S3cr3t-pa55@pets:3001' }, 'origin only (scheme, host, port): the gateway sends no path, query or user:password of it (got "http://gw:***@pets:3001")'],
     ]
     for (const [env, shown] of refusals) {
       const message = refusalOf(file, env)

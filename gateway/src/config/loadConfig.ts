@@ -6,6 +6,7 @@ import { LineCounter, isCollection, isNode, isPair, isScalar, isSeq, parseDocume
 import {
   EnvError,
   httpUrlProblem,
+  upstreamUrlProblem,
   listenHostFromEnv,
   listenHostProblem,
   listenersCollide,
@@ -329,12 +330,14 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
     const problem = listenHostProblem(value)
     if (problem) problems.push({ path: ['server', name], message: problem })
   }
-  const urls: [string[], string][] = [
-    ...Object.entries(config.upstreams).flatMap(([name, upstream]) => (upstream ? [[['upstreams', name, 'url'], upstream.url] as [string[], string]] : [])),
-    ...Object.entries(config.openapi?.servers ?? {}).map(([name, url]) => [['openapi', 'servers', name], url] as [string[], string]),
+  const urls: [string[], string, (url: string) => string | undefined][] = [
+    ...Object.entries(config.upstreams).flatMap(([name, upstream]) =>
+      upstream ? [[['upstreams', name, 'url'], upstream.url, upstreamUrlProblem] as [string[], string, typeof upstreamUrlProblem]] : [],
+    ),
+    ...Object.entries(config.openapi?.servers ?? {}).map(([name, url]) => [['openapi', 'servers', name], url, httpUrlProblem] as [string[], string, typeof httpUrlProblem]),
   ]
-  for (const [path, url] of urls) {
-    const problem = httpUrlProblem(url)
+  for (const [path, url, problemOf] of urls) {
+    const problem = problemOf(url)
     if (problem) problems.push({ path, message: problem })
   }
   if (listenersCollide({ host, port }, { host: opsHost, port: opsPort })) {
@@ -559,7 +562,7 @@ function checkRedisClientCertificate(config: GatewayConfig): void {
 
 function petsUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
   const raw = env.PETS_URL
-  const problem = raw ? httpUrlProblem(raw) : undefined
+  const problem = raw ? upstreamUrlProblem(raw) : undefined
   // An upstream behind basic authentication carries its password in the URL: echoed without it.
   if (problem) throw new EnvError(`PETS_URL ${problem} (got "${withoutPassword(raw!)}")`)
   return raw || undefined
