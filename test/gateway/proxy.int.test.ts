@@ -512,6 +512,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     const undecodable = await gateway.request('/v1/pets/%zz', { key })
     await expectErrorResponse(undecodable, 400, 'bad_request')
     expect(noticeIn(undecodable.headers)).toEqual(notice)
+    // The path spelt with unreserved characters percent-encoded is the same path, which the router takes for this operation.
+    for (const path of ['/v1/%70ets/7', '/%76%31/pets/7', '/v1/pets/%37']) {
+      const encoded = await gateway.request(path)
+      await expectErrorResponse(encoded, 401, 'missing_api_key')
+      expect(noticeIn(encoded.headers), path).toEqual(notice)
+    }
 
     for (const [method, path] of [['GET', '/v1/pets'], ['GET', '/v1/pets/'], ['GET', '/v1/pets/7/'], ['GET', '/v1/pets/7/photos'], ['POST', '/v1/pets/7'], ['GET', '/v1/store/orders']] as const) {
       const other = await gateway.request(path, { method, contract: false })

@@ -4,9 +4,14 @@ import { getPetDeprecationHeaders } from '../../../common/src/http/getPetDepreca
 import { requestedTarget } from './requestTarget.ts'
 
 const GET_PET_PATH = '/v1/pets/'
+/** A percent-encoded A-Z, a-z, 0-9, `-`, `.`, `_` or `~`. */
+const ENCODED_UNRESERVED = /%(?:[46][1-9A-Fa-f]|[57][0-9Aa]|3[0-9]|2[Dd]|2[Ee]|5[Ff]|7[Ee])/g
 
 /** `/v1/pets/{petId}` with an id, as the pets-service routes it: one path segment, not empty. */
 function isGetPetPath(url: string): boolean {
+  // `/v1/%70ets/1` is the same path (RFC 3986 §6.2.2.2: an unreserved character encoded is that
+  // character), and the router takes it for this operation.
+  if (url.indexOf('%') >= 0) url = url.replace(ENCODED_UNRESERVED, (escape) => String.fromCharCode(Number.parseInt(escape.slice(1), 16)))
   if (!url.startsWith(GET_PET_PATH)) return false
   const queryAt = url.indexOf('?', GET_PET_PATH.length)
   const id = url.slice(GET_PET_PATH.length, queryAt === -1 ? undefined : queryAt)
