@@ -127,11 +127,13 @@ export function createAnonymousLimiter(options: {
     return window
   }
 
+  /** A request counts only if admitted: a refused one consumes nothing, so a raised limit's room is there at once. */
   function consumeHere(clientIp: string): AnonymousDecision {
     const now = performance.now()
     const window = windowHere(clientIp, now)
-    window.count++
-    return { admitted: window.count <= limit, limit, remaining: Math.max(limit - window.count, 0), resetInMillis: window.resetsAt - now, windowSeconds }
+    const admitted = window.count < limit
+    if (admitted) window.count++
+    return { admitted, limit, remaining: Math.max(limit - window.count, 0), resetInMillis: window.resetsAt - now, windowSeconds }
   }
 
   const decision = (result: RateLimiterRes, admitted: boolean): AnonymousDecision => ({

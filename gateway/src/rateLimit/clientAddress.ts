@@ -1,7 +1,12 @@
 import proxyAddr from '@fastify/proxy-addr'
 import ipaddr from 'ipaddr.js'
 
-const PLAIN_IPV4 = /^\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}$/
+/**
+ * An IPv4 address as a socket reports it: four octets of 0-255, no leading zeros. `999.1.1.1` is
+ * no address, and `01.2.3.4` one spelt otherwise: each would be a count of its own.
+ */
+const OCTET = '(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)'
+const PLAIN_IPV4 = new RegExp(`^${OCTET}\\.${OCTET}\\.${OCTET}\\.${OCTET}$`)
 const IPV4_WITH_PORT = /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d{1,5}$/
 const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
 

@@ -484,8 +484,8 @@ describe('requests without a valid key are limited per client IP', () => {
       for (let i = 0; i < 2; i++) expect((await before.consumeGuess('192.0.2.11')).admitted).toBe(true)
       expect(await before.consumeGuess('192.0.2.11')).toMatchObject({ admitted: false, remaining: 0 })
       const raised = createAnonymousLimiter({ perMinute: 10, windowSeconds: 60, redis, replacing: before.counts })
-      // Three guesses counted here (two in Redis) under the old limit: six left after this one.
-      expect(await raised.consumeGuess('192.0.2.11')).toMatchObject({ admitted: true, limit: 10, remaining: 6 })
+      // Two guesses counted here and in Redis under the old limit (the refused one consumed nothing): seven left after this one.
+      expect(await raised.consumeGuess('192.0.2.11')).toMatchObject({ admitted: true, limit: 10, remaining: 7 })
       // Its key lookups are not held back as an address past its limit either.
       expect(raised.beginLookUp('192.0.2.11').kind).toBe('go')
       // Lowered again, what it spent still refuses it.

@@ -3,6 +3,17 @@ import { createAnonymousLimiter, type LookUpTurn } from '../../../gateway/src/ra
 
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
 
+describe('the per-address count in this process', () => {
+  it('counts refused requests not at all: a limit raised on reload gives the room it leaves at once', () => {
+    const before = createAnonymousLimiter({ perMinute: 6, windowSeconds: 60 })
+    const admitted = Array.from({ length: 9 }, () => before.consumeHere('192.0.2.77').admitted)
+    expect(admitted).toEqual([true, true, true, true, true, true, false, false, false])
+    const raised = createAnonymousLimiter({ perMinute: 9, windowSeconds: 60, replacing: before.counts })
+    const after = Array.from({ length: 4 }, () => raised.consumeHere('192.0.2.77'))
+    expect(after.map(({ admitted, remaining }) => [admitted, remaining])).toEqual([[true, 2], [true, 1], [true, 0], [false, 0]])
+  })
+})
+
 describe('key lookups for one address while Postgres is slow', () => {
   // The window's limit of 3, then 3 overdue: past them the key cannot be checked now.
   it('keeps at most twice its limit under way, also across the reset of its window', async () => {

@@ -18,12 +18,16 @@ describe('the address the anonymous limit counts a client under', () => {
     ['203.0.113.9:40123', '203.0.113.9'],
     ['[2001:db8:1:2::1]:443', '2001:db8:1:2::/64'],
     ['[::ffff:203.0.113.9]:8080', '203.0.113.9'],
+    // Other spellings of an IPv4 address count as the address they spell (inet_aton: a leading 0 is octal).
+    ['0203.0.113.9', '131.0.113.9'],
+    ['203.0.113.011', '203.0.113.9'],
+    ['203.0.113.9:0', '203.0.113.9'],
   ])('%s is counted as %s', (address, bucket) => {
     expect(anonymousBucket(address)).toBe(bucket)
   })
 
   it('counts everything that is not an IP address together, so junk from a trusted proxy mints no fresh counts', () => {
-    expect(['unknown', 'garbage:1', '[nope]:80'].map(anonymousBucket)).toEqual(['unparseable', 'unparseable', 'unparseable'])
+    expect(['unknown', 'garbage:1', '[nope]:80', '999.1.1.1', '1.2.3.256', '256.0.0.0:80', '203.0.113.09'].map(anonymousBucket)).toEqual(Array(7).fill('unparseable'))
   })
 
   it('counts a request whose socket has no address left (closed before it was read) with them, and forwards it as unknown', () => {
@@ -41,6 +45,8 @@ describe('the client address the gateway logs and forwards', () => {
     ['aas_0123456789abcdefghijABCDEFGHIJ0123456789', 'unknown'],
     ['garbage:1', 'unknown'],
     ['0x7f.1', 'unknown'],
+    ['999.1.1.1', 'unknown'],
+    ['01.2.3.4', 'unknown'],
     [undefined, 'unknown'],
   ])('%s is given as %s', (address, given) => {
     expect(knownAddress(address)).toBe(given)
