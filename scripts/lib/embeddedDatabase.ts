@@ -1,5 +1,5 @@
 import { lstatSync, readFileSync, rmdirSync, rmSync } from 'node:fs'
-import { access, chmod, link, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { access, chmod, link, mkdir, mkdtemp, readdir, readFile, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -43,7 +43,45 @@ export function discoveryFilePath(dataDir: string): string {
 export async function makeDataDirectory(dataDir: string): Promise<string | undefined> {
   const refusal = await refusalOf(dataDir)
   if (refusal) throw new Error(`DATA_DIR ${dataDir} ${refusal}; npm start left it untouched: set DATA_DIR to an empty or new folder`)
-  return mkdir(dataDir, { recursive: true, mode: 0o700 })
+  try {
+    return await mkdir(dataDir, { recursive: true, mode: 0o700 })
+  } catch (error) {
+    throw new Error(`cannot make DATA_DIR ${dataDir}: ${await whyNotMade(dataDir, error)}; set DATA_DIR to a folder npm start can write`, { cause: error })
+  }
+}
+
+/** What a system error code says of a folder npm start could not write. */
+const WRITE_REFUSALS: Record<string, string> = {
+  EROFS: 'read-only file system',
+  EACCES: 'permission denied',
+  EPERM: 'not permitted',
+  ENOSPC: 'no space left on the disk',
+  EDQUOT: 'the disk quota is used up',
+  ENOTDIR: 'a part of its path is a file',
+}
+
+/** The words for a write refused in the data directory, or undefined for another failure. */
+export function writeRefusal(error: unknown): string | undefined {
+  const code = (error as NodeJS.ErrnoException).code
+  return code === undefined || WRITE_REFUSALS[code] === undefined ? undefined : `${WRITE_REFUSALS[code]} (${code})`
+}
+
+/**
+ * Why a recursive mkdir failed. Node reports ENOENT for a folder it could not make under a
+ * read-only parent, which says nothing: the first missing level is made alone to learn the cause.
+ */
+async function whyNotMade(dataDir: string, error: unknown): Promise<string> {
+  if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
+    let missing = dataDir
+    while (path.dirname(missing) !== missing && !(await exists(path.dirname(missing)))) missing = path.dirname(missing)
+    try {
+      await mkdir(missing, { mode: 0o700 })
+      await rmdir(missing)
+    } catch (cause) {
+      return writeRefusal(cause) ?? (cause as Error).message
+    }
+  }
+  return writeRefusal(error) ?? (error as Error).message
 }
 
 /**

@@ -9,19 +9,23 @@ import { socketUrl } from '../../common/src/database/embeddedPostgres.ts'
 import { recordScenario } from '../helpers/scenarioLog.ts'
 import { baseEnv, exitWithin, freePort, killAll, startNode, TOKEN, waitForOutput, waitForReady, type NodeProcess } from './processes.ts'
 
-// `npm start`'s embedded database on a disk that fills up: a file system of its own, small enough
-// to fill (tmpfs, which only root may mount; elsewhere the test is skipped and says so).
+// `npm start`'s embedded database on a disk that fills up, or that it cannot write: file systems of
+// its own (tmpfs, which only root may mount; elsewhere the tests are skipped and say so).
 const READY_MILLIS = 90_000
 const MIB = 2 ** 20
 
 const root = await mkdtemp(path.join(os.tmpdir(), 'aas-disk-full-'))
 const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=48m', 'tmpfs', root]).status === 0
 const dataDir = path.join(root, 'data')
+const readOnly = await mkdtemp(path.join(os.tmpdir(), 'aas-read-only-'))
+const mountedReadOnly = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,ro', 'tmpfs', readOnly]).status === 0
 
 afterEach(killAll)
 afterAll(async () => {
-  if (mounted) spawnSync('umount', ['-l', root])
-  await rm(root, { recursive: true, force: true })
+  for (const [folder, done] of [[root, mounted], [readOnly, mountedReadOnly]] as const) {
+    if (done) spawnSync('umount', ['-l', folder])
+    await rm(folder, { recursive: true, force: true })
+  }
 })
 
 function freeBytes(): number {
@@ -29,10 +33,10 @@ function freeBytes(): number {
   return bavail * bsize
 }
 
-async function npmStart(ports: { pets: number; petsOps: number; gateway: number; gatewayOps: number; postgres: number }): Promise<NodeProcess> {
+async function npmStart(ports: { pets: number; petsOps: number; gateway: number; gatewayOps: number; postgres: number }, data = dataDir): Promise<NodeProcess> {
   return startNode('scripts/start.ts', {
     ...baseEnv(),
-    DATA_DIR: dataDir,
+    DATA_DIR: data,
     PETS_PORT: String(ports.pets),
     PETS_OPS_PORT: String(ports.petsOps),
     GATEWAY_PORT: String(ports.gateway),
@@ -104,3 +108,10 @@ it.skipIf(!mounted)(
   },
   240_000,
 )
+
+it.skipIf(!mountedReadOnly)('a DATA_DIR on a read-only file system: npm start says so, not "no such file or directory"', async () => {
+  const ports = { pets: await freePort(), petsOps: await freePort(), gateway: await freePort(), gatewayOps: await freePort(), postgres: await freePort() }
+  const start = await npmStart(ports, path.join(readOnly, 'new', 'data'))
+  expect((await exitWithin(start, 30_000)).code).toBe(1)
+  expect(start.output()).toContain(`[start] error: cannot make DATA_DIR ${path.join(readOnly, 'new', 'data')}: read-only file system (EROFS); set DATA_DIR to a folder npm start can write`)
+})
