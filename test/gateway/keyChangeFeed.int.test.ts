@@ -22,10 +22,10 @@ function watched(
 ): KeyChangeFeedOptions['repository'] {
   const page = watch.page ?? ((_kind, read) => read())
   return {
-    changeLogPosition: () => (watch.position?.(), repository.changeLogPosition()),
-    changesById: (after, limit, snapshot) => page('byId', () => repository.changesById(after, limit, snapshot)),
-    changesByXid: (range, snapshot) => page('byXid', () => repository.changesByXid(range, snapshot)),
-    committedAmong: (xids, upTo) => repository.committedAmong(xids, upTo),
+    changeLogPosition: (bound) => (watch.position?.(), repository.changeLogPosition(bound)),
+    changesById: (after, limit, snapshot, bound) => page('byId', () => repository.changesById(after, limit, snapshot, bound)),
+    changesByXid: (range, snapshot, bound) => page('byXid', () => repository.changesByXid(range, snapshot, bound)),
+    committedAmong: (xids, upTo, bound) => repository.committedAmong(xids, upTo, bound),
   }
 }
 
@@ -187,6 +187,40 @@ describe('API key change notifications', () => {
     } finally {
       await feed.stop()
       await pool.end()
+    }
+  }, 30_000)
+
+  // A failover behind the same address (or a NAT that forgot the connections): the gateway's pooled
+  // connections and its LISTEN one stay open and go mute, new connections are answered. A read that
+  // took a mute pooled connection waited out the pool's whole bound (5 s statement timeout and
+  // grace) before the next one connected afresh: revocations arrived after about 6 s.
+  it('deliver a revocation within 2 s when their pooled connections go mute and new ones are answered (a failover behind the same address)', async () => {
+    const target = new URL(database.url)
+    const relay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
+    const viaRelay = new URL(database.url)
+    viaRelay.port = String(relay.port)
+    const pool = createPool({ connectionString: viaRelay.toString(), applicationName: 'key-feed-test' })
+    // The operator's CLI, on connections of its own.
+    const operatorPool = createPool({ connectionString: database.url, applicationName: 'key-feed-test-operator' })
+    await migrate(operatorPool, GATEWAY_MIGRATIONS)
+    const operator = createKeyRepository(operatorPool)
+    const seen: KeyChange[] = []
+    const feed = await startKeyChangeFeed({ repository: createKeyRepository(pool), connectionString: viaRelay.toString(), onChange: (change) => seen.push(change), logger: pino({ level: 'silent' }) })
+    try {
+      // Connections idle in the pool, as a gateway under traffic has.
+      await Promise.all(Array.from({ length: 4 }, () => pool.query('SELECT pg_sleep(0.05)')))
+      await relay.silence()
+      await relay.restore()
+      const { record } = await operator.create({ name: 'revoked across a failover', plan: 'free' })
+      await operator.revoke(record.id)
+      const committed = performance.now()
+      await vi.waitFor(() => expect(seen.map((change) => change.keyId)).toContain(record.id), { timeout: 10_000, interval: 20 })
+      expect(performance.now() - committed).toBeLessThan(2_000)
+    } finally {
+      await feed.stop()
+      await relay.close()
+      await pool.end()
+      await operatorPool.end()
     }
   }, 30_000)
 

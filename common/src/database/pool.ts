@@ -64,12 +64,18 @@ const sslFilesInUse = new Set<string>()
  * rather than returned in a state no one knows (a transaction left open). While a connection is
  * checked out, pg-pool's own 'error' listener is off it: a connection lost then (Postgres
  * restarted, a network cut) would be an uncaught exception and end the process. The failing query
- * reports it to `work`; this listener only keeps the process alive.
+ * reports it to `work`; this listener only keeps the process alive. `answerWithinMillis`: a tighter
+ * client-side bound for this work's statements than the pool's (watchAnswers).
  */
-export async function withConnection<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+export async function withConnection<T>(
+  pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<T>,
+  options: { answerWithinMillis?: number } = {},
+): Promise<T> {
   const client = await pool.connect()
   const reportedByTheQuery = () => undefined
   client.on('error', reportedByTheQuery)
+  const unwatch = options.answerWithinMillis === undefined ? undefined : watchAnswers(pool, client, options.answerWithinMillis)
   try {
     const result = await work(client)
     client.removeListener('error', reportedByTheQuery)
@@ -79,7 +85,43 @@ export async function withConnection<T>(pool: pg.Pool, work: (client: pg.PoolCli
     client.removeListener('error', reportedByTheQuery)
     client.release(error instanceof Error ? error : true)
     throw error
+  } finally {
+    unwatch?.()
   }
+}
+
+/** Each pool's way to close a connection found mute, and its idle ones with it (boundStatementsOnClient). */
+const muteClosers = new WeakMap<pg.Pool, (client: pg.PoolClient, boundMillis: number) => void>()
+
+/**
+ * A tighter client-side bound than the pool's, for work whose statements answer at once when
+ * Postgres is there (withConnection's answerWithinMillis): a statement that has read no byte for
+ * `millis` loses its connection, and the pool's idle connections go with it, as at the pool's own
+ * bound (boundStatementsOnClient). The pool's bound waits out the server's statement timeout
+ * first, 5.5 s, which the key-change feed cannot spend. Checked every twentieth of the bound, and
+ * again after one turn of the event loop, which reads an answer already waiting in the socket.
+ */
+function watchAnswers(pool: pg.Pool, client: pg.PoolClient, millis: number): () => void {
+  const observed = client as unknown as ObservableClient
+  let seen = { statement: observed._getActiveQuery(), bytesRead: observed.connection.stream.bytesRead, since: performance.now() }
+  const unchanged = (statement: object | null | undefined, bytesRead: number) => statement === seen.statement && bytesRead === seen.bytesRead
+  const timer = setInterval(() => {
+    const now = performance.now()
+    const statement = observed._getActiveQuery()
+    const { bytesRead } = observed.connection.stream
+    if (!statement || !unchanged(statement, bytesRead)) seen = { statement, bytesRead, since: now }
+    else if (now - seen.since >= millis) {
+      clearInterval(timer)
+      setImmediate(() => {
+        if (!unchanged(observed._getActiveQuery(), observed.connection.stream.bytesRead)) return
+        const closeMute = muteClosers.get(pool)
+        if (closeMute) closeMute(client, millis)
+        else dropConnection(client)
+      })
+    }
+  }, millis / 20)
+  timer.unref()
+  return () => clearInterval(timer)
 }
 
 /** How long past its server-side timeout a statement may run before the client gives up on it. */
@@ -152,7 +194,7 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
       if (mute.length > 0) closeMute(mute)
     })
   }
-  const closeMute = (mute: ObservableClient[]) => {
+  const closeMute = (mute: ObservableClient[], boundOfThese = boundMillis) => {
     const now = performance.now()
     const idle = [...clients].filter(([client, seen]) => seen.idle && !mute.includes(client)).map(([client]) => client)
     for (const client of mute) {
@@ -169,7 +211,7 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
     }
     if (now - lastMuteAt > boundMillis) {
       logger?.warn(
-        { boundMillis: Math.round(boundMillis), unansweredClosed: mute.length, idleClosed: idle.length },
+        { boundMillis: Math.round(boundOfThese), unansweredClosed: mute.length, idleClosed: idle.length },
         'Postgres gave no answer on a connection within the statement bound: closed it, and the idle ones with it',
       )
     }
@@ -178,6 +220,7 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
   if (typeof (pg.Client.prototype as unknown as ObservableClient)._getActiveQuery !== 'function') {
     throw new Error('this pg version does not expose the active statement, which the client-side statement bound reads')
   }
+  muteClosers.set(pool, (client, boundOfIt) => closeMute([client as unknown as ObservableClient], boundOfIt))
   pool.on('connect', (client) => {
     clients.set(client as unknown as ObservableClient, { statement: undefined, since: 0, idle: false })
     sweeper ??= setInterval(sweep, SWEEP_INTERVAL_MILLIS).unref()

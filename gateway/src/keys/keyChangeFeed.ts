@@ -58,6 +58,13 @@ function rewound(since: FeedPosition, next: FeedPosition): boolean {
 /** How long the LISTEN connection may take to answer LISTEN or a ping before it is taken for lost. */
 const LISTEN_ANSWER_MILLIS = 2_000
 
+/**
+ * How long a statement of the periodic read may go without a byte of answer before its connection
+ * is taken for mute (readBounded): an indexed read of a page of the log answers in milliseconds.
+ * Within 2 s of a commit, with the 1 s between reads, one mute connection on the way included.
+ */
+const READ_ANSWER_MILLIS = 600
+
 /** While the periodic read keeps failing, how often that is said again. */
 const FAILING_TOLD_EVERY_MILLIS = 60_000
 
@@ -92,10 +99,11 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
    */
   let inProgress: ReadInProgress | undefined
 
-  const readOnce = async (): Promise<void> => {
+  /** One read of the log, each statement on a connection bound by `answerWithinMillis` when given (readBounded). */
+  const readOnce = async (answerWithinMillis?: number): Promise<void> => {
     const since = position
     const read = (inProgress ??= {
-      next: await repository.changeLogPosition(),
+      next: await repository.changeLogPosition(answerWithinMillis),
       deliveredNow: new Set(),
       again: new Set(),
       newAfter: since.maxId,
@@ -122,7 +130,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     }
     // Later ids, in id order.
     while (!read.newDone) {
-      const changes = await repository.changesById(read.newAfter, limit, read.next.snapshot)
+      const changes = await repository.changesById(read.newAfter, limit, read.next.snapshot, answerWithinMillis)
       changes.forEach(deliver)
       if (changes.length < limit) read.newDone = true
       else read.newAfter = changes.at(-1)!.id
@@ -130,12 +138,12 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     // Then the older ids, in (xid, id) order: of each transaction running at the previous read
     // that has committed since, then of those that wrote only after it (an id is taken a moment
     // before the transaction's id).
-    read.committed ??= await repository.committedAmong(since.xip, since.maxId)
+    read.committed ??= await repository.committedAmong(since.xip, since.maxId, answerWithinMillis)
     while (read.olderIndex <= read.committed.length) {
       const xid = read.committed[read.olderIndex]
       const [fromXid, toXid] = xid === undefined ? [since.xmax, undefined] : [xid, xid]
       const after = read.olderAfter ?? { xid: fromXid, id: 0 }
-      const changes = await repository.changesByXid({ fromXid, toXid, upTo: since.maxId, after, limit }, read.next.snapshot)
+      const changes = await repository.changesByXid({ fromXid, toXid, upTo: since.maxId, after, limit }, read.next.snapshot, answerWithinMillis)
       changes.forEach(deliver)
       if (changes.length < limit) {
         read.olderIndex++
@@ -149,6 +157,31 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     inProgress = undefined
   }
 
+  /**
+   * Whether the next read's statements are held to READ_ANSWER_MILLIS: after a read that took
+   * longer (Postgres loaded, the log locked by a migration), they have the pool's bound until one
+   * is quick again, so a slow Postgres is not taken for a mute one at every read.
+   */
+  let quick = true
+  /**
+   * A read on a pooled connection that went mute (a failover behind the same address, a NAT that
+   * forgot it) would wait out the pool's bound, 5.5 s, well past the 2 s a revocation has. Held to
+   * READ_ANSWER_MILLIS, its connection is closed with the pool's idle ones, which went the same
+   * way, and the read goes on at once on a fresh connection, from where it was (inProgress).
+   */
+  const readBounded = async (): Promise<void> => {
+    const started = performance.now()
+    const bound = quick ? READ_ANSWER_MILLIS : undefined
+    quick = false
+    try {
+      await readOnce(bound)
+    } catch (error) {
+      if (bound === undefined) throw error
+      await readOnce()
+    }
+    quick = performance.now() - started < READ_ANSWER_MILLIS
+  }
+
   let stopped = false
 
   /**
@@ -159,7 +192,7 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
   let failing: { since: number; reads: number; toldAt: number } | undefined
   const catchUp = oneRunAtATime(async () => {
     try {
-      await readOnce()
+      await readBounded()
       if (failing) logger.info({ failedReads: failing.reads, failingSeconds: Math.round((performance.now() - failing.since) / 1_000) }, 'reading API key changes works again')
       failing = undefined
     } catch (error) {

@@ -122,6 +122,10 @@ const LOCK_KEY_OF_CHANGE = `SELECT pg_advisory_xact_lock(hashtext('gateway.api_k
 export type BanRecordOutcome = 'recorded' | 'lifted' | 'overtaken' | 'no key'
 
 export function createKeyRepository(pool: pg.Pool) {
+  /** One statement of the feed's reads, its connection bound by `answerWithinMillis` when given. */
+  const feedQuery = <R extends pg.QueryResultRow>(answerWithinMillis: number | undefined, text: string, values?: unknown[]) =>
+    withConnection(pool, (client) => client.query<R>(text, values), { answerWithinMillis })
+
   async function updateOne(sql: string, params: unknown[]): Promise<ApiKeyRecord | undefined> {
     const { rows } = await pool.query<ApiKeyRecord>(`${sql} RETURNING ${COLUMNS}`, params)
     return rows[0]
@@ -234,9 +238,14 @@ export function createKeyRepository(pool: pg.Pool) {
         perDay,
       ]),
 
-    /** Where the change log stands now, for the feed: what is visible, what is still running. */
-    async changeLogPosition(): Promise<FeedPosition> {
-      const { rows } = await pool.query<FeedPosition>(
+    /**
+     * Where the change log stands now, for the feed: what is visible, what is still running. This
+     * and the feed's other reads take `answerWithinMillis`, a tighter client-side bound than the
+     * pool's (withConnection).
+     */
+    async changeLogPosition(answerWithinMillis?: number): Promise<FeedPosition> {
+      const { rows } = await feedQuery<FeedPosition>(
+        answerWithinMillis,
         `SELECT pg_snapshot_xmax(s.now)::text AS xmax, ARRAY(SELECT x::text FROM pg_snapshot_xip(s.now) x) AS xip,
                 (SELECT COALESCE(max(id), 0) FROM gateway.api_key_changes)::text AS "maxId", s.now::text AS snapshot
            FROM (SELECT pg_current_snapshot() AS now) s`,
@@ -250,8 +259,9 @@ export function createKeyRepository(pool: pg.Pool) {
      * transactions wrote: ones carried over from another server (a dump restored here) bear
      * transaction ids this one has not reached, and are history.
      */
-    async changesById(afterId: number | string, limit: number, snapshot: string): Promise<FeedEntry[]> {
-      const { rows } = await pool.query<FeedEntry>(
+    async changesById(afterId: number | string, limit: number, snapshot: string, answerWithinMillis?: number): Promise<FeedEntry[]> {
+      const { rows } = await feedQuery<FeedEntry>(
+        answerWithinMillis,
         `SELECT ${FEED_COLUMNS} FROM gateway.api_key_changes
           WHERE id > $1 AND xid < pg_snapshot_xmax(pg_current_snapshot())
           ORDER BY id LIMIT $2`,
@@ -269,6 +279,7 @@ export function createKeyRepository(pool: pg.Pool) {
     async changesByXid(
       page: { fromXid: string; toXid?: string; upTo: number | string; after: { xid: string; id: number | string }; limit: number },
       snapshot: string,
+      answerWithinMillis?: number,
     ): Promise<(FeedEntry & { xid: string })[]> {
       // Only the (xid, id) index returns these rows in order, a page at a time. Without statistics
       // (a table autovacuum has not analysed yet: a quiet gateway's, or a minute after a bulk
@@ -284,17 +295,19 @@ export function createKeyRepository(pool: pg.Pool) {
           // $3 is the snapshot, as FEED_COLUMNS has it.
           [page.after.xid, page.after.id, snapshot, page.fromXid, page.toXid ?? null, page.upTo, page.limit],
         ),
+        { answerWithinMillis },
       )
     },
 
     /** Which of `xids` (transactions running at an earlier position) have entries visible now with ids up to `upTo`. */
-    async committedAmong(xids: string[], upTo: number | string): Promise<string[]> {
+    async committedAmong(xids: string[], upTo: number | string, answerWithinMillis?: number): Promise<string[]> {
       if (xids.length === 0) return []
       // From the transactions' status first: a committed one stops at its first entry, and one
       // still running (a million entries in an operator's open transaction) is not walked at all.
       // One this server has not reached (a failover to a copy that is behind) is not committed
       // here; pg_xact_status would refuse it, and every later read with it.
-      const { rows } = await pool.query<{ xid: string }>(
+      const { rows } = await feedQuery<{ xid: string }>(
+        answerWithinMillis,
         `SELECT x::text AS xid FROM unnest($1::xid8[]) x
           WHERE CASE WHEN x < pg_snapshot_xmax(pg_current_snapshot()) THEN pg_xact_status(x) END = 'committed'
             AND EXISTS (SELECT 1 FROM gateway.api_key_changes c WHERE c.xid = x AND c.id <= $2)
