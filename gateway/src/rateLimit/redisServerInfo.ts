@@ -32,8 +32,11 @@ export async function evictingRedisServers(client: RedisClient): Promise<string[
 /**
  * Calls `restarted` when the Redis server (a Cluster's masters) the client is ready with again is
  * not the one it was ready with before: another process (`run_id` in INFO), a restart or a
- * failover. Its state may be gone with it (no persistence), and what this process cached from
- * the old one (bans) would then disagree with every other gateway until it ran out.
+ * failover. Its state may be gone with it (no persistence, writes a failover lost), and what this
+ * process cached from the old one (bans) would then disagree with every other gateway until it
+ * ran out. A server is its process and its replication history (`master_replid`, new at each
+ * promotion): a replica promoted where it had been master before (failovers back and forth) is
+ * the same process at the same address, and was missed.
  *
  * A Cluster client is ready once, as a whole: one master restarted alone comes back as a new
  * connection to its node, and a replica promoted in a failover shows in the next slot map. So
@@ -42,7 +45,7 @@ export async function evictingRedisServers(client: RedisClient): Promise<string[
  * newer one).
  */
 export function watchRedisRestarts(client: RedisClient, restarted: () => void): void {
-  // Each server's (master's) run_id by its name, as last read. One that does not answer, or is
+  // Each server's (master's) identity by its name, as last read. One that does not answer, or is
   // missing from a slot map for a moment, keeps its entry: only a server seen again as another
   // process, or a master at an address not seen before (a replica promoted), is a change.
   const known = new Map<string, string>()
@@ -63,13 +66,14 @@ export function watchRedisRestarts(client: RedisClient, restarted: () => void): 
   }
 }
 
-/** The run_id of the server, or of each master, by name; those that do not answer are left out. */
+/** Who the server, or each master, is by name (run_id and master_replid); those that do not answer are left out. */
 async function runIds(client: RedisClient): Promise<Map<string, string>> {
   const read = await Promise.all(
     serversOf(client).map(async ([name, server]) => {
       try {
-        const id = parseInfo(await server.info('server')).get('run_id')
-        return id === undefined ? [] : [[name, id] as const]
+        const [about, replication] = await Promise.all([server.info('server'), server.info('replication')])
+        const id = parseInfo(about).get('run_id')
+        return id === undefined ? [] : [[name, `${id} ${parseInfo(replication).get('master_replid') ?? ''}`] as const]
       } catch {
         return []
       }

@@ -1,12 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { RunningGateway } from '../../helpers/gateway.ts'
 import { captureLog } from '../../helpers/logCapture.ts'
-import { testKeyPrefix } from '../../helpers/redis.ts'
+import { startRedisCluster, testKeyPrefix, type TestCluster } from '../../helpers/redis.ts'
 import type { PrivateRedis } from '../../helpers/redisServer.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
 import { codeOf, eventually } from './httpLimits.ts'
-import { Redis } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
 import { limitKey } from '../../../gateway/src/rateLimit/limitStore.ts'
+import { watchRedisRestarts } from '../../../gateway/src/rateLimit/redisServerInfo.ts'
 import { startGatewaysSharingCluster, startGatewaysSharingRedis, type SharedRedisGateways } from './sharedRedisGateways.ts'
 
 // README, Redis persistence: a Redis that comes back empty has forgotten every ban. A gateway
@@ -87,4 +88,61 @@ describe('bans after one master of a Redis Cluster restarts empty, on two gatewa
     expect(performance.now() - banned).toBeLessThan(30_000)
     expect(aLog.entries().some((entry) => typeof entry.msg === 'string' && entry.msg.startsWith('Redis is another server than before'))).toBe(true)
   }, 60_000)
+})
+
+// The failover review: a replica promoted where it had been master before (failovers back and
+// forth) is the same process at the same address, so its run_id alone said nothing had changed,
+// though a failover can lose writes (a ban) the old master had not yet passed on.
+describe('a Redis Cluster failover to a node that was master before', () => {
+  let cluster: TestCluster | undefined
+  let client: Cluster | undefined
+  afterAll(async () => {
+    client?.disconnect()
+    await cluster?.close()
+  })
+
+  it('is taken for another server at each promotion, back and forth, so cached bans are asked again', async () => {
+    cluster = await startRedisCluster({ replicasPerMaster: 1 })
+    const [host, port] = cluster.nodes[0]!.split(':') as [string, string]
+    client = new Cluster([{ host, port: Number(port) }], { slotsRefreshInterval: 500 })
+    let changes = 0
+    watchRedisRestarts(client, () => changes++)
+    await eventually(async () => client!.status === 'ready' && client!.nodes('master').length === 3, 20_000, 100)
+    // Past the first readings (a reading before the slot map had every master counts the others as new).
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    const settled = changes
+    const roleOf = async (node: string) => {
+      const admin = new Redis(Number(node.split(':')[1]), '127.0.0.1')
+      try {
+        return { admin, master: (await admin.info('replication')).includes('role:master') }
+      } catch (error) {
+        admin.disconnect()
+        throw error
+      }
+    }
+    // A replica of the first master, promoted, then the first master promoted back.
+    const first = cluster.nodes[0]!
+    const firstAdmin = new Redis(Number(first.split(':')[1]), '127.0.0.1')
+    const firstId = (await firstAdmin.cluster('MYID')) as string
+    firstAdmin.disconnect()
+    let replica: string | undefined
+    for (const node of cluster.nodes.slice(1)) {
+      const { admin, master } = await roleOf(node)
+      const nodes = (await admin.cluster('NODES')) as string
+      admin.disconnect()
+      if (!master && nodes.split('\n').some((line) => line.includes('myself') && line.includes(firstId))) replica = node
+    }
+    expect(replica).toBeDefined()
+    for (const [expected, promote] of [[1, replica!], [2, first]] as const) {
+      const admin = new Redis(Number(promote.split(':')[1]), '127.0.0.1')
+      await admin.cluster('FAILOVER')
+      admin.disconnect()
+      await eventually(async () => {
+        const { admin: check, master } = await roleOf(promote)
+        check.disconnect()
+        return master
+      }, 20_000, 100)
+      await eventually(async () => changes === settled + expected, 20_000, 100)
+    }
+  }, 90_000)
 })
