@@ -199,6 +199,10 @@ export function connectRedis(connection: RedisConnection): RedisClient {
           // TRYAGAIN comes only to an unban while its key's slot migrates, which then goes on in
           // steps (unbanInSteps): ioredis's 100 ms between its tries held that up for over a second.
           retryDelayOnTryAgain: 10,
+          // A cluster that has lost a master's slots answers CLUSTERDOWN, for every slot unless
+          // cluster-require-full-coverage is off. ioredis's retries of it outlast the budget, so the
+          // request was answered as a timeout that named a healthy master: now the reply itself.
+          retryDelayOnClusterDown: 0,
           // The slot map is otherwise read only at a redirect: a gateway with no traffic on a moved
           // slot kept connections to masters that had since failed over and been removed, and lost
           // them all at once with nowhere known to reconnect (reconnectThroughKnownNodes).

@@ -59,7 +59,12 @@ function clusterWithAdmins(): { readonly cluster: TestCluster; admins: Redis[] }
   const admins: Redis[] = []
   beforeAll(async () => {
     cluster = await startRedisCluster()
-    for (const node of cluster.nodes) admins.push(new Redis({ host: '127.0.0.1', port: Number(node.split(':')[1]) }))
+    for (const node of cluster.nodes) {
+      const admin = new Redis({ host: '127.0.0.1', port: Number(node.split(':')[1]) })
+      // A node a test stops: its admin connection's errors are expected.
+      admin.on('error', () => undefined)
+      admins.push(admin)
+    }
   })
   afterAll(async () => {
     for (const admin of admins) admin.disconnect()
@@ -113,6 +118,48 @@ describe('Redis Cluster: a slot no master serves', () => {
         [40, 'rate-limit store call failed', 'cluster'],
         [50, 'rate-limit store failing', 'cluster'],
       ])
+    } finally {
+      client.disconnect()
+    }
+  }, 60_000)
+})
+
+// With Redis's default cluster-require-full-coverage yes, a slot without a master (its master
+// failed, before its replica is promoted) takes the whole cluster down: every node answers
+// CLUSTERDOWN. ioredis retried that reply past the budget, so each request was answered as a
+// timeout of the (healthy) master it was sent to, and the operator's log blamed that one.
+describe('Redis Cluster: down for want of a slot', () => {
+  const started = clusterWithAdmins()
+  const admins = started.admins
+
+  it("fails each call at once with Redis's own reply, CLUSTERDOWN, not as a timeout of a healthy master", async () => {
+    const prefix = 'aas-test:'
+    const client = connectRedis({ clusterNodes: started.cluster.nodes, keyPrefix: prefix, commandTimeoutMillis: 50 })
+    try {
+      expect(await redisReady(client)).toBe(true)
+      const store = createRedisStore(client)
+      const request: LimitRequest = {
+        keyId: 'key_on_a_healthy_master',
+        minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
+        day: { limit: 10_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+        bans: { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+      }
+      await store.consume(request)
+      // Another master fails: once the others mark it failed (cluster-node-timeout), the cluster is down.
+      const ranges = (await admins[0]!.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][]
+      const keySlot = (await admins[0]!.call('CLUSTER', 'KEYSLOT', `${prefix}${limitKey(request.keyId)}`)) as number
+      const holderPort = ranges.find(([from, to]) => keySlot >= from && keySlot <= to)![2][1]
+      const failedPort = ranges.map(([, , [, port]]) => port).find((port) => port !== holderPort)!
+      const index = started.cluster.nodes.findIndex((node) => node.endsWith(`:${failedPort}`))
+      started.cluster.processes[index]!.kill('SIGKILL')
+      const healthy = admins.filter((admin) => admin.options.port !== failedPort)
+      for (const admin of healthy) {
+        for (let tries = 0; !String(await admin.call('CLUSTER', 'INFO')).includes('cluster_state:fail'); tries++) {
+          expect(tries).toBeLessThan(200)
+          await new Promise((resolve) => setTimeout(resolve, 50))
+        }
+      }
+      for (let call = 0; call < 3; call++) await expect(store.consume(request)).rejects.toThrow(/^CLUSTERDOWN/)
     } finally {
       client.disconnect()
     }
