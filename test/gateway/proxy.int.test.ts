@@ -10,6 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { createPool } from '../../common/src/database/pool.ts'
 import { createKeyRepository } from '../../gateway/src/keys/keyRepository.ts'
 import { generateApiKey } from '../../gateway/src/keys/apiKeyFormat.ts'
+import { MAX_BODY_PIECES } from '../../gateway/src/proxy/opaqueBodies.ts'
 import { MAX_UNANSWERED_PER_CONNECTION } from '../../gateway/src/proxy/requestFraming.ts'
 import { UPSTREAM_CONNECTIONS } from '../../gateway/src/proxy/upstreamProxy.ts'
 import { OPS_TEST_TOKEN, startGatewayProcess } from '../ops/gatewayProcess.ts'
@@ -584,6 +585,31 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(recorder.bodies).toHaveLength(1)
     expect(recorder.bodies[0]).toHaveLength(1_048_576)
     await expectErrorResponse(await send(1_048_577), 413, 'payload_too_large')
+    expect(recorder.bodies).toHaveLength(1)
+  })
+
+  it('forwards a chunked body whole, and refuses with 413 one sent in more than MAX_BODY_PIECES pieces, without contacting the upstream', async () => {
+    // The resource review: a body of a million 1-byte chunks is 1 MB of payload, within the limit,
+    // and Fastify's reader kept each chunk as a Buffer of its own: 400 MB for one request.
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
+    const send = async (chunks: string[]) => {
+      const client = await openRaw(gateway.url)
+      client.socket.write(
+        `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n` +
+          chunks.map((chunk) => `${chunk.length.toString(16)}\r\n${chunk}\r\n`).join('') +
+          '0\r\n\r\n',
+      )
+      await eventually(async () => /\r\n\r\n/.test(client.answer()), 10_000, 20)
+      client.socket.destroy()
+      return parseAnswer(client.answer())
+    }
+    const pieces = Array.from({ length: 1_000 }, (_, index) => String(index % 10).repeat(100))
+    expect((await send(pieces)).statusLine).toBe('HTTP/1.1 200 OK')
+    expect(recorder.bodies).toEqual([pieces.join('')])
+    const tooMany = await send(Array.from({ length: MAX_BODY_PIECES + 1 }, () => 'x'))
+    expect(tooMany.statusLine).toBe('HTTP/1.1 413 Payload Too Large')
+    expect(tooMany.body).toMatchObject({ code: 'payload_too_large', status: 413 })
     expect(recorder.bodies).toHaveLength(1)
   })
 
