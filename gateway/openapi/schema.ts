@@ -490,9 +490,18 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The catalogue service could not be reached or answered badly (`bad_gateway`). */
+        /**
+         * @description The catalogue service could not be reached or answered badly (`bad_gateway`). When it
+         *     refused the connection (it is restarting), the request was not sent, and `Retry-After`
+         *     says when to send it again.
+         */
         BadGateway: {
             headers: {
+                /**
+                 * @description Seconds to wait before sending the request again; only when the catalogue refused the connection.
+                 * @example 1
+                 */
+                "Retry-After"?: number;
                 "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
                 "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
                 "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
@@ -996,12 +1005,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description The catalogue service could not be reached or answered badly (`bad_gateway`). */
+            /**
+             * @description The catalogue service could not be reached or answered badly (`bad_gateway`). When it
+             *     refused the connection (it is restarting), the request was not sent, and `Retry-After`
+             *     says when to send it again.
+             */
             502: {
                 headers: {
                     Deprecation: components["headers"]["Deprecation"];
                     Sunset: components["headers"]["Sunset"];
                     Link: components["headers"]["LinkSuccessor"];
+                    /**
+                     * @description Seconds to wait before sending the request again; only when the catalogue refused the connection.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
                     "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
                     "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
                     "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];

@@ -983,14 +983,16 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(recorder.requests).toHaveLength(0)
   })
 
-  it('answers 502 bad_gateway when the upstream refuses connections', async () => {
+  it('answers 502 bad_gateway when the upstream refuses connections, with Retry-After: the request was never sent', async () => {
     const { gateway, key } = await gatewayTo(await refusingUpstream())
     const started = Date.now()
-    await expectErrorResponse(await gateway.request('/v1/pets', { key }), 502, 'bad_gateway')
+    const refused = await gateway.request('/v1/pets', { key })
+    await expectErrorResponse(refused, 502, 'bad_gateway')
+    expect(refused.headers.get('retry-after')).toBe('1')
     recordScenario({
       area: 'pets-service',
       scenario: 'upstream address refusing connections',
-      answered: `502 bad_gateway with the Error body in ${Date.now() - started} ms`,
+      answered: `502 bad_gateway with the Error body and Retry-After: 1 in ${Date.now() - started} ms`,
       lost: 'nothing: no upstream detail in the answer',
       test: 'test/gateway/proxy.int.test.ts',
     })
@@ -1506,7 +1508,10 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   it('answers 502 for an upstream reply with broken headers, and keeps serving', async () => {
     const { gateway, key } = await gatewayTo(await garbageUpstream())
     for (let i = 0; i < 3; i++) {
-      await expectErrorResponse(await gateway.request('/v1/pets', { key }), 502, 'bad_gateway')
+      const broken = await gateway.request('/v1/pets', { key })
+      await expectErrorResponse(broken, 502, 'bad_gateway')
+      // It may have acted on the request: no invitation to send it again.
+      expect(broken.headers.get('retry-after')).toBeNull()
     }
     await expectErrorResponse(await gateway.request('/v1/store/orders', { key }), 501, 'not_implemented')
     recordScenario({

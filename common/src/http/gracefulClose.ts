@@ -62,7 +62,7 @@ const QUIET_CONNECTION_SWEEP_MILLIS = 250
  * shutdown's deadline (15 s): the exit was forced, the steps after the close never ran. It gets
  * `refuseUnfinished`'s answer (503, retry), on a connection that then closes.
  */
-function closeQuietConnections(app: FastifyInstance, refuseUnfinished: (request: IncomingMessage) => void): () => void {
+export function closeQuietConnections(app: FastifyInstance, refuseUnfinished: (request: IncomingMessage) => void): () => void {
   const connections = new Set<Socket>()
   // Over TLS the HTTP layer writes on the TLS socket, which 'secureConnection' gives (a handshake
   // never finished is ended by its own timeout).

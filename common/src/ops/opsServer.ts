@@ -1,5 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import { OPS_MAX_CONNECTIONS } from '../http/connectionCap.ts'
+import { closeQuietConnections } from '../http/gracefulClose.ts'
 import { singleLineRequestLogging } from '../http/requestContext.ts'
 import type { Registry } from 'prom-client'
 import { DependencyDown } from './dependencyDown.ts'
@@ -52,6 +53,12 @@ export function buildOpsServer(options: OpsServerOptions): FastifyInstance {
   // The port is reachable by whoever reaches the host (0.0.0.0 on the gateway by default): a flood
   // of it must not take the descriptors the public port, Postgres and the upstream need.
   ops.server.maxConnections = OPS_MAX_CONNECTIONS
+  // A probe's or scraper's connection opened and not used yet (a load balancer's TCP check, a
+  // pre-opened one) held the shutdown's step that closes this port until its 10 s timeout, past
+  // the shutdown's deadline when another step took long: closed at once instead, like the public
+  // port's. Its requests carry no body worth a refusal: one still arriving just ends.
+  const closeQuiet = closeQuietConnections(ops, (request) => request.socket.destroy())
+  ops.addHook('preClose', async () => closeQuiet())
   const timeout = options.checkTimeoutMillis ?? 1_000
 
   ops.get('/healthz', async () => ({ status: 'ok' }))

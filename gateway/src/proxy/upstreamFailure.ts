@@ -42,9 +42,14 @@ function errorCodes(error: unknown): string[] {
  */
 export function upstreamFailure(error: unknown, upstream = 'pets') {
   const service = upstream === 'pets' ? undefined : `The ${upstream} service`
-  return failureKind(error) === 'timeout'
-    ? gatewayErrors.create('upstream_timeout', service && `${service} did not answer in time.`, { cause: error })
-    : gatewayErrors.create('bad_gateway', service && `${service} could not be reached or answered badly.`, { cause: error })
+  if (failureKind(error) === 'timeout') return gatewayErrors.create('upstream_timeout', service && `${service} did not answer in time.`, { cause: error })
+  // A connection refused: the request was never sent, and the upstream is most likely restarting
+  // (a lone pets-service is listening again a second or so after its drain ends).
+  const refused = errorCodes(error).includes('ECONNREFUSED')
+  return gatewayErrors.create('bad_gateway', service && `${service} could not be reached or answered badly.`, {
+    cause: error,
+    ...(refused ? { headers: { 'retry-after': '1' } } : {}),
+  })
 }
 
 /** The answer's body was not complete within the upstream timeout of its headers. */
