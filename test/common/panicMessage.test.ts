@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { panicMessage } from '../../common/src/database/embeddedPostgres.ts'
+import { panicWatcher } from '../../common/src/database/embeddedPostgres.ts'
 
 /** A protocol message: its type byte, its length (itself included), its body. */
 function message(type: string, body: Buffer): Buffer {
@@ -13,6 +13,14 @@ function errorResponse(severity: string, text: string): Buffer {
   return message('E', Buffer.concat([...fields, Buffer.from('\0')]))
 }
 
+/** What a watcher makes of `data` written in pieces of `size` bytes: the PANIC's message, once whole. */
+function watched(data: Buffer, size = data.length): (string | undefined)[] {
+  const watch = panicWatcher()
+  const seen: (string | undefined)[] = []
+  for (let at = 0; at < data.length; at += size) seen.push(watch(data.subarray(at, at + size)))
+  return seen.filter((found) => found !== undefined)
+}
+
 describe('the PANIC npm start watches the embedded database for', () => {
   it('is found among the other messages of one write, with its message', () => {
     const data = Buffer.concat([
@@ -20,12 +28,20 @@ describe('the PANIC npm start watches the embedded database for', () => {
       errorResponse('PANIC', 'could not write to file "pg_wal/xlogtemp.42": No space left on device'),
       message('Z', Buffer.from('I')),
     ])
-    expect(panicMessage(data)).toBe('could not write to file "pg_wal/xlogtemp.42": No space left on device')
+    expect(watched(data)).toEqual(['could not write to file "pg_wal/xlogtemp.42": No space left on device'])
+  })
+
+  it('is found however PGlite cut what it wrote into pieces, after rows too', () => {
+    const rows = Array.from({ length: 50 }, (_, index) => message('D', Buffer.from(`row ${index}`)))
+    const data = Buffer.concat([...rows, errorResponse('PANIC', 'could not write to file "pg_wal/xlogtemp.42": No space left on device')])
+    for (const size of [1, 2, 3, 5, 7, 64, 100]) {
+      expect(watched(data, size), `pieces of ${size} bytes`).toEqual(['could not write to file "pg_wal/xlogtemp.42": No space left on device'])
+    }
   })
 
   it('is not an ERROR or FATAL, nor a message cut short', () => {
-    expect(panicMessage(errorResponse('ERROR', 'could not extend file "base/5/16397": No space left on device'))).toBeUndefined()
-    expect(panicMessage(errorResponse('FATAL', 'terminating connection'))).toBeUndefined()
-    expect(panicMessage(errorResponse('PANIC', 'cut').subarray(0, 12))).toBeUndefined()
+    expect(watched(errorResponse('ERROR', 'could not extend file "base/5/16397": No space left on device'))).toEqual([])
+    expect(watched(errorResponse('FATAL', 'terminating connection'))).toEqual([])
+    expect(watched(errorResponse('PANIC', 'cut').subarray(0, 12))).toEqual([])
   })
 })

@@ -163,16 +163,15 @@ function keepBatchesTogether(server: PGLiteSocketServer, db: PGlite, onPanic?: (
         const [item] = this.queue.splice(index, 1) as [QueuedMessage]
         const type = item.message[0]
         let bytes = 0
+        const watch = onPanic && panicWatcher()
         try {
           await db.runExclusive(() =>
             db.execProtocolRawStream(item.message, {
               onRawData: (data: Uint8Array) => {
                 bytes += data.length
                 item.onData(data)
-                if (onPanic) {
-                  const panic = panicMessage(data)
-                  if (panic !== undefined) onPanic(panic)
-                }
+                const panic = watch?.(data)
+                if (panic !== undefined) onPanic?.(panic)
               },
             }),
           )
@@ -192,28 +191,66 @@ function keepBatchesTogether(server: PGLiteSocketServer, db: PGlite, onPanic?: (
   }
 }
 
+/** The most of an ErrorResponse gathered to read its severity; a longer one is no PANIC of PGlite's. */
+const LONGEST_ERROR_BYTES = 65_536
+
 /**
- * The message of a PANIC ErrorResponse among the protocol messages in `data`, if there is one:
- * 'E', a length, then fields of one type byte and a NUL-terminated text each; 'V' is the severity
+ * Watches what PGlite writes to a client for one protocol message, in whatever pieces its output
+ * buffer gave, for a PANIC ErrorResponse: returns the PANIC's message once that ErrorResponse is
+ * whole. A message is 'E' or another type byte, a length (itself included), and its body; an
+ * ErrorResponse's body is fields of one type byte and a NUL-terminated text each, 'V' the severity
  * never translated, 'M' the message.
  */
-export function panicMessage(data: Uint8Array): string | undefined {
-  const view = new DataView(data.buffer, data.byteOffset, data.byteLength)
-  for (let offset = 0; offset + 5 <= data.length; ) {
-    const type = data[offset]
-    const end = offset + 1 + view.getInt32(offset + 1)
-    if (end <= offset + 1 || end > data.length) return undefined
-    if (type === 0x45) {
-      const fields = new Map<number, string>()
-      for (let at = offset + 5; at < end && data[at] !== 0; ) {
-        const text = data.indexOf(0, at + 1)
-        if (text === -1 || text >= end) break
-        fields.set(data[at]!, Buffer.from(data.subarray(at + 1, text)).toString('utf8'))
-        at = text + 1
+export function panicWatcher(): (data: Uint8Array) => string | undefined {
+  let header = Buffer.alloc(0)
+  let skip = 0
+  let error: Buffer | undefined
+  let gathered = 0
+  return (data) => {
+    const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    for (let at = 0; at < bytes.length; ) {
+      if (skip > 0) {
+        const taken = Math.min(skip, bytes.length - at)
+        skip -= taken
+        at += taken
+      } else if (error !== undefined) {
+        const taken = Math.min(error.length - gathered, bytes.length - at)
+        bytes.copy(error, gathered, at, at + taken)
+        gathered += taken
+        at += taken
+        if (gathered === error.length) {
+          const panic = panicIn(error)
+          error = undefined
+          if (panic !== undefined) return panic
+        }
+      } else {
+        const taken = bytes.subarray(at, at + 5 - header.length)
+        header = header.length === 0 ? Buffer.from(taken) : Buffer.concat([header, taken])
+        at += taken.length
+        if (header.length < 5) break
+        const body = header.readInt32BE(1) - 4
+        const isError = header[0] === 0x45
+        header = Buffer.alloc(0)
+        // Not the protocol (a length below its own): nothing more of this can be read.
+        if (body < 0) skip = Number.POSITIVE_INFINITY
+        else if (isError && body > 0 && body <= LONGEST_ERROR_BYTES) {
+          error = Buffer.alloc(body)
+          gathered = 0
+        } else skip = body
       }
-      if (fields.get(0x56) === 'PANIC') return fields.get(0x4d) ?? 'PANIC'
     }
-    offset = end
+    return undefined
   }
-  return undefined
+}
+
+/** The message of an ErrorResponse's fields when its severity is PANIC. */
+function panicIn(fields: Buffer): string | undefined {
+  const found = new Map<number, string>()
+  for (let at = 0; at < fields.length && fields[at] !== 0; ) {
+    const end = fields.indexOf(0, at + 1)
+    if (end === -1) break
+    found.set(fields[at]!, fields.toString('utf8', at + 1, end))
+    at = end + 1
+  }
+  return found.get(0x56) === 'PANIC' ? (found.get(0x4d) ?? 'PANIC') : undefined
 }

@@ -85,13 +85,16 @@ export function startEmbeddedPostgresInThread(options: EmbeddedPostgresThreadOpt
   })
 
   function handle(url: string): EmbeddedPostgresThread {
+    let stopping: Promise<void> | undefined
     return {
       url,
       stop(millis = DEFAULT_STOP_MILLIS) {
         // Already reported to onFailure: nothing is left to close.
-        if (state === 'gone') return Promise.resolve()
+        if (state === 'gone') return stopping ?? Promise.resolve()
+        // A second call shares the first's stop.
+        if (stopping) return stopping
         state = 'stopping'
-        return new Promise<void>((resolve, reject) => {
+        return (stopping = new Promise<void>((resolve, reject) => {
           const timer = setTimeout(() => {
             state = 'gone'
             void worker.terminate()
@@ -103,7 +106,7 @@ export function startEmbeddedPostgresInThread(options: EmbeddedPostgresThreadOpt
             else reject(new Error(failure))
           }
           worker.postMessage({ kind: 'stop' } satisfies ToEmbeddedThread)
-        })
+        }))
       },
     }
   }

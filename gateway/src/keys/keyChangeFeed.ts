@@ -176,7 +176,9 @@ export async function startKeyChangeFeed(options: KeyChangeFeedOptions): Promise
     try {
       await readOnce(bound)
     } catch (error) {
-      if (bound === undefined) throw error
+      // Only a read cut short for its silence goes on at once: one refused outright (Postgres
+      // down) is not tried twice a second.
+      if (bound === undefined || performance.now() - started < READ_ANSWER_MILLIS) throw error
       await readOnce()
     }
     quick = performance.now() - started < READ_ANSWER_MILLIS

@@ -15,6 +15,11 @@ export const MAX_BODY_PIECES = 65_536
 
 /** The first buffer for a body of unknown length (chunked); it doubles as the body grows. */
 const INITIAL_BODY_BYTES = 16_384
+/**
+ * The most reserved for a body before its bytes arrive: a Content-Length is only what the client
+ * says, and 500 connections announcing 1 MiB and sending 2 bytes held 500 MB.
+ */
+const MOST_RESERVED_AHEAD_BYTES = 65_536
 
 type Done = (error: Error | null, body?: Buffer) => void
 
@@ -35,7 +40,8 @@ export function acceptOpaqueBodies(app: FastifyInstance): void {
 function readWhole(request: FastifyRequest, payload: IncomingMessage, done: Done): void {
   const announced = Number(request.headers['content-length'])
   if (announced > BODY_LIMIT_BYTES) return done(new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE())
-  let body = Buffer.allocUnsafe(Number.isNaN(announced) ? INITIAL_BODY_BYTES : announced)
+  const most = Number.isNaN(announced) ? BODY_LIMIT_BYTES : announced
+  let body = Buffer.allocUnsafe(Number.isNaN(announced) ? INITIAL_BODY_BYTES : Math.min(announced, MOST_RESERVED_AHEAD_BYTES))
   let length = 0
   let pieces = 0
   const finish = (error: Error | null, whole?: Buffer) => {
@@ -48,7 +54,8 @@ function readWhole(request: FastifyRequest, payload: IncomingMessage, done: Done
     pieces++
     if (length + piece.length > BODY_LIMIT_BYTES || pieces > MAX_BODY_PIECES) return finish(new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE())
     if (length + piece.length > body.length) {
-      const grown = Buffer.allocUnsafe(Math.min(BODY_LIMIT_BYTES, Math.max(2 * body.length, length + piece.length)))
+      // Past an announced length the body is refused at its end (FST_ERR_CTP_INVALID_CONTENT_LENGTH).
+      const grown = Buffer.allocUnsafe(Math.max(Math.min(most, 2 * body.length), length + piece.length))
       body.copy(grown, 0, 0, length)
       body = grown
     }

@@ -239,14 +239,6 @@ export const pipelinedBehindClose = fp(
       clearTimeout(held.get(socket))
       held.delete(socket)
       if (socket.destroyed) return
-      // The client is not reading its answers: the connection stays paused, and Node reads on once
-      // they drain (its drain handler resumes a connection marked paused; marked again here, since
-      // that handler ran meanwhile, unmarking it, and its resume was held back). Read now, each
-      // hold's end let in another read's worth of requests (at 47 KB an answer, 21 MB every 5 s).
-      if (socket.writableNeedDrain) {
-        socket._paused = true
-        return
-      }
       socket._paused = false
       socket.parser?.resume()
       socket.resume()

@@ -36,7 +36,8 @@ export async function evictingRedisServers(client: RedisClient): Promise<string[
  * process cached from the old one (bans) would then disagree with every other gateway until it
  * ran out. A server is its process and its replication history (`master_replid`, new at each
  * promotion): a replica promoted where it had been master before (failovers back and forth) is
- * the same process at the same address, and was missed.
+ * the same process at the same address, and was missed. (A master left without replicas for
+ * repl-backlog-ttl takes a new one too: its bans are then asked again once, which costs a call.)
  *
  * A Cluster client is ready once, as a whole: one master restarted alone comes back as a new
  * connection to its node, and a replica promoted in a failover shows in the next slot map. So
