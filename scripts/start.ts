@@ -1,8 +1,8 @@
 /**
  * `npm start`: the whole stack on one machine. Every service in SERVICES runs as a child
  * process; Postgres is `DATABASE_URL` or, when that is unset, PGlite embedded in this process (on
- * a worker thread of its own) and served over the Postgres wire protocol on a Unix socket, with its files and the socket under
- * DATA_DIR (default ./data), private to this user.
+ * a worker thread of its own) and served over the Postgres wire protocol on a Unix socket, with
+ * its files and the socket under DATA_DIR (default ./data), private to this user.
  *
  * Ctrl-C, SIGTERM or SIGHUP (a dev supervisor's terminal hung up), or the end of the process that
  * launched it (npm, which does not pass every signal on; see common/src/lifecycle/launcher.ts): SIGTERM to each
