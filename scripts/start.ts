@@ -58,7 +58,6 @@ import {
   removeUnusedDataDirectory,
   socketDirectoryFor,
   updateDiscoveryFile,
-  writeRefusal,
 } from './lib/embeddedDatabase.ts'
 import { issueDemoKeyOnFirstStart } from './lib/demoKey.ts'
 import { watchLauncher } from '../common/src/lifecycle/launcher.ts'
@@ -343,10 +342,6 @@ async function main(): Promise<void> {
         )
         if (previous) removeTemporarySocketDirectory(previous.url)
       },
-    }).catch((error: unknown) => {
-      const refusal = writeRefusal(error)
-      if (refusal === undefined) throw error
-      throw new Error(`cannot write in DATA_DIR ${dataDir}: ${refusal}; set DATA_DIR to a folder npm start can write`, { cause: error })
     })
     ownedDataDir = dataDir
     embedded = { port, socketDirectory, poolSize }

@@ -61,7 +61,7 @@ const WRITE_REFUSALS: Record<string, string> = {
 }
 
 /** The words for a write refused in the data directory, or undefined for another failure. */
-export function writeRefusal(error: unknown): string | undefined {
+function writeRefusal(error: unknown): string | undefined {
   const code = (error as NodeJS.ErrnoException).code
   return code === undefined || WRITE_REFUSALS[code] === undefined ? undefined : `${WRITE_REFUSALS[code]} (${code})`
 }
@@ -273,6 +273,8 @@ export function answers(url: string, timeoutMillis = 1_000): Promise<boolean> {
 
 export class DataDirectoryInUseError extends Error {}
 
+type ClaimOptions = { onStale?: (previous: EmbeddedDatabaseRecord | undefined) => void; startingGraceMillis?: number }
+
 const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, millis))
 
 /**
@@ -284,7 +286,21 @@ const sleep = (millis: number) => new Promise((resolve) => setTimeout(resolve, m
 export async function claimDataDirectory(
   dataDir: string,
   record: EmbeddedDatabaseRecord,
-  options: { onStale?: (previous: EmbeddedDatabaseRecord | undefined) => void; startingGraceMillis?: number } = {},
+  options: ClaimOptions = {},
+): Promise<void> {
+  try {
+    await claim(dataDir, record, options)
+  } catch (error) {
+    const refusal = writeRefusal(error)
+    if (refusal === undefined) throw error
+    throw new Error(`cannot write in DATA_DIR ${dataDir}: ${refusal}; set DATA_DIR to a folder npm start can write`, { cause: error })
+  }
+}
+
+async function claim(
+  dataDir: string,
+  record: EmbeddedDatabaseRecord,
+  options: ClaimOptions,
 ): Promise<void> {
   // Private to this user: the database files (PGlite writes most of them 0666) and the discovery
   // file are keys. An existing folder is made private too, not only one created here.

@@ -104,16 +104,14 @@ const muteClosers = new WeakMap<pg.Pool, (client: pg.PoolClient, boundMillis: nu
 function watchAnswers(pool: pg.Pool, client: pg.PoolClient, millis: number): () => void {
   const observed = client as unknown as ObservableClient
   let seen = { statement: observed._getActiveQuery(), bytesRead: observed.connection.stream.bytesRead, since: performance.now() }
-  const unchanged = (statement: object | null | undefined, bytesRead: number) => statement === seen.statement && bytesRead === seen.bytesRead
   const timer = setInterval(() => {
     const now = performance.now()
     const statement = observed._getActiveQuery()
-    const { bytesRead } = observed.connection.stream
-    if (!statement || !unchanged(statement, bytesRead)) seen = { statement, bytesRead, since: now }
+    if (!statement || !stillWaiting(observed, seen)) seen = { statement, bytesRead: observed.connection.stream.bytesRead, since: now }
     else if (now - seen.since >= millis) {
       clearInterval(timer)
       setImmediate(() => {
-        if (!unchanged(observed._getActiveQuery(), observed.connection.stream.bytesRead)) return
+        if (!stillWaiting(observed, seen)) return
         const closeMute = muteClosers.get(pool)
         if (closeMute) closeMute(client, millis)
         else dropConnection(client)
@@ -132,6 +130,11 @@ const SWEEP_INTERVAL_MILLIS = 250
 interface ObservableClient {
   _getActiveQuery: () => object | null | undefined
   connection: { stream: { destroy(error?: Error): void; bytesRead: number } }
+}
+
+/** Whether `client` still waits on the same statement, with no byte of its answer read since. */
+function stillWaiting(client: ObservableClient, seen: { statement: object | null | undefined; bytesRead: number }): boolean {
+  return client._getActiveQuery() === seen.statement && client.connection.stream.bytesRead === seen.bytesRead
 }
 
 /** The statement `client` has sent and waits on the answer to, if any: the same object until it is answered. */
@@ -189,7 +192,7 @@ function boundStatementsOnClient(pool: pg.Pool, boundMillis: number, logger?: Lo
     // the sockets are read: the answer may be waiting in one. Judged once they have been read.
     setImmediate(() => {
       const mute = overdue
-        .filter(({ client, statement, bytesRead }) => clients.has(client) && client._getActiveQuery() === statement && client.connection.stream.bytesRead === bytesRead)
+        .filter((overdueOne) => clients.has(overdueOne.client) && stillWaiting(overdueOne.client, overdueOne))
         .map(({ client }) => client)
       if (mute.length > 0) closeMute(mute)
     })
