@@ -9,6 +9,9 @@ describe('which Postgres errors a service waits out at start', () => {
       Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }),
       Object.assign(new Error('the database system is starting up'), { code: '57P03' }),
       Object.assign(new Error('sorry, too many clients already'), { code: '53300' }),
+      // A Unix socket folder whose server is stopped: its socket file goes with it.
+      Object.assign(new Error('connect ENOENT /run/postgresql/.s.PGSQL.5432'), { code: 'ENOENT', syscall: 'connect' }),
+      Object.assign(new Error('database "pets" is not currently accepting connections'), { code: '55000' }),
       new Error('Connection terminated due to connection timeout'),
       new Error('Connection terminated unexpectedly'),
       new Error('timeout exceeded when trying to connect'),
@@ -37,6 +40,9 @@ describe('which Postgres errors a service waits out at start', () => {
       // PgBouncer without ignore_startup_parameters: no retry makes it accept the parameter.
       Object.assign(new Error('unsupported startup parameter: statement_timeout'), { code: '08P01' }),
       Object.assign(new Error('no such database: nope'), { code: '08P01' }),
+      // The same SQLSTATE for a statement's own fault, and a missing file that is no socket.
+      Object.assign(new Error('cannot execute this on a table without replica identity'), { code: '55000' }),
+      Object.assign(new Error("ENOENT: no such file or directory, open '/certs/root.crt'"), { code: 'ENOENT', syscall: 'open' }),
     ]
     for (const error of refused) expect(postgresNotThereYet(error), error.message).toBe(false)
   })

@@ -310,6 +310,25 @@ const UNAVAILABLE_SQLSTATE = /^(08|53|57)|^25006$|^55P03$/
 // EMFILE and ENFILE: this process (or the host) has no file descriptor left for a new connection
 // until others close; the database is as unreachable as if it refused, and as temporarily.
 const UNAVAILABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', 'EMFILE', 'ENFILE'])
+/**
+ * Postgres refusing every new connection to the database for now (SQLSTATE 55000, its words): an
+ * operator's `ALTER DATABASE … ALLOW_CONNECTIONS false` during maintenance, lifted the same way.
+ * 55000 itself (object not in prerequisite state) also names statements' own faults.
+ */
+export function refusesConnectionsForNow(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  return code === '55000' && typeof message === 'string' && message.includes('is not currently accepting connections')
+}
+
+/**
+ * A Postgres reached on a Unix socket that is not there: its socket file goes with the server
+ * (stopped, restarting, not started yet), so this is its ECONNREFUSED.
+ */
+export function socketFileMissing(error: unknown): boolean {
+  const { code, syscall } = (error ?? {}) as { code?: unknown; syscall?: unknown }
+  return code === 'ENOENT' && syscall === 'connect'
+}
+
 const UNAVAILABLE_MESSAGES = [
   'timeout exceeded when trying to connect',
   'Connection terminated',
@@ -326,6 +345,7 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   if (postgresRefusal(error) !== undefined) return true
   const { code, message, syscall, path } = error as { code?: unknown; message?: unknown; syscall?: unknown; path?: unknown }
   if (typeof code === 'string' && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_NODE_CODES.has(code))) return true
+  if (refusesConnectionsForNow(error) || socketFileMissing(error)) return true
   if (syscall === 'open' && typeof path === 'string' && sslFilesInUse.has(path)) return true
   if (error instanceof AggregateError) return error.errors.some(isDatabaseUnavailable)
   return typeof message === 'string' && UNAVAILABLE_MESSAGES.some((text) => message.includes(text))

@@ -2,7 +2,7 @@ import pg from 'pg'
 import type { Logger } from 'pino'
 import { EnvError, withoutSslFiles } from '../env.ts'
 import { DependencyDown } from '../ops/dependencyDown.ts'
-import { dropConnection, endWithin } from './pool.ts'
+import { dropConnection, endWithin, refusesConnectionsForNow } from './pool.ts'
 
 /**
  * The SQLSTATEs with which Postgres refuses this service's role, its login or the objects it was
@@ -331,6 +331,7 @@ export async function postgresAnswers(pool: pg.Pool): Promise<void> {
  * ENOTFOUND, …) or what pg says happened, never the driver's message, which names addresses.
  */
 function unansweredPostgres(error: unknown): DependencyDown {
+  if (refusesConnectionsForNow(error)) return new DependencyDown('Postgres takes no connections to the database for now (SQLSTATE 55000: ALLOW_CONNECTIONS false)')
   return new DependencyDown(`no answer from Postgres (${unanswered(error)})`)
 }
 

@@ -1,12 +1,14 @@
 import type pg from 'pg'
 import type { Logger } from 'pino'
 import { EnvError } from '../env.ts'
+import { refusesConnectionsForNow, socketFileMissing } from './pool.ts'
 import { loginRefusalFix } from './privileges.ts'
 
 /**
  * A Postgres that is not there yet, rather than one that refuses this service: not listening or
- * unreachable for now (it starts after this process, restarts, fails over), still starting
- * (57P03), or out of connection slots (53300).
+ * unreachable for now (it starts after this process, restarts, fails over; on a Unix socket, its
+ * socket file missing), still starting (57P03), out of connection slots (53300), or taking no
+ * connections to the database for now (refusesConnectionsForNow).
  */
 const NOT_YET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND', 'EPIPE', '57P03', '53300'])
 
@@ -24,6 +26,7 @@ export function postgresNotThereYet(error: unknown): boolean {
   // server's refusal has a code, and its words may say timeout too (PgBouncer's 08P01
   // "unsupported startup parameter: statement_timeout" was waited for, for ever).
   if (code === '08P01') return PGBOUNCER_NOT_YET.test(message ?? '')
+  if (socketFileMissing(error) || refusesConnectionsForNow(error)) return true
   if (code !== undefined) return NOT_YET.has(code)
   return /^Connection terminated|timeout/i.test(message ?? '')
 }

@@ -1,8 +1,18 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import pg from 'pg'
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import pino from 'pino'
+import { Registry } from 'prom-client'
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest'
+import { createPool } from '../../../common/src/database/pool.ts'
+import { postgresAnswers } from '../../../common/src/database/privileges.ts'
+import { waitForPostgres } from '../../../common/src/database/waitForPostgres.ts'
+import { buildPetsService } from '../../../pets-service/src/app.ts'
+import { createPetRepository } from '../../../pets-service/src/repository/petRepository.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
-import { startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
+import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
 import { cuttableRelay, relayTo } from '../../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../../helpers/testDatabase.ts'
@@ -326,4 +336,97 @@ describe('the gateway\'s Postgres stops answering on open connections', () => {
       await pets.close()
     }
   }, 60_000)
+})
+
+/**
+ * Postgres answering, but refusing every new connection: an operator's maintenance switch, and on
+ * a Unix socket the server gone with its socket file. Both answered 500 internal_error with a
+ * stack in the log, as if the services had a defect, and a service started meanwhile exited.
+ */
+describe('Postgres refusing new connections for now', () => {
+  const database = suiteDatabase()
+
+  it('ALLOW_CONNECTIONS false: creates and reads get 503 service_unavailable with Retry-After, a key not in the cache too, /readyz says why, and all is served once it is lifted', async () => {
+    const pets = await startPetsService(database.url)
+    const gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url })
+    const admin = new pg.Client({ connectionString: inject('postgresAdminUrl') })
+    await admin.connect()
+    const name = pg.escapeIdentifier(new URL(database.url).pathname.slice(1))
+    try {
+      const cached = await gateway.createKey({ name: 'cached', plan: 'enterprise', perMinute: 100_000 })
+      const uncached = await gateway.createKey({ name: 'uncached' })
+      await gateway.announced(cached.key, uncached.key)
+      expect((await gateway.request('/v1/pets', { key: cached.key })).status).toBe(200)
+
+      await admin.query(`ALTER DATABASE ${name} ALLOW_CONNECTIONS false`)
+      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [new URL(database.url).pathname.slice(1)])
+      const answers = [
+        await gateway.request('/v1/pets', { key: cached.key }),
+        await gateway.request('/v1/pets', { key: cached.key, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' }),
+        await gateway.request('/v1/pets', { key: uncached.key }),
+      ]
+      for (const answer of answers) {
+        expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+        await expectErrorResponse(answer, 503, 'service_unavailable')
+      }
+      await expect(postgresAnswers(pets.pool)).rejects.toThrow('Postgres takes no connections to the database for now (SQLSTATE 55000')
+
+      await admin.query(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`)
+      await vi.waitFor(
+        async () => {
+          const created = await gateway.request('/v1/pets', { key: cached.key, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Rex","categoryId":1}' })
+          expect(created.status).toBe(201)
+          expect((await gateway.request('/v1/pets', { key: uncached.key })).status).toBe(200)
+        },
+        { timeout: 10_000, interval: 200 },
+      )
+      recordScenario({
+        area: 'Postgres',
+        scenario: 'Postgres takes no new connections to the database (ALLOW_CONNECTIONS false, every connection ended)',
+        answered: '503 service_unavailable with Retry-After for reads, creates and a key not in the cache; /readyz: `Postgres takes no connections to the database for now`; served again once lifted, without a restart',
+        lost: 'nothing: the create refused meanwhile stored nothing',
+        test: 'test/reliability/faults/postgres.int.test.ts',
+      })
+    } finally {
+      await admin.query(`ALTER DATABASE ${name} ALLOW_CONNECTIONS true`)
+      await admin.end()
+      await gateway.close()
+      await pets.close()
+    }
+  }, 60_000)
+
+  it('a Unix socket folder without its socket (Postgres stopped): the pets-service answers 503 service_unavailable with Retry-After, and one starting waits for it', async () => {
+    const folder = mkdtempSync(path.join(os.tmpdir(), 'no-postgres-'))
+    const pool = createPool({ connectionString: `postgres://postgres@/test?host=${folder}`, applicationName: 'pets-service-test' })
+    const app = await buildPetsService({
+      pets: createPetRepository(pool, { preparedStatements: true }),
+      internalToken: TEST_INTERNAL_TOKEN,
+      logger: pino({ level: 'silent' }),
+      registry: new Registry(),
+    })
+    try {
+      for (const request of [
+        { method: 'GET' as const, url: '/pets' },
+        { method: 'POST' as const, url: '/pets', payload: { name: 'Rex', categoryId: 1 } },
+      ]) {
+        const answer = await app.inject({ ...request, headers: { 'x-internal-token': TEST_INTERNAL_TOKEN } })
+        expect(answer.statusCode).toBe(503)
+        expect(Number(answer.headers['retry-after'])).toBeGreaterThanOrEqual(1)
+        expect(answer.json()).toMatchObject({ code: 'service_unavailable', status: 503 })
+      }
+      const warnings: string[] = []
+      const logger = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) })
+      const waiting = waitForPostgres(pool, logger).then(
+        () => 'answered',
+        (error: Error) => error.message,
+      )
+      expect(await Promise.race([waiting, sleep(1_500).then(() => 'still waiting')])).toBe('still waiting')
+      expect(warnings.join('')).toContain('waiting for Postgres at DATABASE_URL')
+      expect(warnings.join('')).toContain('ENOENT')
+    } finally {
+      await app.close()
+      await pool.end()
+      rmSync(folder, { recursive: true, force: true })
+    }
+  }, 30_000)
 })
