@@ -1769,6 +1769,20 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       await second.closed
       expect(recorder.requests[1]!.url).toBe('/pets')
     })
+
+    it('forwards a backslash in the path percent-encoded, so the upstream is asked for the path the gateway routed', async () => {
+      // URL parsing reads a backslash as "/" in an http URL: the gateway routed /v1/pets/1\. as the
+      // deprecated read of pet "1\." (its headers), and the upstream was asked for /pets/1/.
+      const recorder = switched.scripted((_request, response) => response.writeHead(200, { 'content-type': 'application/json' }).end('[]'))
+      const { gateway, key } = sharedGateway()
+      for (const target of ['/v1/pets/1\\.', '/v1/pets/\\evil.example/x']) {
+        const connection = await openRaw(gateway.url)
+        connection.socket.write(`GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`)
+        await connection.closed
+        expect(connection.answer()).toMatch(/^HTTP\/1\.1 200 /)
+      }
+      expect(recorder.requests.map((request) => request.url)).toEqual(['/pets/1%5C.', '/pets/%5Cevil.example/x'])
+    })
   })
 })
 
