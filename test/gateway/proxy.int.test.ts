@@ -966,6 +966,24 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(recorder.requests).toHaveLength(0)
   })
 
+  it('answers a body no route takes with its path\'s 404 or 405 without asking for it', async () => {
+    // The 100 went to every such request with a media type: the client uploaded its body (a whole
+    // MiB) to hear that the path does not exist.
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
+    const unknown = await postExpectingContinue(`${gateway.url}/v1/nope`, { authorization: `Bearer ${key}` }, '{}')
+    expect(unknown).toMatchObject({ continued: false, status: 404 })
+    expect(JSON.parse(unknown.body)).toMatchObject({ code: 'not_found', status: 404 })
+    expect(unknown.headers['x-ratelimit-limit']).toBeDefined()
+    const orders = await postExpectingContinue(`${gateway.url}/v1/store/orders`, { authorization: `Bearer ${key}` }, '{}')
+    expect(orders).toMatchObject({ continued: false, status: 405 })
+    expect(orders.headers.allow).toContain('GET')
+    // A route that takes the body still asks for it.
+    const create = await postExpectingContinue(`${gateway.url}/v1/pets`, { authorization: `Bearer ${key}` }, '{}')
+    expect(create).toMatchObject({ continued: true, status: 200 })
+    expect(recorder.requests).toHaveLength(1)
+  })
+
   it('forwards a JSON body byte for byte', async () => {
     const recorder = switched.recording()
     const { gateway, key } = sharedGateway()

@@ -110,6 +110,16 @@ function notFoundAnswer(app: FastifyInstance, request: FastifyRequest, codes: Fr
   return allowed.length > 0 ? codes.methodNotAllowed(allowed.join(', ')) : codes.notFound()
 }
 
+const NO_ROUTE_TAKES_THE_BODY = 'AAS_NO_ROUTE_TAKES_THE_BODY'
+
+/**
+ * The refusal of a body announced with `Expect: 100-continue` to a request no route takes, before
+ * the body is asked for (expectContinue): answered with its path's 404 or 405.
+ */
+export function noRouteTakesTheBody(): Error {
+  return Object.assign(new Error('no route takes this request\'s body'), { code: NO_ROUTE_TAKES_THE_BODY })
+}
+
 /**
  * One error handler and one not-found handler: everything thrown becomes the spec's Error
  * body, and 5xx details stay in the log, never in the response.
@@ -133,7 +143,8 @@ export const errorBodies = fp(
       // request, so its body is no one's to judge: the path's answer (404, or 405 with Allow) is
       // given instead, after every earlier stage (a key, the limits) let the request through. Here,
       // not in a hook, so that no other request pays for it.
-      if (request.is404 && (error as { code?: unknown }).code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' && hasNoMediaType(request)) {
+      const code = (error as { code?: unknown }).code
+      if (request.is404 && (code === NO_ROUTE_TAKES_THE_BODY || (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' && hasNoMediaType(request)))) {
         return sendApiError(reply, notFoundAnswer(app, request, codes))
       }
       const apiError = toApiError(error, codes)

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { hasNoMediaType } from './errorHandler.ts'
+import { noRouteTakesTheBody } from './errorHandler.ts'
 
 /** Node's test for the expectation it leaves to 'checkContinue' (_http_server.js continueExpression). */
 const CONTINUE_EXPECTATION = /(?:^|\W)100-continue(?:$|\W)/i
@@ -17,8 +17,8 @@ export function expectsContinue(expectation: string): boolean {
 /**
  * `Expect: 100-continue` (RFC 9110 §10.1.1) answered when the body is about to be read, not when
  * the request arrives. Node's default sends 100 Continue to every such request before any hook
- * runs, so a client with no valid key, over its limit, or announcing a body over the limit was
- * told to upload the body and only then refused. Now a request that is refused before its body is
+ * runs, so a client with no valid key, over its limit, announcing a body over the limit, or sending
+ * it to a path no route takes, was told to upload the body and only then refused. Now a request that is refused before its body is
  * wanted gets its final answer at once, and the client never sends the body. Other expectations
  * are ignored.
  */
@@ -33,15 +33,10 @@ export const expectContinue = fp(
       const expectation = request.headers.expect
       // An HTTP/1.0 client knows no 1xx answers: it would take the 100 for the final answer, so its
       // expectation is ignored (RFC 9110 §10.1.1: a server MUST ignore it from HTTP/1.0).
-      if (
-        expectation !== undefined &&
-        expectsContinue(expectation) &&
-        request.raw.httpVersionMinor >= 1 &&
-        !(Number(request.headers['content-length']) > options.bodyLimitBytes) &&
-        // No route takes it, and its body is refused unread (errorBodies: its path's 404 or 405).
-        !(request.is404 && hasNoMediaType(request))
-      ) {
-        reply.raw.writeContinue()
+      if (expectation !== undefined && expectsContinue(expectation) && request.raw.httpVersionMinor >= 1) {
+        // No route takes it: its path's 404 or 405 now (errorBodies), not after a body no one reads.
+        if (request.is404) return done(noRouteTakesTheBody())
+        if (!(Number(request.headers['content-length']) > options.bodyLimitBytes)) reply.raw.writeContinue()
       }
       done(null, payload)
     })
