@@ -103,6 +103,19 @@ describe('keys command line', () => {
     expect(parseCommand(['list', '--json', '--json'])).toEqual({ name: 'list', json: true })
   })
 
+  // Node's own message called `--per-minute -5` ambiguous and advised `--per-minute=-5`, refused next.
+  it('refuses a negative limit given with a space as it refuses one given with =, naming the numbers it takes', () => {
+    const message = '--per-minute must be a whole number from 1 to 2147483647, got "-5"'
+    expect(() => parseCommand(['set-limits', 'key_abc', '--per-minute=-5', '--per-day', '100'])).toThrow(message)
+    expect(() => parseCommand(['set-limits', 'key_abc', '--per-minute', '-5', '--per-day', '100'])).toThrow(message)
+    expect(() => parseCommand(['create', '--plan', 'enterprise', '--per-minute', '10', '--per-day', '-1'])).toThrow(
+      '--per-day must be a whole number from 1 to 2147483647, got "-1"',
+    )
+    expect(() => parseCommand(['set-plan', 'key_abc', 'pro', '--per-minute', '--per-day', '100'])).toThrow(
+      '--per-minute must be a whole number from 1 to 2147483647, got "--per-day"',
+    )
+  })
+
   it('refuses set-limits with --clear and custom limits together', () => {
     expect(() => parseCommand(['set-limits', 'key_abc', '--clear', '--per-minute', '10', '--per-day', '100'])).toThrow(
       'set-limits takes either --clear or --per-minute and --per-day, not both',

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import { KEY_PREFIX } from '../keys/apiKeyFormat.ts'
 import { UsageError } from './errors.ts'
-import { parseExpires, parseLimits, parseName, type KeyExpiry, type Limits } from './values.ts'
+import { parseExpires, parseLimit, parseLimits, parseName, type KeyExpiry, type Limits } from './values.ts'
 
 /** The name of a key created without --name (DESIGN's example creates one so). */
 export const UNNAMED = 'unnamed'
@@ -94,6 +94,14 @@ export function parseCommand(argv: string[], now = new Date()): Command {
   try {
     parsed = parseArgs({ args: rest, options: { ...COMMON, ...spec.options }, strict: true, allowPositionals: true, tokens: true })
   } catch (error) {
+    // `--per-minute -5`: Node calls the value ambiguous and advises `--per-minute=-5`, which is
+    // only refused next. The option's own message says at once what it takes.
+    const ambiguous = /^Option '--([\w-]+)' argument is ambiguous/.exec((error as Error).message)
+    const option = ambiguous?.[1]
+    if ((error as NodeJS.ErrnoException).code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option !== undefined && Object.hasOwn(LIMITS, option)) {
+      const at = rest.findIndex((argument, index) => argument === `--${option}` && rest[index + 1]?.startsWith('-'))
+      if (at !== -1) parseLimit(option, rest[at + 1]!)
+    }
     // Node's advice for an unknown option, to pass it as a positional after `--`, fits no command
     // here (an id or a plan never starts with '-') and only led to a second error.
     const reason = (error as Error).message.replace(/\s*\n\s*/g, ' ').replace(/\. To specify a positional argument .*$/, '')
