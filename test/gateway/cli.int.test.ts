@@ -324,6 +324,26 @@ describe('keys CLI (npm run keys)', () => {
     expect(run.stderr).not.toMatch(ANY_KEY)
   })
 
+  // Node reopens a closed stdout on /dev/null, where every write succeeds: the key was lost unsaid, exit 0.
+  it('creates no key when stdout is closed or /dev/null, and says in one line on stderr how to get the key, exit 2', async () => {
+    await schema()
+    const env = cleanEnv({ DATABASE_URL: database.url })
+    const runs = await Promise.all([
+      runKeysCli(['create', '--plan', 'free', '--name', 'into-nothing'], env, 20_000, 'closed'),
+      runKeysCli(['create', '--plan', 'free', '--name', 'into-nothing', '--json'], env, 20_000, 'dev-null'),
+    ])
+    for (const refused of runs) {
+      expect(refused.code, refused.stderr).toBe(2)
+      expect(refused.stderr).toMatch(/^error: stdout is closed or \/dev\/null, so the new key would be lost: no key was created\. [^\n]*`> key\.txt`[^\n]*--json[^\n]*\n$/)
+    }
+    const { rows } = await pool.query(`SELECT count(*)::int AS made FROM gateway.api_keys WHERE name = 'into-nothing'`)
+    expect(rows[0].made).toBe(0)
+    // Only create's output is a secret shown once: the other commands write to /dev/null as asked.
+    const listed = await runKeysCli(['list'], env, 20_000, 'dev-null')
+    expect(listed.code, listed.stderr).toBe(0)
+    expect(listed.stderr).toBe('')
+  })
+
   it('says in one line on stderr, exit 1, when its output could not be written to a full disk: a create names the key lost with it, a list that nothing was changed', async () => {
     const env = cleanEnv({ DATABASE_URL: database.url })
     const created = await runKeysCli(['create', '--plan', 'free', '--name', 'unwritten', '--json'], env, 20_000, 'disk-full')

@@ -189,21 +189,25 @@ export interface CliRun {
 /**
  * `npm run keys -- …` as an operator runs it, minus npm: the real CLI entry point in a child process.
  * `stdoutReader` stops reading the CLI's stdout as a pipe's reader can: `first-chunk` once it has
- * one chunk (`keys list | head -1`, a pager quit), `gone` before anything was written.
+ * one chunk (`keys list | head -1`, a pager quit), `gone` before anything was written. Or there is
+ * no reader: `dev-null` (`> /dev/null`), `closed` (the shell's `>&-`).
  */
 export function runKeysCli(
   args: string[],
   env: NodeJS.ProcessEnv,
   timeoutMillis = 45_000,
-  stdoutReader: 'whole' | 'first-chunk' | 'gone' | 'disk-full' = 'whole',
+  stdoutReader: 'whole' | 'first-chunk' | 'gone' | 'disk-full' | 'dev-null' | 'closed' = 'whole',
 ): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     // Linux's /dev/full fails every write with ENOSPC, as a full disk under `> key.json` does.
     const full = stdoutReader === 'disk-full' ? openSync('/dev/full', 'w') : undefined
-    const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/cli/keys.ts', ...args], {
+    const command = [process.execPath, '--import', 'tsx', 'gateway/src/cli/keys.ts', ...args]
+    // Node spawns nothing with an fd closed: a shell closes it, then runs the CLI in its place.
+    const [file, ...rest] = stdoutReader === 'closed' ? ['/bin/sh', '-c', 'exec "$@" >&-', 'sh', ...command] : command
+    const child = spawn(file!, rest, {
       cwd: ROOT,
       env,
-      stdio: ['ignore', full ?? 'pipe', 'pipe'],
+      stdio: ['ignore', full ?? (stdoutReader === 'dev-null' || stdoutReader === 'closed' ? 'ignore' : 'pipe'), 'pipe'],
     })
     if (full !== undefined) closeSync(full)
     let stdout = ''

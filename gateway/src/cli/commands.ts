@@ -8,6 +8,8 @@ import { describeLimits, describeTime, hasCustomLimits, keyDetails, keyJson, key
 export interface Output {
   out(text: string): void
   err(text: string): void
+  /** What `out` writes is thrown away unread: stdout is /dev/null (as Node makes a closed one). */
+  outDiscarded?: boolean
 }
 
 export interface CommandDeps {

@@ -4,6 +4,7 @@
  * each (a bad argument adds a pointer to --help); with --json stdout holds exactly one JSON
  * object or nothing.
  */
+import { fstatSync, statSync } from 'node:fs'
 import type { Command } from './args.ts'
 import { runKeys } from './run.ts'
 
@@ -21,9 +22,23 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
 })
 process.stderr.on('error', () => undefined)
 
+/**
+ * stdout is /dev/null: sent there (`> /dev/null`), or closed (`>&-`), which Node reopens on
+ * /dev/null. Every write then succeeds, so no failure to write ever says that output was lost.
+ */
+function stdoutDiscarded(): boolean {
+  try {
+    const stdout = fstatSync(1)
+    return stdout.isCharacterDevice() && stdout.rdev === statSync('/dev/null').rdev
+  } catch {
+    return false
+  }
+}
+
 const { code, ran } = await runKeys(process.argv.slice(2), {
   out: (text) => void (stdoutFailure || process.stdout.write(text)),
   err: (text) => void process.stderr.write(text),
+  outDiscarded: stdoutDiscarded(),
 })
 // The failure of the last write is reported on a later turn.
 await new Promise((resolve) => setImmediate(resolve))

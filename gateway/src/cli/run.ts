@@ -17,6 +17,15 @@ export async function runKeys(argv: string[], output: Output, env: NodeJS.Proces
       output.out(USAGE)
       return { code: 0, ran }
     }
+    // A new key is shown only in what create prints: into /dev/null it would be lost unseen, and
+    // the write succeeds, so nothing would say so afterwards. Refused before any key exists.
+    if (command.name === 'create' && output.outDiscarded) {
+      output.err(
+        'error: stdout is closed or /dev/null, so the new key would be lost: no key was created. ' +
+          'Send stdout to a file (`> key.txt`) or to a script that reads it (`--json`).\n',
+      )
+      return { code: 2, ran }
+    }
     // Loaded only once the arguments are known to be good: help and usage errors stay instant.
     const { execute } = await import('./execute.ts')
     await execute(command, output, env)
