@@ -635,6 +635,20 @@ describe('keys CLI (npm run keys)', () => {
     expect(JSON.parse(json.stdout)).toMatchObject({ plan: 'gold', perMinute: 60, perDay: 1000 })
   })
 
+  // The headline said the key "now has the limits of plan gold" above a line giving it the strictest.
+  it('says a key whose limits are cleared gets the strictest limits when its plan is not in the config, not its plan\'s', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'stray limited', plan: 'gold', perMinute: 500, perDay: 5000 })
+    const cleared = await run('set-limits', record.id, '--clear')
+    expect(cleared.code, cleared.stderr).toBe(0)
+    const [headline] = cleared.stdout.split('\n')
+    expect(headline).toBe(`API key ${record.id} now gets the strictest limits: its plan gold is not in the gateway config.`)
+    expect(cleared.stdout).toMatch(/limits\s+60\/min, 1,000\/day \(strictest: plan gold is not in the gateway config\)/)
+    expect(await repository.findById(record.id)).toMatchObject({ perMinute: null, perDay: null })
+    const onItsPlan = await repository.create({ name: 'plan limited', plan: 'pro', perMinute: 500, perDay: 5000 })
+    expect((await run('set-limits', onItsPlan.record.id, '--clear')).stdout.split('\n')[0]).toBe(`API key ${onItsPlan.record.id} now has the limits of plan pro.`)
+  })
+
   it('without DATABASE_URL, uses the embedded database of a running npm start, or says what to do', async () => {
     await schema()
     const { record } = await repository.create({ name: 'found', plan: 'free' })

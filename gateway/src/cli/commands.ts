@@ -203,9 +203,12 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
         await repository.setLimits(command.id, command.limits?.perMinute ?? null, command.limits?.perDay ?? null),
         command.id,
       )
+      // A plan the config lacks has no limits to return to: the gateways give such a key the strictest.
       const headline = command.limits
         ? `API key ${record.id} now has custom limits.`
-        : `API key ${record.id} now has the limits of plan ${record.plan}.`
+        : plans && !Object.hasOwn(plans, record.plan)
+          ? `API key ${record.id} now gets the strictest limits: its plan ${escapeForDisplay(record.plan)} is not in the gateway config.`
+          : `API key ${record.id} now has the limits of plan ${escapeForDisplay(record.plan)}.`
       return report(record, command.json, headline)
     }
   }
