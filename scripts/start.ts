@@ -414,11 +414,19 @@ function keysCommand(names: readonly ('DATA_DIR' | 'GATEWAY_CONFIG')[] = ['DATA_
 
 async function printDemoKey(databaseUrl: string, planned: PlannedService[]): Promise<void> {
   const gateway = planned.find(({ spec }) => spec.name === 'gateway')
-  if (!gateway) return
+  // A service that died after the ready banner stops everything: no key for a stack going down,
+  // nor lines about one printed after the error.
+  if (!gateway || stopping) return
   const key = await issueDemoKeyOnFirstStart(databaseUrl)
   if (!key) {
+    if (stopping) return
     const keys = keysCommand()
     say(`more keys: ${keys} create --plan free --name my-app   (list them: ${keys} list)`)
+    return
+  }
+  // Issued before the stop began: shown all the same, as no later start issues another.
+  if (stopping) {
+    say(`the demo key issued as the stack stopped (shown this once; keep it): ${key}`)
     return
   }
   say('first start: issued a Free-plan demo key. It is shown this once; keep it:')
