@@ -1,5 +1,6 @@
 import type { Server as TlsServer } from 'node:tls'
-import { Registry, collectDefaultMetrics } from 'prom-client'
+import { Registry } from 'prom-client'
+import { collectProcessMetrics } from '../../common/src/ops/processMetrics.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { postgresAnswers, requirePostgresGrants, watchPostgresRefusals } from '../../common/src/database/privileges.ts'
@@ -45,7 +46,7 @@ async function main(): Promise<void> {
   const stopStartWatch = exitWhenStoppedWhileStarting(logger, 'start:gateway')
   checkLogLevel()
   const registry = new Registry()
-  collectDefaultMetrics({ register: registry })
+  collectProcessMetrics(registry)
   const metrics = createGatewayMetrics(registry)
   // Replaced once the key repository exists: a reload before then is covered by the check at start.
   let checkKeysWithoutLimits: (config: GatewayConfig) => void = () => undefined

@@ -1,4 +1,5 @@
-import { Registry, collectDefaultMetrics } from 'prom-client'
+import { Registry } from 'prom-client'
+import { collectProcessMetrics } from '../../common/src/ops/processMetrics.ts'
 import { requireUtf8Database } from '../../common/src/database/encoding.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
@@ -35,7 +36,7 @@ async function main(): Promise<void> {
   warnOfPublishedToken(config.internalToken, logger)
   const pool = createPool({ connectionString: config.databaseUrl, applicationName: 'pets-service', max: config.poolSize, logger })
   const registry = new Registry()
-  collectDefaultMetrics({ register: registry })
+  collectProcessMetrics(registry)
   registerPoolMetrics(registry, pool)
   const postgresRefusals = watchPostgresRefusals(pool, PETS_POSTGRES_NEEDS, logger)
 

@@ -5,7 +5,8 @@ import { pino } from 'pino'
 import { expect, vi } from 'vitest'
 import type { ClientTimeouts } from '../../common/src/http/clientErrors.ts'
 import type pg from 'pg'
-import { Registry, collectDefaultMetrics } from 'prom-client'
+import { Registry } from 'prom-client'
+import { collectProcessMetrics } from '../../common/src/ops/processMetrics.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -94,7 +95,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const metrics = createGatewayMetrics(registry)
   metrics.expectBanSteps(config.bans.ladderSeconds.length)
   registerPoolMetrics(registry, pool)
-  collectDefaultMetrics({ register: registry })
+  collectProcessMetrics(registry)
   const limiter = createLimiter({ config: () => config, logger, clock: options.clock, observer: metrics.store })
   await limiter.ready()
   // The gateway's own wiring (gateway/src/wiring.ts), as its process runs it.

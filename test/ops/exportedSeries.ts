@@ -1,7 +1,8 @@
 import { createServer } from 'node:net'
 import Fastify from 'fastify'
 import type pg from 'pg'
-import { Registry, collectDefaultMetrics } from 'prom-client'
+import { Registry } from 'prom-client'
+import { collectProcessMetrics } from '../../common/src/ops/processMetrics.ts'
 import { registerConnectionMetrics } from '../../common/src/ops/connectionMetrics.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
@@ -37,7 +38,7 @@ export async function sampleNames(registry: Registry): Promise<Set<string>> {
 export async function registeredSeries(): Promise<Record<Job, Set<string>>> {
   const build = async (job: Job) => {
     const registry = new Registry()
-    collectDefaultMetrics({ register: registry })
+    collectProcessMetrics(registry)
     registerPoolMetrics(registry, { totalCount: 0, idleCount: 0, waitingCount: 0, options: { max: 10 } } as unknown as pg.Pool)
     registerConnectionMetrics(registry, { public: createServer(), ops: createServer() })
     if (job === 'gateway') {
