@@ -50,6 +50,7 @@ import {
   PGLITE_FOLDER,
   assertPortsFree,
   claimDataDirectory,
+  makeDatabaseFilesPrivate,
   ensureDatabaseCreated,
   makeDataDirectory,
   ownerRecord,
@@ -322,6 +323,8 @@ async function main(): Promise<void> {
       why: 'it names the socket file .s.PGSQL.<port>, so there is no free port to pick',
     })
     const poolSize = poolSizeFromEnv(env)
+    // The folders PGlite makes private to this user (its files: makeDatabaseFilesPrivate).
+    process.umask(0o077)
     const made = await makeDataDirectory(dataDir)
     if (made) newDataDir = { dataDir, made }
     warn(
@@ -355,7 +358,10 @@ async function main(): Promise<void> {
     say('INTERNAL_TOKEN is not set: generated a random one for this run (set it to call the pets-service directly)')
   }
 
-  if (embedded) databaseUrl = (await startDatabase(dataDir, embedded.socketDirectory, embedded.port, embedded.poolSize)).url
+  if (embedded) {
+    databaseUrl = (await startDatabase(dataDir, embedded.socketDirectory, embedded.port, embedded.poolSize)).url
+    await makeDatabaseFilesPrivate(path.join(dataDir, PGLITE_FOLDER))
+  }
   if (stopping || !databaseUrl) return
   // Again, now that seconds have passed: /readyz must not be answered by someone else's process.
   await assertServicePortsFree(planned)

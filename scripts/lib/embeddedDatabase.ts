@@ -1,5 +1,5 @@
 import { lstatSync, readFileSync, rmdirSync, rmSync } from 'node:fs'
-import { access, chmod, link, mkdir, mkdtemp, readdir, readFile, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
+import { access, chmod, link, lstat, mkdir, mkdtemp, readdir, readFile, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -302,10 +302,12 @@ async function claim(
   record: EmbeddedDatabaseRecord,
   options: ClaimOptions,
 ): Promise<void> {
-  // Private to this user: the database files (PGlite writes most of them 0666) and the discovery
-  // file are keys. An existing folder is made private too, not only one created here.
+  // Private to this user: the database files and the discovery file are keys. An existing folder
+  // is made private too, not only one created here.
   await mkdir(dataDir, { recursive: true, mode: 0o700 })
   await chmod(dataDir, 0o700).catch(() => undefined)
+  await refuseAnotherUsersFolder(dataDir)
+  await makeDatabaseFilesPrivate(path.join(dataDir, PGLITE_FOLDER))
   const file = discoveryFilePath(dataDir)
   for (let attempt = 0; attempt < 3; attempt += 1) {
     if (await createWhole(file, JSON.stringify(record))) return
@@ -339,6 +341,46 @@ async function claim(
     if (previous) await rm(`${file}.${previous.pid}.tmp`, { force: true })
   }
   throw new DataDirectoryInUseError(`could not take ownership of ${dataDir}: ${file} keeps coming back`)
+}
+
+/**
+ * A DATA_DIR that belongs to another user is refused: its owner can read and change the database
+ * in it (every key's hash, the catalogue), or have put one there whose keys it knows, and can make
+ * it readable to all again whatever mode it is given. It was used without a word (only the socket
+ * moved to a private folder). Root may use any folder: a container's bind mount is often another
+ * uid's, and no user can keep root out anyway.
+ */
+async function refuseAnotherUsersFolder(dataDir: string): Promise<void> {
+  const me = process.getuid?.()
+  if (me === undefined || me === 0) return
+  const { uid } = await stat(dataDir)
+  if (uid === me) return
+  throw new DataDirectoryNotOwnError(
+    `DATA_DIR ${dataDir} belongs to another user (uid ${uid}), who could read and change the embedded database in it; ` +
+      'set DATA_DIR to a folder of your own',
+  )
+}
+
+export class DataDirectoryNotOwnError extends Error {}
+
+/**
+ * PGlite writes its files 0666 (the catalogs, the WAL) whatever the process's umask, the folder's
+ * 0700 their only cover: gone once the folder is copied with its modes (`rsync -a`, `tar -p`) or
+ * loosened. Made private when the folder is claimed and again once the database is up (the files
+ * a first start writes); npm start's umask keeps the folders PGlite makes private.
+ */
+export async function makeDatabaseFilesPrivate(pgliteDir: string): Promise<void> {
+  let entries: string[]
+  try {
+    entries = await readdir(pgliteDir, { recursive: true })
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return
+    throw error
+  }
+  for (const entry of [pgliteDir, ...entries.map((name) => path.join(pgliteDir, name))]) {
+    const found = await lstat(entry)
+    if (!found.isSymbolicLink() && (found.mode & 0o077) !== 0) await chmod(entry, found.mode & 0o700)
+  }
 }
 
 /**

@@ -1,4 +1,5 @@
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -90,6 +91,35 @@ describe("npm start's data folder", () => {
     } finally {
       releaseDataDirectory(dataDir)
     }
+  })
+
+  it('makes the database files PGlite wrote open to all (0666) private to its user', async () => {
+    const dataDir = existingFolder({ 'pglite/': '', 'pglite/global/': '', 'pglite/global/1260': 'pg_authid', 'pglite/pg_wal/': '', 'pglite/pg_wal/000000010000000000000001': 'rows' })
+    for (const name of ['pglite', 'pglite/global', 'pglite/pg_wal']) chmodSync(path.join(dataDir, name), 0o777)
+    for (const name of ['pglite/global/1260', 'pglite/pg_wal/000000010000000000000001']) chmodSync(path.join(dataDir, name), 0o666)
+    await claimDataDirectory(dataDir, ownerRecord('postgres://postgres@127.0.0.1:1/postgres'))
+    try {
+      const modes = Object.fromEntries(
+        ['pglite', 'pglite/global', 'pglite/global/1260', 'pglite/pg_wal/000000010000000000000001'].map((name) => [name, (statSync(path.join(dataDir, name)).mode & 0o777).toString(8)]),
+      )
+      expect(modes).toEqual({ pglite: '700', 'pglite/global': '700', 'pglite/global/1260': '600', 'pglite/pg_wal/000000010000000000000001': '600' })
+    } finally {
+      releaseDataDirectory(dataDir)
+    }
+  })
+
+  // Another user's folder was used without a word: its owner could read the database's key hashes,
+  // or plant a database whose keys it knows. Run as root, the test claims a root folder as nobody.
+  const asNobody = process.getuid?.() === 0 && existsSync('/usr/sbin/runuser') ? undefined : 'needs root and runuser, to claim a folder as another user'
+  it.skipIf(asNobody !== undefined)(`is refused when it belongs to another user, naming the owner, and nothing is written in it${asNobody ? ` (skipped: ${asNobody})` : ''}`, () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'aas-data-'))
+    made.push(dataDir)
+    chmodSync(dataDir, 0o777)
+    const claim = `const { claimDataDirectory, ownerRecord } = await import(${JSON.stringify(path.resolve('scripts/lib/embeddedDatabase.ts'))})
+      await claimDataDirectory(${JSON.stringify(dataDir)}, ownerRecord('postgres://postgres@127.0.0.1:1/postgres')).then(() => console.log('claimed'), (error) => console.log(error.message))`
+    const run = spawnSync('/usr/sbin/runuser', ['-u', 'nobody', '--', process.execPath, '--import', 'tsx', '--input-type=module', '-e', claim], { encoding: 'utf8', env: { ...process.env, HOME: '/tmp' } })
+    expect(run.stdout.trim()).toBe(`DATA_DIR ${dataDir} belongs to another user (uid 0), who could read and change the embedded database in it; set DATA_DIR to a folder of your own`)
+    expect(readdirSync(dataDir)).toEqual([])
   })
 
   it('holds the embedded database\'s Unix socket itself, made private, where psql -h <DATA_DIR> finds it', async () => {
