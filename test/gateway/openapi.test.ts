@@ -223,6 +223,13 @@ describe('openapi.servers in config/gateway.yaml', () => {
     const wrong = text.replace('production: https://api.example.com/v1', 'production: https://api.adoption.test/v2')
     expect(() => parseGatewayConfig(wrong)).toThrow(/openapi\.servers\.production must be an http:\/\/ or https:\/\/ URL ending in \/v1/)
   })
+
+  it('refuses a server with a user:password, which the document served to anyone would publish, without repeating it', () => {
+    const text = readFileSync('config/gateway.yaml', 'utf8')
+    const withCredential = text.replace('production: https://api.example.com/v1', 'production: https://u:S3cretSrv@api.example.com/v1')
+    expect(() => resolveGatewayConfig(parseGatewayConfig(withCredential), {})).toThrow(/openapi\.servers\.production must hold no user:password/)
+    expect(() => resolveGatewayConfig(parseGatewayConfig(withCredential), {})).not.toThrow(/S3cretSrv/)
+  })
 })
 
 describe('the typed client (gateway/openapi/schema.ts)', () => {

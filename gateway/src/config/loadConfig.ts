@@ -334,7 +334,7 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
     ...Object.entries(config.upstreams).flatMap(([name, upstream]) =>
       upstream ? [[['upstreams', name, 'url'], upstream.url, upstreamUrlProblem] as [string[], string, typeof upstreamUrlProblem]] : [],
     ),
-    ...Object.entries(config.openapi?.servers ?? {}).map(([name, url]) => [['openapi', 'servers', name], url, httpUrlProblem] as [string[], string, typeof httpUrlProblem]),
+    ...Object.entries(config.openapi?.servers ?? {}).map(([name, url]) => [['openapi', 'servers', name], url, publicUrlProblem] as [string[], string, typeof publicUrlProblem]),
   ]
   for (const [path, url, problemOf] of urls) {
     const problem = problemOf(url)
@@ -719,4 +719,15 @@ function deepFreeze<T>(value: T): T {
     Object.freeze(value)
   }
   return value
+}
+
+/**
+ * Why `url` cannot be an OpenAPI server's, or undefined: the document is served to anyone, without
+ * a key, so a `user:password` in it was published.
+ */
+function publicUrlProblem(url: string): string | undefined {
+  const problem = httpUrlProblem(url)
+  if (problem) return problem
+  const { username, password } = new URL(url)
+  return username || password ? 'must hold no user:password: /v1/openapi.json, which names it, is served to anyone' : undefined
 }
