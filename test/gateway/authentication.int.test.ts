@@ -155,6 +155,16 @@ describe('gateway authentication', () => {
     }
   })
 
+  // A pet's name (`<script>…`) in a JSON answer, sniffed as HTML by a browser, would run.
+  it('tells browsers not to sniff any answer as another type: 200 from the catalogue, 401, 404 and 501', async () => {
+    const { key } = await gateway.createKey()
+    for (const [path, withKey] of [['/v1/pets', true], ['/v1/pets', false], ['/v1/pets/999999', true], ['/v1/store/orders', true]] as const) {
+      const response = await gateway.request(path, withKey ? { key } : {})
+      expect(response.headers.get('x-content-type-options'), `${path} ${response.status}`).toBe('nosniff')
+      await response.arrayBuffer()
+    }
+  })
+
   it('refuses a revoked key on every running gateway within 2 seconds', async () => {
     const { id, key } = await gateway.createKey()
     expect((await gateway.request('/v1/pets', { key })).status).toBe(200)

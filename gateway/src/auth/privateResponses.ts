@@ -13,6 +13,9 @@ const CACHEABLE_BY_DEFAULT = new Set([200, 203, 204, 206, 300, 301, 308, 404, 40
 export const privateResponses = fp(
   async (app: FastifyInstance) => {
     app.addHook('onSend', (request, reply, payload, done) => {
+      // Every answer is what its Content-Type says: a browser that sniffed a pet's name
+      // (`<script>…`) in a JSON answer as HTML would run it. Here, in a hook every answer passes.
+      reply.header('x-content-type-options', 'nosniff')
       if (request.apiKey || (CACHEABLE_BY_DEFAULT.has(reply.statusCode) && !reply.hasHeader('cache-control'))) {
         reply.header('cache-control', 'no-store')
       }
