@@ -154,15 +154,7 @@ function answer(apiError: ApiError, socket: Socket, log: Pick<FastifyBaseLogger,
       body,
     ].join('\r\n'),
   )
-  // After a request's time ran out, Node's parser still reads what the client had pipelined
-  // behind it, and an answer to a request read now can never be written. Node paused the
-  // connection for that answer, so it never read the client's leaving, and the connection stayed
-  // open for good. Closed once the refusal is out and the client has had a moment to read it.
-  socket.once('finish', () => setTimeout(() => socket.destroy(), CLOSE_AFTER_REFUSAL_MILLIS).unref())
 }
-
-/** How long a connection stays open after its refusal was written, for the client to close it first. */
-const CLOSE_AFTER_REFUSAL_MILLIS = 1_000
 
 export interface ClientTimeouts {
   /** The request line and headers must have arrived within this time of the request's start. */

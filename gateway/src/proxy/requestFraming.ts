@@ -125,9 +125,6 @@ function waitsForContinue(raw: IncomingMessage): boolean {
  */
 export const MAX_UNANSWERED_PER_CONNECTION = 128
 
-/** How often a held connection whose client reads none of its answers is looked at again. */
-const BACKED_UP_CHECK_MILLIS = 100
-
 /** The flag Node's HTTP server pauses a connection with, and its parser (internal, stable since Node 0.x). */
 type PausableSocket = Socket & { _paused?: boolean; parser?: { resume(): void } | null }
 
@@ -217,15 +214,9 @@ export const pipelinedBehindClose = fp(
      * whole of it run from its first byte read, also while its connection is held: held longer, a
      * request the client had sent whole and in time was refused 408 and the connection closed,
      * the requests behind it never answered. So a hold lasts at most half the shorter of the two,
-     * then the connection is read again (the rest of that request, and at most one read more),
-     * unless its client is not reading the answers it has (answersBackedUp): then it is read again
-     * once it has read them, as Node's own pause does, and those clocks run meanwhile. Read again
-     * on the timer regardless, one more read was carried out every half of them, and the answers
-     * of a client that pipelined GETs and read none grew the heap by 500 MB in two minutes.
+     * then the connection is read again (the rest of that request, and at most one read more).
      */
     const unanswered = new WeakMap<Socket, number>()
-    /** Per connection, the answers of its requests counted in `unanswered` that are not sent yet. */
-    const queued = new WeakMap<Socket, Set<ServerResponse>>()
     /** Held connections, each with the timer that reads it again at the latest. */
     const held = new WeakMap<Socket, NodeJS.Timeout | undefined>()
     // A clock set to 0 does not run (Node's and Fastify's meaning).
@@ -246,13 +237,8 @@ export const pipelinedBehindClose = fp(
     function readOn(socket: PausableSocket): void {
       if (!held.has(socket)) return
       clearTimeout(held.get(socket))
-      if (socket.destroyed) return void held.delete(socket)
-      // The client is not reading its answers: reading on would only carry out more requests
-      // whose answers wait in this process. Node's own rule for such a connection (its parser's
-      // pause while the answers owed hold more than the socket's high-water mark), looked at
-      // again shortly. Node's headers and request clocks then run as they do under its own pause.
-      if (answersBackedUp(socket)) return void held.set(socket, setTimeout(readOn, BACKED_UP_CHECK_MILLIS, socket).unref())
       held.delete(socket)
+      if (socket.destroyed) return
       socket._paused = false
       socket.parser?.resume()
       socket.resume()
@@ -261,33 +247,12 @@ export const pipelinedBehindClose = fp(
     function countUnanswered(socket: Socket, answer: ServerResponse): void {
       const outstanding = (unanswered.get(socket) ?? 0) + 1
       unanswered.set(socket, outstanding)
-      let queue = queued.get(socket)
-      if (queue === undefined) queued.set(socket, (queue = new Set()))
-      queue.add(answer)
       if (outstanding > MAX_UNANSWERED_PER_CONNECTION) holdBack(socket)
       answer.once('close', () => {
-        queue.delete(answer)
         const left = (unanswered.get(socket) ?? 1) - 1
         unanswered.set(socket, left)
         if (left === Math.floor(MAX_UNANSWERED_PER_CONNECTION / 2)) readOn(socket)
       })
-    }
-
-    /**
-     * Whether the client is not reading its answers: the kernel has refused bytes of them (the
-     * socket holds some unsent), and more than the socket's high-water mark waits, in its buffer
-     * or in the answers queued behind the one it is writing (Node's `outgoingData`). Answers
-     * queued behind one still at work upstream, the socket's buffer empty, are no sign of it: held
-     * for them, a request the client had sent whole and in time was refused 408.
-     */
-    function answersBackedUp(socket: Socket): boolean {
-      let waiting = socket.writableLength
-      if (waiting === 0) return false
-      for (const answer of queued.get(socket) ?? []) {
-        if (answer.socket === null) waiting += answer.writableLength
-        if (waiting > socket.writableHighWaterMark) return true
-      }
-      return waiting > socket.writableHighWaterMark
     }
 
     /** Once the answers ahead have gone: on with the request if its connection is still open. */
@@ -300,9 +265,6 @@ export const pipelinedBehindClose = fp(
 
     app.addHook('onRequest', (request, reply, done) => {
       const socket = request.raw.socket
-      // Read after its connection was closed for writing (a refusal for a request that ran out of
-      // time, pipelined ahead of it): its answer could never be sent.
-      if (!socket.writable) return carryOutIfOpen(socket, reply.raw, done)
       // Only a request queued behind an answer still owed is counted: the answer of one read alone
       // on its connection (nearly every request) has the socket already, and costs nothing here.
       if (reply.raw.socket === null) countUnanswered(socket, reply.raw)
