@@ -1,4 +1,4 @@
-import { lstatSync, readFileSync, rmdirSync, rmSync } from 'node:fs'
+import { type Dirent, lstatSync, readFileSync, rmdirSync, rmSync } from 'node:fs'
 import { access, chmod, link, lstat, mkdir, mkdtemp, readdir, readFile, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
@@ -370,16 +370,24 @@ export class DataDirectoryNotOwnError extends Error {}
  * a first start writes); npm start's umask keeps the folders PGlite makes private.
  */
 export async function makeDatabaseFilesPrivate(pgliteDir: string): Promise<void> {
-  let entries: string[]
+  let entries: Dirent[]
   try {
-    entries = await readdir(pgliteDir, { recursive: true })
+    entries = await readdir(pgliteDir, { withFileTypes: true })
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return
     throw error
   }
-  for (const entry of [pgliteDir, ...entries.map((name) => path.join(pgliteDir, name))]) {
-    const found = await lstat(entry)
-    if (!found.isSymbolicLink() && (found.mode & 0o077) !== 0) await chmod(entry, found.mode & 0o700)
+  const { mode } = await lstat(pgliteDir)
+  if ((mode & 0o077) !== 0) await chmod(pgliteDir, mode & 0o700)
+  // Never through a symbolic link (a pg_wal moved to another disk by hand): what it names is not
+  // this folder's to change, and a link to a folder above would be walked for ever.
+  for (const entry of entries) {
+    const entryPath = path.join(pgliteDir, entry.name)
+    if (entry.isDirectory()) await makeDatabaseFilesPrivate(entryPath)
+    else if (entry.isFile()) {
+      const file = await lstat(entryPath)
+      if ((file.mode & 0o077) !== 0) await chmod(entryPath, file.mode & 0o700)
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import net from 'node:net'
 import os from 'node:os'
@@ -103,6 +103,23 @@ describe("npm start's data folder", () => {
         ['pglite', 'pglite/global', 'pglite/global/1260', 'pglite/pg_wal/000000010000000000000001'].map((name) => [name, (statSync(path.join(dataDir, name)).mode & 0o777).toString(8)]),
       )
       expect(modes).toEqual({ pglite: '700', 'pglite/global': '700', 'pglite/global/1260': '600', 'pglite/pg_wal/000000010000000000000001': '600' })
+    } finally {
+      releaseDataDirectory(dataDir)
+    }
+  })
+
+  it('leaves alone what a symbolic link in the database folder names, and a link back to the folder itself', async () => {
+    const outside = existingFolder({ 'shared.txt': 'not the database', 'sub/': '', 'sub/f': 'x' })
+    chmodSync(path.join(outside, 'shared.txt'), 0o644)
+    const dataDir = existingFolder({ 'pglite/': '', 'pglite/pg_tblspc/': '', 'pglite/PG_VERSION': '17' })
+    chmodSync(path.join(dataDir, 'pglite/PG_VERSION'), 0o666)
+    symlinkSync(outside, path.join(dataDir, 'pglite/pg_tblspc/16999'))
+    symlinkSync(path.join(dataDir, 'pglite'), path.join(dataDir, 'pglite/pg_tblspc/loop'))
+    await claimDataDirectory(dataDir, ownerRecord('postgres://postgres@127.0.0.1:1/postgres'))
+    try {
+      expect(statSync(path.join(dataDir, 'pglite/PG_VERSION')).mode & 0o777).toBe(0o600)
+      expect(statSync(path.join(outside, 'shared.txt')).mode & 0o777).toBe(0o644)
+      expect(statSync(path.join(outside, 'sub')).mode & 0o777).toBe(0o755)
     } finally {
       releaseDataDirectory(dataDir)
     }
