@@ -15,6 +15,7 @@ import type { Socket } from 'node:net'
  * - A request is being answered and nothing is written yet (an upstream or Postgres is still at
  *   work): the connection is left alone, since the request's own deadline (the upstream's timeout,
  *   up to 300 s) bounds it; closed here, an upstream slower than this timeout could never answer.
+ *   Unless the connection was ended already: that answer can never be sent.
  * - Nothing is under way: the connection is closed, as Node would.
  *
  * Node suppresses the first timeout of a connection whose last write was still going out, so a
@@ -23,7 +24,9 @@ import type { Socket } from 'node:net'
 export function cutStalledConnections(server: Server): void {
   server.on('timeout', (socket: Socket) => {
     if (socket.writableLength > 0) return reset(socket)
-    if (answering(socket)) return
+    // An answer can be under way only while the connection can still be written: one Node gave a
+    // connection already ended (a refusal after a request's time ran out) is never sent.
+    if (answering(socket) && socket.writable) return
     socket.destroy()
   })
 }
