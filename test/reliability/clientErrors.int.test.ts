@@ -194,6 +194,9 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     it.each([
       ['no Host on HTTP/1.1', (key: string) => `GET /v1/pets HTTP/1.1\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`, 'Host'],
       ['two Host fields', (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: a\r\nhost: b\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`, 'Host'],
+      // RFC 9112 §3.2: a server MUST answer 400 to a Host that is not a host and port.
+      ['a Host with a space', (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: a b\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`, 'Host'],
+      ['a Host with a path', (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: evil.example/../x@y\r\nAuthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`, 'Host'],
       [
         'two Authorization fields',
         (key: string) => `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nauthorization: Bearer ${key}\r\nConnection: close\r\n\r\n`,

@@ -63,8 +63,17 @@ export const protocolVersion = fp(
 )
 
 /**
+ * RFC 9110 §7.2 (`uri-host [ ":" port ]`, RFC 3986 §3.2.2): a name of unreserved, percent-encoded
+ * and sub-delimiter characters, or an address in brackets, and digits after a colon. RFC 9112 §3.2:
+ * a Host that is not one (`a b`, `evil.example/../x@y`) MUST be answered 400; one that is empty
+ * is allowed (a URI without an authority).
+ */
+const HOST_AND_PORT = /^(?:\[[0-9A-Za-z:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::[0-9]*)?$/
+
+/**
  * Requests the gateway will not pass on as they stand, refused with 400 and the Error body once
- * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2),
+ * they have been charged like any other (RFC 9112): an HTTP/1.1 request without Host (§3.2), one
+ * whose Host is no host and port (§3.2, HOST_AND_PORT),
  * two Host fields (§3.2), two Authorization fields, which one server would read as the first
  * key and another as the second, or two Content-Type fields (one server's JSON, another's text).
  * A body with a transfer coding besides chunked is refused with 501 (§6.1): forwarded, it reached
@@ -78,6 +87,9 @@ export const requestFraming = fp(
       const raw = request.raw
       if (raw.httpVersion === '1.1' && raw.headers.host === undefined) {
         return done(gatewayErrors.create('bad_request', 'An HTTP/1.1 request needs a Host header.'))
+      }
+      if (raw.headers.host !== undefined && !HOST_AND_PORT.test(raw.headers.host)) {
+        return done(gatewayErrors.create('bad_request', 'The Host header must be a host name or address, and a port if any.'))
       }
       const repeated = repeatedSingleton(raw.rawHeaders)
       if (repeated !== undefined) return done(gatewayErrors.create('bad_request', `The ${repeated} header may be sent only once.`))
