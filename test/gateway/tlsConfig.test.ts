@@ -5,7 +5,7 @@ import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { EnvError } from '../../common/src/env.ts'
 import { ConfigError, loadGatewayConfig, parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
-import { readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
+import { readServablePair, readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
 import { OPENSSL, issueCertificate, makeCa, opensslMissing, type TestCa, type TestCertificate } from '../helpers/certificates.ts'
 
 const FIXTURE = 'test/fixtures/config/tls.yaml'
@@ -97,6 +97,17 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
       writeFileSync(server.certFile, keepCert)
     }
     expect(loadGatewayConfig(configFile, {}).server.tls).toBeDefined()
+  })
+
+  // An expired certificate (a rollback, a stale file behind a link) was served: taken at start and
+  // at rotation as a success, /readyz ready, every client's handshake refused.
+  it('refuses to serve a certificate that has expired or is not valid yet, saying when (at start, in check-config and at a rotation)', () => {
+    const files = { certFile: server.certFile, keyFile: server.keyFile }
+    const { validFrom, validTo } = readServablePair(files)
+    expect(() => readServablePair(files, new Date(validTo.getTime() + 1_000))).toThrow(`${server.certFile} holds a certificate that expired on ${validTo.toISOString()}: clients refuse it`)
+    expect(() => readServablePair(files, new Date(validFrom.getTime() - 1_000))).toThrow(
+      `${server.certFile} holds a certificate valid only from ${validFrom.toISOString()}: clients refuse it until then`,
+    )
   })
 
   it('refuses a key encrypted with a passphrase, saying so', () => {

@@ -16,6 +16,7 @@ export interface TlsPair {
   /** Of the server's certificate, for the log lines and the metrics. */
   serialNumber: string
   subject: string
+  validFrom: Date
   validTo: Date
 }
 
@@ -82,5 +83,28 @@ export function readTlsPair({ certFile, keyFile }: TlsFiles): TlsPair {
   } catch (error) {
     throw new TlsFilesError('both', `${certFile} and ${keyFile} cannot be served together (${reason(error)})`)
   }
-  return { cert, key, serialNumber: certificate.serialNumber, subject: certificate.subject.replaceAll('\n', ', '), validTo: new Date(certificate.validTo) }
+  return {
+    cert,
+    key,
+    serialNumber: certificate.serialNumber,
+    subject: certificate.subject.replaceAll('\n', ', '),
+    validFrom: new Date(certificate.validFrom),
+    validTo: new Date(certificate.validTo),
+  }
+}
+
+/**
+ * readTlsPair, and a certificate clients accept today: the pair the gateway serves. An expired
+ * one (a rollback, a stale file behind a link) was taken at start and at rotation as a success,
+ * and every client's handshake failed from then on while /readyz said ready.
+ */
+export function readServablePair(files: TlsFiles, now: Date = new Date()): TlsPair {
+  const pair = readTlsPair(files)
+  if (pair.validTo < now) {
+    throw new TlsFilesError('certFile', `${files.certFile} holds a certificate that expired on ${pair.validTo.toISOString()}: clients refuse it`)
+  }
+  if (pair.validFrom > now) {
+    throw new TlsFilesError('certFile', `${files.certFile} holds a certificate valid only from ${pair.validFrom.toISOString()}: clients refuse it until then`)
+  }
+  return pair
 }

@@ -1,7 +1,7 @@
 import type { SecureContextOptions } from 'node:tls'
 import type { Logger } from 'pino'
 import { versionOf, watchFiles } from './fileWatch.ts'
-import { readTlsPair, type TlsFiles, type TlsPair } from './tlsFiles.ts'
+import { readServablePair, type TlsFiles, type TlsPair } from './tlsFiles.ts'
 
 export interface TlsRotation {
   /** The pair the public port serves to new connections. */
@@ -27,7 +27,7 @@ export function secureContextOptions(pair: TlsPair): SecureContextOptions {
 
 /**
  * The certificate of the public port, rotated without a restart: on SIGHUP and when either file
- * changes the pair is read and checked again (readTlsPair) and handed to the running server with
+ * changes the pair is read and checked again (readServablePair) and handed to the running server with
  * setSecureContext. New connections get it; open ones keep the certificate they shook hands with.
  * A pair that fails the checks is logged with the reason and the one in force stays.
  */
@@ -40,14 +40,14 @@ export function createTlsRotation(
   const paths = [files.certFile, files.keyFile]
   const versions = () => versionOf(paths)
   let readAt = versions()
-  let current = readTlsPair(files)
+  let current = readServablePair(files)
   let server: { setSecureContext(options: SecureContextOptions): void } | undefined
   const describe = (pair: TlsPair) => ({ serialNumber: pair.serialNumber, subject: pair.subject, validTo: pair.validTo.toISOString() })
 
   const reload = (): boolean => {
     readAt = versions()
     try {
-      const next = readTlsPair(files)
+      const next = readServablePair(files)
       server?.setSecureContext(secureContextOptions(next))
       const previous = current
       current = next
