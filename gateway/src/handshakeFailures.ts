@@ -88,7 +88,9 @@ export function reportHandshakeFailures(
   return (error: NodeJS.ErrnoException, socket: Socket): void => {
     // The TLS socket's own count is of decrypted bytes; the TCP socket under it has the raw ones.
     const tcp = (socket as Socket & { _parent?: Socket | null })._parent
-    if (tcp && tcp.bytesRead === 0) return
+    // A client that closed before sending a byte (a TCP health check) made no handshake; one that
+    // stayed silent until the handshake timeout cut it is counted with the other timeouts.
+    if (tcp && tcp.bytesRead === 0 && error.code !== 'ERR_TLS_HANDSHAKE_TIMEOUT') return
     // A client that hung up is reported once its socket has closed, when only an address read
     // before (rememberClientAddress) is still known.
     const remoteAddress = socket.remoteAddress ?? tcp?.remoteAddress

@@ -52,6 +52,15 @@ describe('failed TLS handshakes: counted each, logged at most once a minute per 
     expect(lines()).toEqual([])
   })
 
+  // A flood of connections that never say a word was cut at the timeout, and showed nowhere in
+  // the TLS series, though README counts "no handshake within the header timeout".
+  it('a connection that sends nothing until the handshake timeout cuts it is a timeout', () => {
+    const { report, counted, lines } = reporter()
+    report(failure('ERR_TLS_HANDSHAKE_TIMEOUT'), tlsSocket(0))
+    expect(counted).toEqual(['timeout'])
+    expect(lines()).toEqual([expect.objectContaining({ reason: 'timeout', code: 'ERR_TLS_HANDSHAKE_TIMEOUT' })])
+  })
+
   it('an error code that is not one of Node\'s names is not logged', () => {
     const { report, lines } = reporter()
     report(failure('\u001b[31mX'), tlsSocket())
