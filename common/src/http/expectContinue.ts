@@ -18,9 +18,9 @@ export function expectsContinue(expectation: string): boolean {
  * `Expect: 100-continue` (RFC 9110 §10.1.1) answered when the body is about to be read, not when
  * the request arrives. Node's default sends 100 Continue to every such request before any hook
  * runs, so a client with no valid key, over its limit, announcing a body over the limit, or sending
- * it to a path no route takes, was told to upload the body and only then refused. Now a request that is refused before its body is
- * wanted gets its final answer at once, and the client never sends the body. Other expectations
- * are ignored.
+ * it to a path no route takes, was told to upload the body and only then refused. Now a request
+ * that is refused before its body is wanted gets its final answer at once, and the client never
+ * sends the body. Other expectations are ignored.
  */
 export const expectContinue = fp(
   async (app: FastifyInstance, options: { bodyLimitBytes: number }) => {
