@@ -64,15 +64,25 @@ const QUIET_CONNECTION_SWEEP_MILLIS = 250
  */
 export function closeQuietConnections(app: FastifyInstance, refuseUnfinished: (request: IncomingMessage) => void): () => void {
   const connections = new Set<Socket>()
-  // Over TLS the HTTP layer writes on the TLS socket, which 'secureConnection' gives (a handshake
-  // never finished is ended by its own timeout).
-  const opened = app.server instanceof TlsServer ? 'secureConnection' : 'connection'
-  app.server.on(opened, (socket: Socket) => {
+  // Over TLS the HTTP layer writes on the TLS socket, which 'secureConnection' gives. A connection
+  // whose handshake has not finished (a load balancer's pre-opened one, a client gone quiet) has
+  // sent no request either: left to its handshake timeout, it held a shutdown 10 s.
+  const overTls = app.server instanceof TlsServer
+  const handshaking = new Set<Socket>()
+  app.server.on(overTls ? 'secureConnection' : 'connection', (socket: Socket) => {
+    if (overTls) handshaking.delete((socket as Socket & { _parent?: Socket })._parent as Socket)
     connections.add(socket)
     socket.once('close', () => connections.delete(socket))
   })
+  if (overTls) {
+    app.server.on('connection', (socket: Socket) => {
+      handshaking.add(socket)
+      socket.once('close', () => handshaking.delete(socket))
+    })
+  }
   return () => {
     const sweep = () => {
+      for (const socket of handshaking) socket.destroy()
       for (const socket of connections) {
         // Node's own record of the answer the socket is writing (internal, stable since Node 0.x).
         const answer = (socket as { _httpMessage?: ServerResponse | null })._httpMessage
