@@ -23,6 +23,7 @@ import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { createConfigSource } from './config/configSource.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH, type GatewayConfig } from './config/loadConfig.ts'
 import { warnOfKeysWithoutLimits } from './keys/keysWithoutLimits.ts'
+import { certificateExpiry } from './config/tlsFiles.ts'
 import { createTlsRotation } from './config/tlsRotation.ts'
 import { rememberClientAddress, reportHandshakeFailures } from './handshakeFailures.ts'
 import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
@@ -61,6 +62,8 @@ async function main(): Promise<void> {
   const tlsMetrics = config.server.tls ? createTlsMetrics(registry) : undefined
   const tls = config.server.tls ? createTlsRotation(config.server.tls, logger, tlsMetrics?.reload) : undefined
   if (tls) tlsMetrics?.inForce(tls.pair())
+  const expired = tls && certificateExpiry(tls.pair())
+  if (expired) logger.error({ ...config.server.tls, validTo: tls.pair().validTo.toISOString() }, `TLS certificate in force: ${expired}`)
   const databaseUrl = databaseUrlFromEnv()
   const internalToken = internalTokenFromEnv()
   warnOfPublishedToken(internalToken, logger)

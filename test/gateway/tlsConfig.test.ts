@@ -2,10 +2,11 @@ import { execFileSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { EnvError } from '../../common/src/env.ts'
 import { ConfigError, loadGatewayConfig, parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
-import { readServablePair, readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
+import { certificateExpiry, readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
+import { createTlsRotation } from '../../gateway/src/config/tlsRotation.ts'
 import { OPENSSL, issueCertificate, makeCa, opensslMissing, type TestCa, type TestCertificate } from '../helpers/certificates.ts'
 
 const FIXTURE = 'test/fixtures/config/tls.yaml'
@@ -99,15 +100,29 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
     expect(loadGatewayConfig(configFile, {}).server.tls).toBeDefined()
   })
 
-  // An expired certificate (a rollback, a stale file behind a link) was served: taken at start and
-  // at rotation as a success, /readyz ready, every client's handshake refused.
-  it('refuses to serve a certificate that has expired or is not valid yet, saying when (at start, in check-config and at a rotation)', () => {
-    const files = { certFile: server.certFile, keyFile: server.keyFile }
-    const { validFrom, validTo } = readServablePair(files)
-    expect(() => readServablePair(files, new Date(validTo.getTime() + 1_000))).toThrow(`${server.certFile} holds a certificate that expired on ${validTo.toISOString()}: clients refuse it`)
-    expect(() => readServablePair(files, new Date(validFrom.getTime() - 1_000))).toThrow(
-      `${server.certFile} holds a certificate valid only from ${validFrom.toISOString()}: clients refuse it until then`,
-    )
+  // A rotation to an expired certificate (a rollback, a stale file behind a link) was taken as a
+  // success, and every handshake of a client that checks it failed while /readyz said ready.
+  it('refuses a rotation from a valid certificate to an expired one, keeping the one in force, and says when it expired', () => {
+    const month = issueCertificate(ca, 'month', '2001', undefined, undefined, 30)
+    const day = issueCertificate(ca, 'day', '2002')
+    const files = { certFile: path.join(directory, 'rotating.crt'), keyFile: path.join(directory, 'rotating.key') }
+    copyFileSync(month.certFile, files.certFile)
+    copyFileSync(month.keyFile, files.keyFile)
+    const errors: Record<string, unknown>[] = []
+    const rotation = createTlsRotation(files, { info: () => undefined, error: (fields: Record<string, unknown>) => errors.push(fields) } as never)
+    vi.useFakeTimers({ toFake: ['Date'] })
+    try {
+      // Two days on: the month's certificate is valid still, the day's has expired.
+      vi.setSystemTime(Date.now() + 2 * 86_400_000)
+      copyFileSync(day.certFile, files.certFile)
+      copyFileSync(day.keyFile, files.keyFile)
+      expect(rotation.reload()).toBe(false)
+      expect(rotation.pair().serialNumber).toBe('2001')
+      expect(errors[0]?.problem).toMatch(/rotating\.crt: the certificate expired on .*: clients that check it refuse every handshake, and the one in force is valid/)
+      expect(certificateExpiry(readTlsPair(files))).toMatch(/^the certificate expired on /)
+    } finally {
+      vi.useRealTimers()
+    }
   })
 
   it('refuses a key encrypted with a passphrase, saying so', () => {

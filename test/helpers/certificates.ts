@@ -36,10 +36,10 @@ export interface TestCertificate {
 
 /**
  * A server certificate for 127.0.0.1 and localhost (or `altNames`) signed by `ca`, with the serial
- * `serial` (hex). `commonName` is the subject's CN: a client certificate for Postgres's `cert`
- * authentication names the database user there.
+ * `serial` (hex), valid for `days`. `commonName` is the subject's CN: a client certificate for
+ * Postgres's `cert` authentication names the database user there.
  */
-export function issueCertificate(ca: TestCa, name: string, serial: string, altNames = 'IP:127.0.0.1,DNS:localhost', commonName = 'localhost'): TestCertificate {
+export function issueCertificate(ca: TestCa, name: string, serial: string, altNames = 'IP:127.0.0.1,DNS:localhost', commonName = 'localhost', days = 1): TestCertificate {
   const { directory } = ca
   const keyFile = path.join(directory, `${name}.key`)
   const certFile = path.join(directory, `${name}.crt`)
@@ -47,6 +47,6 @@ export function issueCertificate(ca: TestCa, name: string, serial: string, altNa
   const extensions = path.join(directory, `${name}.ext`)
   writeFileSync(extensions, `subjectAltName=${altNames}\n`)
   openssl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', keyFile, '-out', csr, '-subj', `/CN=${commonName}`], directory)
-  openssl(['x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile, '-set_serial', `0x${serial}`, '-days', '1', '-extfile', extensions, '-out', certFile], directory)
+  openssl(['x509', '-req', '-in', csr, '-CA', ca.certFile, '-CAkey', ca.keyFile, '-set_serial', `0x${serial}`, '-days', String(days), '-extfile', extensions, '-out', certFile], directory)
   return { certFile, keyFile, serialNumber: serial.toUpperCase() }
 }

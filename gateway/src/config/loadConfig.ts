@@ -17,7 +17,7 @@ import {
 } from '../../../common/src/env.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
-import { TlsFilesError, readServablePair, readTlsPair, type TlsFiles } from './tlsFiles.ts'
+import { TlsFilesError, readTlsPair, type TlsFiles } from './tlsFiles.ts'
 
 export const DEFAULT_CONFIG_PATH = 'config/gateway.yaml'
 
@@ -498,7 +498,7 @@ function checkTlsFiles(config: GatewayConfig, text: string, source: string, env:
   const files = config.server.tls
   if (!files) return
   try {
-    readServablePair(files)
+    readTlsPair(files)
   } catch (error) {
     if (!(error instanceof TlsFilesError)) throw error
     const settings = error.setting === 'both' ? (['certFile', 'keyFile'] as const) : [error.setting]

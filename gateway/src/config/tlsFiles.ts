@@ -16,7 +16,6 @@ export interface TlsPair {
   /** Of the server's certificate, for the log lines and the metrics. */
   serialNumber: string
   subject: string
-  validFrom: Date
   validTo: Date
 }
 
@@ -88,23 +87,16 @@ export function readTlsPair({ certFile, keyFile }: TlsFiles): TlsPair {
     key,
     serialNumber: certificate.serialNumber,
     subject: certificate.subject.replaceAll('\n', ', '),
-    validFrom: new Date(certificate.validFrom),
     validTo: new Date(certificate.validTo),
   }
 }
 
 /**
- * readTlsPair, and a certificate clients accept today: the pair the gateway serves. An expired
- * one (a rollback, a stale file behind a link) was taken at start and at rotation as a success,
- * and every client's handshake failed from then on while /readyz said ready.
+ * Why a client that checks the certificate refuses it now, or undefined: it has expired. Some
+ * clients do not check (a load balancer in front, often given a self-signed certificate), so an
+ * expired certificate is served at start, with an error line; a rotation to one from a pair that
+ * is still valid is refused (tlsRotation.ts): a rollback or a stale file behind a link.
  */
-export function readServablePair(files: TlsFiles, now: Date = new Date()): TlsPair {
-  const pair = readTlsPair(files)
-  if (pair.validTo < now) {
-    throw new TlsFilesError('certFile', `${files.certFile} holds a certificate that expired on ${pair.validTo.toISOString()}: clients refuse it`)
-  }
-  if (pair.validFrom > now) {
-    throw new TlsFilesError('certFile', `${files.certFile} holds a certificate valid only from ${pair.validFrom.toISOString()}: clients refuse it until then`)
-  }
-  return pair
+export function certificateExpiry(pair: TlsPair, now: Date = new Date()): string | undefined {
+  return pair.validTo < now ? `the certificate expired on ${pair.validTo.toISOString()}: clients that check it refuse every handshake` : undefined
 }

@@ -1,7 +1,7 @@
 import type { SecureContextOptions } from 'node:tls'
 import type { Logger } from 'pino'
 import { versionOf, watchFiles } from './fileWatch.ts'
-import { readServablePair, type TlsFiles, type TlsPair } from './tlsFiles.ts'
+import { TlsFilesError, certificateExpiry, readTlsPair, type TlsFiles, type TlsPair } from './tlsFiles.ts'
 
 export interface TlsRotation {
   /** The pair the public port serves to new connections. */
@@ -27,9 +27,10 @@ export function secureContextOptions(pair: TlsPair): SecureContextOptions {
 
 /**
  * The certificate of the public port, rotated without a restart: on SIGHUP and when either file
- * changes the pair is read and checked again (readServablePair) and handed to the running server with
- * setSecureContext. New connections get it; open ones keep the certificate they shook hands with.
- * A pair that fails the checks is logged with the reason and the one in force stays.
+ * changes the pair is read and checked again (readTlsPair; an expired certificate replaces no
+ * valid one: certificateExpiry) and handed to the running server with setSecureContext. New
+ * connections get it; open ones keep the certificate they shook hands with. A pair that fails the
+ * checks is logged with the reason and the one in force stays.
  */
 export function createTlsRotation(
   files: TlsFiles,
@@ -40,14 +41,17 @@ export function createTlsRotation(
   const paths = [files.certFile, files.keyFile]
   const versions = () => versionOf(paths)
   let readAt = versions()
-  let current = readServablePair(files)
+  let current = readTlsPair(files)
   let server: { setSecureContext(options: SecureContextOptions): void } | undefined
   const describe = (pair: TlsPair) => ({ serialNumber: pair.serialNumber, subject: pair.subject, validTo: pair.validTo.toISOString() })
 
   const reload = (): boolean => {
     readAt = versions()
     try {
-      const next = readServablePair(files)
+      const next = readTlsPair(files)
+      const expired = certificateExpiry(next)
+      // Taken as a success, such a rotation ended every handshake of clients that check.
+      if (expired && !certificateExpiry(current)) throw new TlsFilesError('certFile', `${files.certFile}: ${expired}, and the one in force is valid`)
       server?.setSecureContext(secureContextOptions(next))
       const previous = current
       current = next
