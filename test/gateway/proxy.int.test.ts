@@ -1314,7 +1314,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, clientTimeouts: timeouts })
     const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
     const sent = 180
-    // Some 470 bytes each: the first read of the socket ends inside one of them.
+    // Some 410 bytes each: the first read of the socket ends inside one of them.
     const requests = Array.from({ length: sent }, (_, index) => `GET /v1/pets?n=${index} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nX-Pad: ${'p'.repeat(300)}\r\n\r\n`)
     const { hostname, port } = new URL(gateway.url)
     const client = net.connect(Number(port), hostname)
@@ -1322,7 +1322,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     client.on('error', () => undefined)
     client.pause()
     client.write(requests.join(''))
-    // 64 KiB every 20 ms, some 3 MB/s: the 23 MB of answers, more than the kernel's buffers hold, take seconds, many times the clock.
+    // 64 KiB every 20 ms, some 3 MB/s: the 23 MB of answers, more than the kernel's buffers hold,
+    // take seconds, many times the headers' clock.
     let text = ''
     const statuses: string[] = []
     const reader = setInterval(() => {
