@@ -355,13 +355,11 @@ async function refuseAnotherUsersFolder(dataDir: string): Promise<void> {
   if (me === undefined || me === 0) return
   const { uid } = await stat(dataDir)
   if (uid === me) return
-  throw new DataDirectoryNotOwnError(
+  throw new Error(
     `DATA_DIR ${dataDir} belongs to another user (uid ${uid}), who could read and change the embedded database in it; ` +
       'set DATA_DIR to a folder of your own',
   )
 }
-
-export class DataDirectoryNotOwnError extends Error {}
 
 /**
  * PGlite writes its files 0666 (the catalogs, the WAL) whatever the process's umask, the folder's

@@ -52,10 +52,10 @@ export function watchRedisRestarts(client: RedisClient, restarted: () => void): 
   const known = new Map<string, string>()
   const check = oneRunAtATime(async () => {
     let changed = false
-    for (const [name, id] of await runIds(client)) {
+    for (const [name, identity] of await serverIdentities(client)) {
       const before = known.get(name)
-      if (before === undefined ? known.size > 0 : before !== id) changed = true
-      known.set(name, id)
+      if (before === undefined ? known.size > 0 : before !== identity) changed = true
+      known.set(name, identity)
     }
     if (changed) restarted()
   })
@@ -68,7 +68,7 @@ export function watchRedisRestarts(client: RedisClient, restarted: () => void): 
 }
 
 /** Who the server, or each master, is by name (run_id and master_replid); those that do not answer are left out. */
-async function runIds(client: RedisClient): Promise<Map<string, string>> {
+async function serverIdentities(client: RedisClient): Promise<Map<string, string>> {
   const read = await Promise.all(
     serversOf(client).map(async ([name, server]) => {
       try {
