@@ -107,7 +107,8 @@ export function createLimiter(options: LimiterOptions): Limiter {
     // Bounded like the key cache: a long Redis outage with many keys cannot grow the heap past it.
     fallback: redis && boot.onStoreFailure === 'open' ? fallbackStore(boot.keyCache.maxEntries, options.logger) : undefined,
     logger: options.logger,
-    connectionProblem: () => (redis ? redisConnectionProblem(redis) : undefined),
+    connectionProblem: (domain) => (redis ? redisConnectionProblem(redis, domain) : undefined),
+    storeName: storeKind,
   })
   const guessCalls = redis ? guessCallReporter(storeKind, options.observer, options.logger) : undefined
   const onGuessCall = guessCalls && ((seconds: number, result: 'ok' | 'timeout' | 'error', error: unknown, address: string) => {
@@ -167,8 +168,9 @@ export function createLimiter(options: LimiterOptions): Limiter {
       try {
         await probeDecision(READINESS_PROBE_KEY_ID)
       } catch (error) {
-        // The connection may have dropped while the probe was under way: then that is the reason.
-        const dropped = redis && redisConnectionProblem(redis)
+        // The connection may have dropped while the probe was under way (or, on a Cluster, the one
+        // to the probe key's master): then that is the reason.
+        const dropped = redis && redisConnectionProblem(redis, redisFailureDomain(redis, limitKey(READINESS_PROBE_KEY_ID)))
         throw dropped ? new Error(dropped) : error
       }
     },

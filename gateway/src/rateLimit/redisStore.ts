@@ -135,6 +135,13 @@ const credentialRefusals = new WeakSet<RedisClient>()
  */
 const nodeCredentialRefusals = new WeakMap<Cluster, Map<string, string>>()
 /**
+ * A Cluster's nodes (host:port) whose connection failed, with why, until it is ready again. One
+ * dead master leaves the Cluster client ready, and ioredis queues and redirects a call to it
+ * until the budget runs out: without this, its failure read "did not answer within 50 ms", as a
+ * slow Redis's does, while it refused every connection.
+ */
+const nodeConnectionErrors = new WeakMap<Cluster, Map<string, string>>()
+/**
  * A command connecting needs that the ACL user may not run: SELECT for a database number, which
  * ioredis sends without waiting for it, and then goes on, ready, in database 0.
  */
@@ -144,7 +151,10 @@ const credentialWatchers = new WeakMap<RedisClient, (() => void)[]>()
 
 /**
  * Commands fail fast instead of queueing while Redis is away (no offline queue, no retries):
- * the caller answers within its time budget and the client reconnects in the background.
+ * the caller answers within its time budget and the client reconnects in the background. A
+ * Cluster's node connections are ioredis's own: they queue a command until connected, and a
+ * command to a dead master is retried there until the slot map changes; the budget bounds it all
+ * the same (a late reply is not counted: the script's deadline).
  */
 export function connectRedis(connection: RedisConnection): RedisClient {
   const options: RedisOptions = {
@@ -246,10 +256,14 @@ export function connectRedis(connection: RedisConnection): RedisClient {
   if (client instanceof Cluster) {
     const refusing = new Map<string, string>()
     nodeCredentialRefusals.set(client, refusing)
+    const unconnected = new Map<string, string>()
+    nodeConnectionErrors.set(client, unconnected)
     client.on('node error', (error: Error, node: string) => {
       if (CREDENTIALS_REFUSED.test(error.message)) refusing.set(node, error.message)
       else refusing.delete(node)
       credentialsChanged()
+      // A command failed on the connection just lost: the reason is the error before it.
+      if (!(CLOSED.test(error.message) && unconnected.has(node))) unconnected.set(node, connectionErrorText(error))
     })
     // A node that refuses is dropped at once and added again at the next slot-map refresh, to
     // refuse again: it still refuses until it accepts, or until the slot map no longer names it.
@@ -265,6 +279,7 @@ export function connectRedis(connection: RedisConnection): RedisClient {
         return sent
       }) as typeof node.asking
       node.on('ready', () => {
+        unconnected.delete(name)
         if (refusing.delete(name)) credentialsChanged()
       })
     })
@@ -420,6 +435,8 @@ function handshakeErrors(clientCertificate: TlsFiles | undefined): { Connector: 
 
 /** ioredis's words for a command on a connection it does not have (the offline queue is off). */
 const OFFLINE = /Stream isn't writeable and enableOfflineQueue options is false/
+/** ioredis's words for a command on a connection that has just closed. */
+const CLOSED = /^Connection is closed\.$/
 /** ioredis's words for a connection on which the server sent nothing within connectTimeout ("… in NaNms"). */
 const SILENT = /^Socket timeout\. Expecting data, but didn't receive any/
 
@@ -801,9 +818,15 @@ export async function clusterMastersLoggedIn(client: RedisClient, timeoutMillis:
   clearTimeout(timer)
 }
 
-/** Why the client has no usable connection, in ioredis's and the socket's words. */
-export function redisConnectionProblem(client: RedisClient): string | undefined {
-  if (client.status === 'ready') return undefined
+/**
+ * Why the client has no usable connection, in ioredis's and the socket's words; on a Cluster that
+ * is ready, why it has none to the node `domain` names (a dead master), if that is so.
+ */
+export function redisConnectionProblem(client: RedisClient, domain?: string): string | undefined {
+  if (client.status === 'ready') {
+    const nodeError = domain === undefined || !(client instanceof Cluster) ? undefined : nodeConnectionErrors.get(client)?.get(domain)
+    return nodeError === undefined ? undefined : `Redis Cluster node ${domain} is not connected: ${nodeError}`
+  }
   const error = lastConnectionErrors.get(client)
   return `Redis is not connected (${client.status})${error ? `: ${error}` : ''}`
 }

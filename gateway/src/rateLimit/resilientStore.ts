@@ -23,7 +23,9 @@ export interface ResilientStoreOptions {
    * call refused while ioredis reconnects fails with its own words ("Stream isn't writeable and
    * enableOfflineQueue options is false"), which named neither Redis's state nor why.
    */
-  connectionProblem?: () => string | undefined
+  connectionProblem?: (domain: string) => string | undefined
+  /** The store's name in log lines, as the metrics' `store` label has it (`cluster` for a Redis Cluster); the primary's kind unless set. */
+  storeName?: string
 }
 
 interface DomainHealth {
@@ -63,7 +65,7 @@ export function createResilientStore(options: ResilientStoreOptions) {
   }
   /** Domains whose failure was logged and no success since. */
   let failingDomains = 0
-  const where = (domain: string) => ({ store: options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
+  const where = (domain: string) => ({ store: options.storeName ?? options.primary.kind, ...(domain === options.primary.kind ? {} : { node: domain }) })
 
   /**
    * The primary's clock (Redis TIME) less this host's, as of its last decision. The store's time
@@ -110,6 +112,13 @@ export function createResilientStore(options: ResilientStoreOptions) {
         const decision = await options.primary.consume(request)
         primaryClockOffset = decision.nowMillis - clock()
         if (state.retired) return { ...decision, degraded: false }
+        // Answered by another master than the one it was sent to (a MOVED followed after a failover
+        // or a reshard): the success is that master's, and says nothing of the failing one, which
+        // may be dead. Its failure ends when its slots are known to be elsewhere, or it answers.
+        if (state.failing && (options.primary.failureDomain?.(request.keyId) ?? domain) !== domain) {
+          forgetDomainsWithoutKeys()
+          return { ...decision, degraded: false }
+        }
         state.failuresInARow = 0
         if (state.failing) {
           state.failing = false
@@ -133,11 +142,11 @@ export function createResilientStore(options: ResilientStoreOptions) {
         if (!state.failing) {
           state.failing = true
           failingDomains++
-          options.logger.warn({ err: error, ...where(domain), problem: options.connectionProblem?.() }, 'rate-limit store call failed')
+          options.logger.warn({ err: error, ...where(domain), problem: options.connectionProblem?.(domain) }, 'rate-limit store call failed')
         }
         if (!state.setAside && state.failuresInARow >= failuresBeforePause) {
           state.setAside = true
-          options.logger.error({ err: error, ...where(domain), problem: options.connectionProblem?.(), setAsideMillis: pause }, 'rate-limit store failing')
+          options.logger.error({ err: error, ...where(domain), problem: options.connectionProblem?.(domain), setAsideMillis: pause }, 'rate-limit store failing')
         }
         return fallbackOr(error, request)
       }

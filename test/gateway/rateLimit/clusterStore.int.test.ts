@@ -1,7 +1,7 @@
 import { Cluster, Redis } from 'ioredis'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { connectRedis, createRedisStore, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
+import { connectRedis, createRedisStore, redisConnectionProblem, redisReady } from '../../../gateway/src/rateLimit/redisStore.ts'
 import { limitKey, type LimitRequest } from '../../../gateway/src/rateLimit/limitStore.ts'
 import { createMemoryStore } from '../../../gateway/src/rateLimit/memoryStore.ts'
 import { createResilientStore } from '../../../gateway/src/rateLimit/resilientStore.ts'
@@ -217,6 +217,55 @@ describe('Redis Cluster: keys unban while the key\'s slot migrates to another ma
     } finally {
       client!.disconnect()
       other!.disconnect()
+    }
+  }, 60_000)
+})
+
+// One dead master leaves the Cluster client ready, and ioredis holds a call to it until the budget
+// ends. Regression: the log said only "Redis did not answer within 50 ms", as for a slow Redis,
+// while the master refused every connection.
+describe('Redis Cluster: a dead master', () => {
+  const started = clusterWithAdmins()
+  const admins = started.admins
+
+  it('its failure lines say that its connection is refused, and name it', async () => {
+    const prefix = 'aas-test:'
+    for (const admin of admins) await admin.call('CONFIG', 'SET', 'cluster-require-full-coverage', 'no')
+    const client = connectRedis({ clusterNodes: started.cluster.nodes, keyPrefix: prefix, commandTimeoutMillis: 50 })
+    try {
+      expect(await redisReady(client)).toBe(true)
+      const log = captureLog()
+      const store = createResilientStore({
+        primary: createRedisStore(client, { budgetMillis: 50 }),
+        fallback: createMemoryStore(),
+        logger: pino(log.stream),
+        connectionProblem: (domain) => redisConnectionProblem(client, domain),
+      })
+      const request: LimitRequest = {
+        keyId: 'key_on_a_dead_master',
+        minute: { limit: 1_000, windowMillis: 60_000, bucketMillis: 5_000 },
+        day: { limit: 10_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
+        bans: { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 },
+      }
+      expect((await store.consume(request)).degraded).toBe(false)
+      const slot = (await admins[0]!.call('CLUSTER', 'KEYSLOT', `${prefix}${limitKey(request.keyId)}`)) as number
+      const ranges = (await admins[0]!.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][]
+      const holderPort = ranges.find(([from, to]) => slot >= from && slot <= to)![2][1]
+      const index = started.cluster.nodes.findIndex((node) => node.endsWith(`:${holderPort}`))
+      const master = started.cluster.processes[index]!
+      await new Promise((resolve) => {
+        master.once('exit', resolve)
+        master.kill('SIGKILL')
+      })
+      for (let call = 0; call < 3; call++) expect((await store.consume(request)).degraded).toBe(true)
+      expect(client.status).toBe('ready')
+      const dead = `127.0.0.1:${holderPort}`
+      expect(log.entries().map((entry) => [entry.msg, entry.node, entry.problem])).toEqual([
+        ['rate-limit store call failed', dead, expect.stringMatching(new RegExp(`^Redis Cluster node ${dead} is not connected: .*(ECONNRESET|ECONNREFUSED)`))],
+        ['rate-limit store failing', dead, expect.stringMatching(new RegExp(`^Redis Cluster node ${dead} is not connected: .*ECONNREFUSED`))],
+      ])
+    } finally {
+      client.disconnect()
     }
   }, 60_000)
 })

@@ -344,3 +344,41 @@ describe('Redis Cluster: a failed master whose slots move while calls to it are 
     ])
   })
 })
+
+describe('Redis Cluster: a dead master\'s call redirected to its promoted replica before the slot map is read again', () => {
+  it('does not log the dead master as recovered: its line comes, with the reason, once the map no longer names it (store named as the metrics name it)', async () => {
+    const inner = createMemoryStore()
+    // The key's master as the client's slot map says it, and the masters the last full read of the map named.
+    let master = '10.0.0.3:6379'
+    let owners = new Set(['10.0.0.1:6379', '10.0.0.3:6379'])
+    let promoted = false
+    const primary: LimitStore = {
+      ...inner,
+      failureDomain: () => master,
+      holdsKeys: (domain) => owners.has(domain),
+      async consume(input) {
+        if (master === '10.0.0.3:6379' && !promoted) throw new Error('Redis did not answer within 50 ms')
+        // Sent to the dead master on the old map, answered MOVED by the promoted replica: the
+        // client updates that one slot and follows it there, where the call succeeds.
+        master = '10.0.0.4:6379'
+        return inner.consume(input)
+      },
+    }
+    const log = captureLog()
+    const store = createResilientStore({ primary, fallback: createMemoryStore(), logger: pino(log.stream), clock: () => 1_000_000, storeName: 'cluster' })
+    expect((await store.consume(request)).degraded).toBe(true)
+
+    promoted = true
+    expect((await store.consume(request)).degraded).toBe(false)
+    expect(log.entries().map((entry) => [entry.level, entry.msg, entry.store, entry.node, entry.reason])).toEqual([
+      [40, 'rate-limit store call failed', 'cluster', '10.0.0.3:6379', undefined],
+    ])
+
+    // The next read of the whole map names the promoted replica and not the dead master.
+    owners = new Set(['10.0.0.1:6379', '10.0.0.4:6379'])
+    expect((await store.consume(request)).degraded).toBe(false)
+    expect(log.entries().slice(1).map((entry) => [entry.level, entry.msg, entry.store, entry.node, entry.reason])).toEqual([
+      [30, 'rate-limit store recovered', 'cluster', '10.0.0.3:6379', 'its slots are served by another master (failover or reshard)'],
+    ])
+  })
+})
