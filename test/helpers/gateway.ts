@@ -9,6 +9,7 @@ import { Registry } from 'prom-client'
 import { collectProcessMetrics } from '../../common/src/ops/processMetrics.ts'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { watchPostgresRefusals } from '../../common/src/database/privileges.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
 import { hashApiKeyHex } from '../../gateway/src/keys/apiKeyFormat.ts'
 import { parseGatewayConfig, resolveGatewayConfig, type GatewayConfig } from '../../gateway/src/config/loadConfig.ts'
@@ -17,7 +18,7 @@ import type { TlsPair } from '../../gateway/src/config/tlsFiles.ts'
 import type { KeyCache } from '../../gateway/src/keys/keyCache.ts'
 import type { KeyRepository, NewApiKey } from '../../gateway/src/keys/keyRepository.ts'
 import { createGatewayMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
-import { GATEWAY_MIGRATIONS } from '../../gateway/src/migrations.ts'
+import { GATEWAY_MIGRATIONS, GATEWAY_POSTGRES_NEEDS } from '../../gateway/src/migrations.ts'
 import { createLimiter, type Limiter } from '../../gateway/src/rateLimit/limiter.ts'
 import { wireGateway } from '../../gateway/src/wiring.ts'
 import { contractFetch, type ContractOptions } from './contract.ts'
@@ -111,6 +112,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     logger,
     clientTimeouts: options.clientTimeouts,
     tls: options.tls,
+    // As main.ts has it: Postgres refusing the role, or unavailable, said once per episode or minute.
+    postgresRefusals: watchPostgresRefusals(pool, GATEWAY_POSTGRES_NEEDS, logger),
   })
   const invalidated = new Set<string>()
   const invalidate = cache.invalidate

@@ -5,9 +5,10 @@ import type pg from 'pg'
 import { Registry } from 'prom-client'
 import { migrate } from '../../common/src/database/migrate.ts'
 import { createPool } from '../../common/src/database/pool.ts'
+import { watchPostgresRefusals } from '../../common/src/database/privileges.ts'
 import { connectionsHaveOwnSessions } from '../../common/src/database/sessions.ts'
 import { buildPetsService } from '../../pets-service/src/app.ts'
-import { PETS_MIGRATIONS } from '../../pets-service/src/migrations.ts'
+import { PETS_MIGRATIONS, PETS_POSTGRES_NEEDS } from '../../pets-service/src/migrations.ts'
 import { createPetRepository } from '../../pets-service/src/repository/petRepository.ts'
 
 export const TEST_INTERNAL_TOKEN = 'test-internal-token-0123456789abcdef'
@@ -40,6 +41,8 @@ export async function startPetsService(
     previousInternalToken: options.previousInternalToken,
     logger,
     registry,
+    // As main.ts has it: Postgres refusing the role, or unavailable, said once per episode or minute.
+    postgresRefusals: watchPostgresRefusals(pool, PETS_POSTGRES_NEEDS, logger),
   })
   await app.listen({ host: '127.0.0.1', port: 0 })
   const { port } = app.server.address() as AddressInfo

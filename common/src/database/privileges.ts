@@ -2,6 +2,7 @@ import pg from 'pg'
 import type { Logger } from 'pino'
 import { EnvError, withoutSslFiles } from '../env.ts'
 import { DependencyDown } from '../ops/dependencyDown.ts'
+import { reportPostgresOutages } from './outageLog.ts'
 import { dropConnection, endWithin, refusesConnectionsForNow } from './pool.ts'
 
 /**
@@ -239,7 +240,8 @@ const EPISODE_RECHECK_MILLIS = 10_000
 export interface PostgresRefusalWatch {
   /**
    * Called with the error behind a request's 5xx: true when it is a Postgres refusal, which this
-   * watch says once per episode (the request needs no error line of its own).
+   * watch says once per episode, or Postgres unavailable, said at most once a minute with a count
+   * (reportPostgresOutages): the request needs no error line of its own.
    */
   report(error: unknown): boolean
   /** For /readyz: rejects, with a reason, while Postgres refuses the role what requests need. */
@@ -258,6 +260,7 @@ export interface PostgresRefusalWatch {
  */
 export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logger: Logger): PostgresRefusalWatch {
   let episode: Episode | undefined
+  const outages = reportPostgresOutages(logger, needs.who)
   const end = (ended: Episode) => {
     if (episode !== ended) return
     clearTimeout(ended.recheck)
@@ -288,7 +291,7 @@ export function watchPostgresRefusals(pool: pg.Pool, needs: PostgresNeeds, logge
   return {
     report(error) {
       const words = postgresRefusal(error)
-      if (words === undefined) return false
+      if (words === undefined) return outages(error)
       begin(words)
       return true
     },

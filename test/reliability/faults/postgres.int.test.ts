@@ -11,6 +11,7 @@ import { waitForPostgres } from '../../../common/src/database/waitForPostgres.ts
 import { buildPetsService } from '../../../pets-service/src/app.ts'
 import { createPetRepository } from '../../../pets-service/src/repository/petRepository.ts'
 import { expectErrorResponse } from '../../helpers/assertions.ts'
+import { captureLog } from '../../helpers/logCapture.ts'
 import { startGateway, type RunningGateway } from '../../helpers/gateway.ts'
 import { TEST_INTERNAL_TOKEN, startPetsService, type RunningPetsService } from '../../helpers/petsService.ts'
 import { recordScenario } from '../../helpers/scenarioLog.ts'
@@ -54,6 +55,16 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
   let pets: RunningPetsService
   let gateway: RunningGateway
   let direct: pg.Pool
+  const petsLog = captureLog()
+  const gatewayLog = captureLog()
+  /**
+   * The error lines for requests Postgres being away failed: one per service at the first, then at
+   * most one a minute with a count. Before, each had a line with a stack of its own.
+   */
+  const outageLines = (log: ReturnType<typeof captureLog>) => ({
+    perRequest: log.entries().filter((entry) => entry.msg === 'request failed').length,
+    outage: log.entries().filter((entry) => entry.level === 50 && String(entry.msg).startsWith('Postgres is unavailable to the')).map((entry) => entry.requests),
+  })
 
   const through = (relay: Relay) => {
     const url = new URL(database.url)
@@ -65,10 +76,11 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
     const target = new URL(database.url)
     gatewayRelay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
     petsRelay = await cuttableRelay({ host: target.hostname, port: Number(target.port || 5432) })
-    pets = await startPetsService(through(petsRelay))
+    pets = await startPetsService(through(petsRelay), { logStream: petsLog.stream })
     gateway = await startGateway({
       databaseUrl: through(gatewayRelay),
       petsUrl: pets.url,
+      logStream: gatewayLog.stream,
       configure: (file) => {
         file.keyCache.ttlSeconds = KEY_CACHE_TTL_SECONDS
       },
@@ -157,6 +169,7 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
       const expired = await timed('/v1/pets', { key: cached.key })
       expect(expired.millis).toBeLessThan(ANSWER_WITHIN_MILLIS)
       await expectErrorResponse(expired.response, 503, 'service_unavailable')
+      expect(outageLines(gatewayLog)).toEqual({ perRequest: 0, outage: [1] })
 
       await gatewayRelay.restore()
       const recoveredIn = await within(10_000, async () => {
@@ -215,6 +228,7 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
       await expectErrorResponse(response, 503, 'service_unavailable')
       whileDown.push({ name: `While down ${i}`, idempotencyKey: `down-${i}`, millis })
     }
+    expect(outageLines(petsLog)).toEqual({ perRequest: 0, outage: [1] })
     for (const answer of flown) {
       expect([201, 503], `${answer.name}: ${JSON.stringify(answer.body)}`).toContain(answer.status)
       if (answer.status === 503) expect(answer.body.code).toBe('service_unavailable')
