@@ -435,6 +435,19 @@ describe('gateway config: YAML syntax errors', () => {
     ])
   })
 
+  it('refuses a file larger than any config needs before parsing it (a reload of a generated file held the event loop for seconds)', () => {
+    const generated = `${SHIPPED}\n${Array.from({ length: 5_000 }, (_, i) => `# line ${i} of something else`).join('\n')}\n`
+    expect(() => parseGatewayConfig(generated, 'x.yaml')).toThrow(
+      expect.objectContaining({ problems: [`x.yaml:1: the file is ${Buffer.byteLength(generated)} bytes, more than a gateway config needs (at most 65536; config/gateway.yaml is about 4 KB): is it the right file?`] }),
+    )
+  })
+
+  it('names an alias without its anchor (a typo) at its own line, not as an alias bomb at the last alias', () => {
+    expect(problemsOf('unknown-alias.yaml')).toEqual([
+      `test/fixtures/config/unknown-alias.yaml:${shippedLine('pro:')}: the alias *Free names no anchor (&Free) set before it`,
+    ])
+  })
+
   it('says YAML merge keys are not supported, at their line, rather than calling << an unknown key', () => {
     expect(problemsOf('merge-key.yaml')).toEqual([
       `test/fixtures/config/merge-key.yaml:${shippedLine('pro:')}: YAML merge keys (<<) are not supported: write the settings out (anchors and aliases work)`,

@@ -2,8 +2,10 @@ import { execFileSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { EnvError } from '../../common/src/env.ts'
+import { createConfigSource } from '../../gateway/src/config/configSource.ts'
 import { ConfigError, loadGatewayConfig, parseGatewayConfig } from '../../gateway/src/config/loadConfig.ts'
 import { certificateExpiry, readTlsPair } from '../../gateway/src/config/tlsFiles.ts'
 import { createTlsRotation } from '../../gateway/src/config/tlsRotation.ts'
@@ -161,11 +163,44 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
     expect(String((refused as Error).message)).not.toContain(secret)
   })
 
-  it('a config reload does not read the files (their rotation is checked on its own)', () => {
+  it('a config reload does not read the files in force (their rotation is checked on its own)', () => {
     const keep = readFileSync(server.keyFile)
     try {
       rmSync(server.keyFile)
-      expect(loadGatewayConfig(configFile, {}, undefined, { tlsFiles: false }).server.tls?.keyFile).toBe(server.keyFile)
+      const inForce = { certFile: server.certFile, keyFile: server.keyFile }
+      expect(loadGatewayConfig(configFile, {}, undefined, { tlsFiles: false, tlsInForce: inForce }).server.tls?.keyFile).toBe(server.keyFile)
+    } finally {
+      writeFileSync(server.keyFile, keep)
+    }
+  })
+
+  // server.tls is read at start only: a reload naming files the next start cannot read was counted a
+  // success (gauge 1) while check-config refused the same file, and the gateway then did not start again.
+  it('a reload naming other files than those in force reads them: one that cannot be read is refused at its line, the running config kept', () => {
+    const watched = path.join(directory, 'watched.yaml')
+    const shipped = readFileSync(configFile, 'utf8')
+    writeFileSync(watched, shipped)
+    const logs: { msg: string; problems?: string[] }[] = []
+    const logger = pino({ level: 'info' }, { write: (text: string) => void logs.push(JSON.parse(text) as (typeof logs)[number]) })
+    const outcomes: string[] = []
+    const source = createConfigSource(watched, {}, logger, (outcome) => outcomes.push(outcome))
+    const keep = readFileSync(server.keyFile)
+    try {
+      // The pair in force, mid-rotation (its key replaced): a plan change still reloads.
+      rmSync(server.keyFile)
+      writeFileSync(watched, shipped.replace('perMinute: 60,', 'perMinute: 30,'))
+      expect(source.reload()).toBe(true)
+
+      const missing = path.join(directory, 'tls', 'next.crt')
+      const next = shipped.replace(/certFile: .*/, `certFile: ${missing}`)
+      writeFileSync(watched, next)
+      expect(source.reload()).toBe(false)
+      expect(outcomes).toEqual(['success', 'failure'])
+      expect(logs.at(-1)).toMatchObject({
+        msg: 'gateway config reload refused; the running config stays',
+        problems: [`${watched}:${line('certFile:')}: server.tls.certFile ${missing} cannot be read (ENOENT)`],
+      })
+      expect(source.get().plans.free?.perMinute).toBe(30)
     } finally {
       writeFileSync(server.keyFile, keep)
     }

@@ -76,8 +76,10 @@ export function createConfigSource(
     try {
       const previous = current
       // server.tls's files rotate on their own (tlsRotation.ts): a pair mid-replacement must not
-      // hold back a change of plans, nor a plan change count as a certificate rotation.
-      current = loadGatewayConfig(path, env, undefined, { tlsFiles: false })
+      // hold back a change of plans, nor a plan change count as a certificate rotation. Files other
+      // than those in force (taken at the next start) are read: a reload that names files the next
+      // start cannot read was counted a success, and the gateway then did not start again.
+      current = loadGatewayConfig(path, env, undefined, { tlsFiles: false, tlsInForce: started.server.tls })
       logger.info({ path }, 'gateway config reloaded')
       // Changed by this reload and not what runs: an edit put back to the running value is no news.
       const differFromRunning = new Set(restartOnlyChanges(started, current))
