@@ -120,7 +120,13 @@ export interface components {
         /** @description An animal to add. */
         NewPet: {
             /**
-             * @description The animal's name; trimmed, then 1 to 100 characters without control characters.
+             * @description The animal's name, stored trimmed: white space and invisible characters at either end
+             *     (zero-width, format and default-ignorable ones: `"Rex\u200b"` and `"Rex\uFE0F"` are
+             *     stored as `Rex`) are removed first. Then it must hold 1 to 100 characters (code points),
+             *     well-formed (no lone surrogate), with no control characters (C0, DEL, C1), no line or
+             *     paragraph separator (U+2028, U+2029), no bidirectional override, embedding or isolate
+             *     (U+202A–U+202E, U+2066–U+2069), and at least one visible character; otherwise 400
+             *     `validation_failed`. Before trimming it may be at most 1,000 characters long.
              * @example Rex
              */
             name: string;
@@ -193,7 +199,11 @@ export interface components {
         /**
          * @description The request is invalid: `validation_failed` (a parameter, header or body value breaks
          *     the rules; the message names it), `invalid_json`, or `bad_request` (the request could
-         *     not be understood, e.g. a malformed URL encoding).
+         *     not be understood, e.g. a malformed URL encoding). One exception to the headers below: a
+         *     request line the HTTP parser refuses before the request is read (bytes HTTP does not
+         *     allow in it, such as a space or a non-ASCII byte sent raw in the query: percent-encode
+         *     them) gets `bad_request` as 408, 414 and 431 do, not authenticated, not counted, without
+         *     rate-limit headers or request id, and the connection is closed.
          */
         BadRequest: {
             headers: {
@@ -467,7 +477,10 @@ export interface components {
          * @description The body was sent with a transfer coding besides `chunked` (`Transfer-Encoding: gzip,
          *     chunked`), which the gateway does not decode (`not_implemented`, RFC 9112 §6.1). Send the
          *     body chunked or with `Content-Length`. The request is counted against the limits
-         *     like any other, and not carried out.
+         *     like any other, and not carried out. A method the HTTP parser does not know (`FOO`, a
+         *     lower-case `get`) or `CONNECT` is also answered `not_implemented`, but by the parser,
+         *     before the request is read: not counted, without rate-limit headers or request id, and
+         *     the connection is closed.
          */
         TransferCodingNotImplemented: {
             headers: {
@@ -524,7 +537,9 @@ export interface components {
         /**
          * @description A dependency is unavailable (`service_unavailable`): the key store for a key not seen
          *     recently, the rate-limit store when the operator chose to fail closed, or the
-         *     catalogue's database. Retry after `Retry-After` seconds.
+         *     catalogue's database. Retry after `Retry-After` seconds. A gateway that is shutting down
+         *     answers a request arriving meanwhile the same way (`Retry-After: 1`: another instance
+         *     takes it) before looking at its key, so without rate-limit headers.
          */
         ServiceUnavailable: {
             headers: {
@@ -705,7 +720,7 @@ export interface operations {
     listPets: {
         parameters: {
             query?: {
-                /** @description Maximum number of animals returned. */
+                /** @description Maximum number of animals returned, in plain decimal digits (`05`, `5.0`, `+5`, `1e1` get 400). */
                 limit?: number;
                 /** @description Restricts the result to animals with this status. */
                 status?: components["schemas"]["PetStatus"];
@@ -864,7 +879,11 @@ export interface operations {
             /**
              * @description The request is invalid: `validation_failed` (a parameter, header or body value breaks
              *     the rules; the message names it), `invalid_json`, or `bad_request` (the request could
-             *     not be understood, e.g. a malformed URL encoding).
+             *     not be understood, e.g. a malformed URL encoding). One exception to the headers below: a
+             *     request line the HTTP parser refuses before the request is read (bytes HTTP does not
+             *     allow in it, such as a space or a non-ASCII byte sent raw in the query: percent-encode
+             *     them) gets `bad_request` as 408, 414 and 431 do, not authenticated, not counted, without
+             *     rate-limit headers or request id, and the connection is closed.
              */
             400: {
                 headers: {
@@ -979,7 +998,10 @@ export interface operations {
              * @description The body was sent with a transfer coding besides `chunked` (`Transfer-Encoding: gzip,
              *     chunked`), which the gateway does not decode (`not_implemented`, RFC 9112 §6.1). Send the
              *     body chunked or with `Content-Length`. The request is counted against the limits
-             *     like any other, and not carried out.
+             *     like any other, and not carried out. A method the HTTP parser does not know (`FOO`, a
+             *     lower-case `get`) or `CONNECT` is also answered `not_implemented`, but by the parser,
+             *     before the request is read: not counted, without rate-limit headers or request id, and
+             *     the connection is closed.
              */
             501: {
                 headers: {
@@ -1042,7 +1064,9 @@ export interface operations {
             /**
              * @description A dependency is unavailable (`service_unavailable`): the key store for a key not seen
              *     recently, the rate-limit store when the operator chose to fail closed, or the
-             *     catalogue's database. Retry after `Retry-After` seconds.
+             *     catalogue's database. Retry after `Retry-After` seconds. A gateway that is shutting down
+             *     answers a request arriving meanwhile the same way (`Retry-After: 1`: another instance
+             *     takes it) before looking at its key, so without rate-limit headers.
              */
             503: {
                 headers: {
