@@ -442,6 +442,43 @@ describe('gateway config: YAML syntax errors', () => {
     )
   })
 
+  it('measures a file by its bytes on disk: one over 64 KiB is refused unread, one under it with bytes that are no UTF-8 (a Latin-1 comment) is read', () => {
+    const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-config-size-'))
+    try {
+      const large = path.join(directory, 'large.yaml')
+      const largeText = `${SHIPPED}\n${'# padding\n'.repeat(7_000)}`
+      writeFileSync(large, largeText)
+      expect(() => loadGatewayConfig(large, {})).toThrow(
+        expect.objectContaining({ problems: [`${large}:1: the file is ${Buffer.byteLength(largeText)} bytes, more than a gateway config needs (at most 65536; config/gateway.yaml is about 4 KB): is it the right file?`] }),
+      )
+      // 0xE9 is é in Latin-1 and no UTF-8: read as U+FFFD, three bytes each once decoded.
+      const latin1 = path.join(directory, 'latin1.yaml')
+      const comments = Buffer.from(`# caf\xe9 ${'\xe9'.repeat(60)}\n`.repeat(400), 'latin1')
+      writeFileSync(latin1, Buffer.concat([Buffer.from(SHIPPED), comments]))
+      expect(Buffer.byteLength(readFileSync(latin1, 'utf8'))).toBeGreaterThan(65_536)
+      expect(loadGatewayConfig(latin1, {}).plans.free).toEqual({ perMinute: 60, perDay: 1_000 })
+    } finally {
+      rmSync(directory, { recursive: true, force: true })
+    }
+  })
+
+  it('names at most ten aliases without their anchor, and counts the rest', () => {
+    const aliases = Array.from({ length: 25 }, (_, i) => `  - *missing${i}`).join('\n')
+    const problems = (() => {
+      try {
+        parseGatewayConfig(`${SHIPPED}\nextra:\n${aliases}\n`, 'x.yaml')
+      } catch (error) {
+        return (error as ConfigError).problems
+      }
+      throw new Error('the config was accepted')
+    })()
+    const first = SHIPPED.split('\n').length + 2
+    expect(problems).toEqual([
+      ...Array.from({ length: 10 }, (_, i) => `x.yaml:${first + i}: the alias *missing${i} names no anchor (&missing${i}) set before it`),
+      'x.yaml: and 15 more aliases naming no anchor',
+    ])
+  })
+
   it('names an alias without its anchor (a typo) at its own line, not as an alias bomb at the last alias', () => {
     expect(problemsOf('unknown-alias.yaml')).toEqual([
       `test/fixtures/config/unknown-alias.yaml:${shippedLine('pro:')}: the alias *Free names no anchor (&Free) set before it`,

@@ -169,6 +169,8 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
       rmSync(server.keyFile)
       const inForce = { certFile: server.certFile, keyFile: server.keyFile }
       expect(loadGatewayConfig(configFile, {}, undefined, { tlsFiles: false, tlsInForce: inForce }).server.tls?.keyFile).toBe(server.keyFile)
+      // The keys CLI's read (the plans only): no files in force, none read (the key is often the gateway's alone).
+      expect(loadGatewayConfig(configFile, {}, undefined, { tlsFiles: false }).server.tls?.keyFile).toBe(server.keyFile)
     } finally {
       writeFileSync(server.keyFile, keep)
     }

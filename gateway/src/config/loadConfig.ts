@@ -1,8 +1,8 @@
-import { readFileSync } from 'node:fs'
+import { readFileSync, statSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
-import { LineCounter, isCollection, isNode, isPair, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
+import { LineCounter, isAlias, isCollection, isNode, isPair, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
 import {
   EnvError,
   httpUrlProblem,
@@ -190,6 +190,9 @@ function syntaxErrorMessage(document: Document, error: YAMLError): string {
   return duplicate === undefined ? message : `${message}: ${duplicate} is set twice`
 }
 
+/** Aliases naming no anchor said one by one, at most; the rest are counted. */
+const MAX_UNRESOLVED_ALIASES_SAID = 10
+
 /**
  * The document as plain values. The YAML library refuses aliases that would expand into more
  * copies than it allows (a "billion laughs" file, a few lines that would fill the memory) by
@@ -203,17 +206,26 @@ function expanded(document: Document, lines: LineCounter, source: string): unkno
     if (!(error instanceof ReferenceError)) throw error
     // An alias naming no anchor set before it (a typo, `*Free` for `&free`) throws the same error:
     // it was said as an alias bomb, at the last alias of the file.
+    // One walk in document order (Alias.resolve walks the whole document for each alias: a 64 KiB
+    // file of aliases took a minute), and a bounded list of problems.
     let last = 0
+    let unresolvedCount = 0
     const unresolved: string[] = []
+    const anchors = new Set<string>()
     visit(document, {
-      Alias(_key, alias) {
-        if (!alias.range) return
-        last = Math.max(last, alias.range[0])
-        if (alias.resolve(document) === undefined) {
-          unresolved.push(`${source}:${lines.linePos(alias.range[0]).line}: the alias *${alias.source} names no anchor (&${alias.source}) set before it`)
+      Node(_key, node) {
+        if (!isAlias(node)) {
+          if (node.anchor) anchors.add(node.anchor)
+          return
+        }
+        if (!node.range) return
+        last = Math.max(last, node.range[0])
+        if (!anchors.has(node.source) && unresolvedCount++ < MAX_UNRESOLVED_ALIASES_SAID) {
+          unresolved.push(`${source}:${lines.linePos(node.range[0]).line}: the alias *${node.source} names no anchor (&${node.source}) set before it`)
         }
       },
     })
+    if (unresolvedCount > unresolved.length) unresolved.push(`${source}: and ${unresolvedCount - unresolved.length} more aliases naming no anchor`)
     if (unresolved.length > 0) throw new ConfigError(unresolved)
     throw new ConfigError([`${source}:${lines.linePos(last).line}: its aliases expand to more copies than any config needs (${error.message}): write the settings out`])
   }
@@ -222,6 +234,10 @@ function expanded(document: Document, lines: LineCounter, source: string): unkno
 /** The largest config file read: 64 KiB, about sixteen times the shipped one with its comments. */
 export const MAX_CONFIG_BYTES = 65_536
 
+function tooLarge(source: string, bytes: number): ConfigError {
+  return new ConfigError([`${source}:1: the file is ${bytes} bytes, more than a gateway config needs (at most ${MAX_CONFIG_BYTES}; config/gateway.yaml is about 4 KB): is it the right file?`])
+}
+
 /**
  * Parses and validates a config text. Every problem with a setting's shape is reported, not only
  * the first; the rules across settings (crossChecks) are checked once the shapes are right.
@@ -229,10 +245,9 @@ export const MAX_CONFIG_BYTES = 65_536
 export function parseGatewayConfig(text: string, source = DEFAULT_CONFIG_PATH): GatewayConfigFile {
   // The parser's check for keys set twice takes time with the square of a map's size, on the event
   // loop at a reload: a generated file of 20,000 entries (0.6 MB) held every request for 18 s.
-  const bytes = Buffer.byteLength(text)
-  if (bytes > MAX_CONFIG_BYTES) {
-    throw new ConfigError([`${source}:1: the file is ${bytes} bytes, more than a gateway config needs (at most ${MAX_CONFIG_BYTES}; config/gateway.yaml is about 4 KB): is it the right file?`])
-  }
+  // Characters here (never more than the file's bytes: a byte that is no UTF-8 is one U+FFFD);
+  // loadGatewayConfig measures the file itself before reading it.
+  if (text.length > MAX_CONFIG_BYTES) throw tooLarge(source, Buffer.byteLength(text))
   const lines = new LineCounter()
   const document = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false })
   if (document.errors.length > 0) {
@@ -721,8 +736,12 @@ export function loadGatewayConfig(
 ): GatewayConfig {
   let text: string
   try {
+    // Its size first: a large file (the wrong one named) is refused without reading it all.
+    const { size } = statSync(resolve(directory, path))
+    if (size > MAX_CONFIG_BYTES) throw tooLarge(path, size)
     text = readFileSync(resolve(directory, path), 'utf8')
   } catch (error) {
+    if (error instanceof ConfigError) throw error
     const where = isAbsolute(path) ? '' : `, looked for in ${directory}`
     throw new ConfigError([`${path}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'}${where})`])
   }
@@ -730,7 +749,8 @@ export function loadGatewayConfig(
   if (options.tlsFiles !== false) {
     checkTlsFiles(config, text, path, env)
     checkRedisClientCertificate(config)
-  } else if (JSON.stringify(config.server.tls) !== JSON.stringify(options.tlsInForce)) {
+  } else if ('tlsInForce' in options && JSON.stringify(config.server.tls) !== JSON.stringify(options.tlsInForce)) {
+    // Only a reload says which files are in force: the keys CLI (no tlsInForce) reads none of them.
     checkTlsFiles(config, text, path, env)
   }
   return config

@@ -262,8 +262,6 @@ export function connectRedis(connection: RedisConnection): RedisClient {
       if (CREDENTIALS_REFUSED.test(error.message)) refusing.set(node, error.message)
       else refusing.delete(node)
       credentialsChanged()
-      // A command failed on the connection just lost: the reason is the error before it.
-      if (!(CLOSED.test(error.message) && unconnected.has(node))) unconnected.set(node, connectionErrorText(error))
     })
     // A node that refuses is dropped at once and added again at the next slot-map refresh, to
     // refuse again: it still refuses until it accepts, or until the slot map no longer names it.
@@ -278,6 +276,17 @@ export function connectRedis(connection: RedisConnection): RedisClient {
         sent.catch(() => undefined)
         return sent
       }) as typeof node.asking
+      // The node's own connection only: 'node error' also carries a slot-map refresh's failure on a
+      // separate connection (a node busy for a second: "timeout"), which said a connected node was not.
+      node.on('error', (error: Error) => {
+        // A command failed on the connection just lost: the reason is the error before it.
+        if (!(CLOSED.test(error.message) && unconnected.has(name))) unconnected.set(name, connectionErrorText(error))
+      })
+      // A server that died closes the connection without an error (its kernel sends FIN), and no
+      // new connection is tried before the next call to it: until then, that is the reason.
+      node.on('end', () => {
+        if (!unconnected.has(name)) unconnected.set(name, 'the server closed the connection')
+      })
       node.on('ready', () => {
         unconnected.delete(name)
         if (refusing.delete(name)) credentialsChanged()
@@ -287,6 +296,14 @@ export function connectRedis(connection: RedisConnection): RedisClient {
       const named = new Set(client.nodes('all').map((node) => `${node.options.host}:${node.options.port}`))
       let changed = false
       for (const name of refusing.keys()) if (!named.has(name)) changed = refusing.delete(name) || changed
+      // A node the slot map no longer names (replaced, or a new address after a restart) is no
+      // one's reason. The map, not the pool: a dead master's connection comes and goes with each
+      // call, and is named by the map until its replica takes over.
+      if (unconnected.size > 0) {
+        const mapped = new Set<string>()
+        for (const holders of client.slots) for (const holder of holders ?? []) mapped.add(holder)
+        for (const name of unconnected.keys()) if (!mapped.has(name)) unconnected.delete(name)
+      }
       if (changed) credentialsChanged()
     })
   }
