@@ -28,7 +28,7 @@ describe('requests answered 503 while Postgres is unavailable', () => {
     const lines = () => log.entries().map((entry) => ({ level: entry.level, msg: entry.msg, requests: entry.requests, code: (entry.err as { code?: string }).code }))
     const line = (requests: number) => ({
       level: 50,
-      msg: 'Postgres is unavailable to the pets-service: the requests that need it are answered 503',
+      msg: 'Postgres unavailable to the pets-service: requests answered 503',
       requests,
       code: 'ECONNREFUSED',
     })

@@ -20,7 +20,7 @@ export function reportPostgresOutages(
   const log = (error: unknown, requests: number) =>
     logger.error(
       { err: error, requests, withinSeconds: intervalMillis / 1_000 },
-      `Postgres is unavailable to the ${who}: the requests that need it are answered 503`,
+      `Postgres unavailable to the ${who}: requests answered 503`,
     )
   // After a line, the failures of an interval are counted; their line comes at its end.
   const quietFor = () => {

@@ -63,7 +63,7 @@ describe('Postgres down (the services reach it through relays the test cuts)', (
    */
   const outageLines = (log: ReturnType<typeof captureLog>) => ({
     perRequest: log.entries().filter((entry) => entry.msg === 'request failed').length,
-    outage: log.entries().filter((entry) => entry.level === 50 && String(entry.msg).startsWith('Postgres is unavailable to the')).map((entry) => entry.requests),
+    outage: log.entries().filter((entry) => entry.level === 50 && String(entry.msg).startsWith('Postgres unavailable to the')).map((entry) => entry.requests),
   })
 
   const through = (relay: Relay) => {
