@@ -5,7 +5,9 @@ import { Registry } from 'prom-client'
 import { collectProcessMetrics } from '../../common/src/ops/processMetrics.ts'
 import { registerConnectionMetrics } from '../../common/src/ops/connectionMetrics.ts'
 import { httpMetrics } from '../../common/src/ops/httpMetrics.ts'
+import { countParserRefusals } from '../../common/src/ops/parserRefusals.ts'
 import { registerPoolMetrics } from '../../common/src/ops/poolMetrics.ts'
+import { capConnectionsPerClient } from '../../gateway/src/connectionsPerClient.ts'
 import type { KeyCache } from '../../gateway/src/keys/keyCache.ts'
 import { createGatewayMetrics, createTlsMetrics } from '../../gateway/src/metrics/gatewayMetrics.ts'
 import type { BanCache } from '../../gateway/src/rateLimit/banCache.ts'
@@ -41,7 +43,9 @@ export async function registeredSeries(): Promise<Record<Job, Set<string>>> {
     collectProcessMetrics(registry)
     registerPoolMetrics(registry, { totalCount: 0, idleCount: 0, waitingCount: 0, options: { max: 10 } } as unknown as pg.Pool)
     registerConnectionMetrics(registry, { public: createServer(), ops: createServer() })
+    countParserRefusals(registry)
     if (job === 'gateway') {
+      capConnectionsPerClient(createServer(), { limit: 1, isTrustedProxy: () => false, registry, logger: { warn: () => undefined } })
       const metrics = createGatewayMetrics(registry)
       metrics.observeKeyCache({ stats: { hits: 0, misses: 0 }, size: 0 } as unknown as KeyCache)
       metrics.observeBans({ size: 0 } as unknown as BanCache)
