@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import Fastify from 'fastify'
@@ -442,7 +442,7 @@ describe('gateway config: YAML syntax errors', () => {
     )
   })
 
-  it('measures a file by its bytes on disk: one over 64 KiB is refused unread, one under it with bytes that are no UTF-8 (a Latin-1 comment) is read', () => {
+  it('measures a file by its bytes on disk: one over 64 KiB is refused by its size, one under it with bytes that are no UTF-8 (a Latin-1 comment) is read, and a folder is no file', () => {
     const directory = mkdtempSync(path.join(os.tmpdir(), 'aas-config-size-'))
     try {
       const large = path.join(directory, 'large.yaml')
@@ -457,6 +457,11 @@ describe('gateway config: YAML syntax errors', () => {
       writeFileSync(latin1, Buffer.concat([Buffer.from(SHIPPED), comments]))
       expect(Buffer.byteLength(readFileSync(latin1, 'utf8'))).toBeGreaterThan(65_536)
       expect(loadGatewayConfig(latin1, {}).plans.free).toEqual({ perMinute: 60, perDay: 1_000 })
+      // A folder of many files is over 64 KiB as a directory: it is said to be one, as before the cap.
+      const folder = path.join(directory, 'folder')
+      mkdirSync(folder)
+      for (let i = 0; i < 3_000; i++) writeFileSync(path.join(folder, `file-with-a-longish-name-${i}`), '')
+      expect(() => loadGatewayConfig(folder, {})).toThrow(expect.objectContaining({ problems: [`${folder}: cannot be read (EISDIR)`] }))
     } finally {
       rmSync(directory, { recursive: true, force: true })
     }
@@ -475,7 +480,7 @@ describe('gateway config: YAML syntax errors', () => {
     const first = SHIPPED.split('\n').length + 2
     expect(problems).toEqual([
       ...Array.from({ length: 10 }, (_, i) => `x.yaml:${first + i}: the alias *missing${i} names no anchor (&missing${i}) set before it`),
-      'x.yaml: and 15 more aliases naming no anchor',
+      `x.yaml:${first + 10}: and 15 more aliases naming no anchor, from here on`,
     ])
   })
 

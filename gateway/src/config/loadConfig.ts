@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from 'node:fs'
+import { closeSync, fstatSync, openSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import proxyAddr from '@fastify/proxy-addr'
 import { Ajv, type ErrorObject } from 'ajv'
@@ -210,6 +210,7 @@ function expanded(document: Document, lines: LineCounter, source: string): unkno
     // file of aliases took a minute), and a bounded list of problems.
     let last = 0
     let unresolvedCount = 0
+    let firstUnsaid = 0
     const unresolved: string[] = []
     const anchors = new Set<string>()
     visit(document, {
@@ -220,12 +221,16 @@ function expanded(document: Document, lines: LineCounter, source: string): unkno
         }
         if (!node.range) return
         last = Math.max(last, node.range[0])
-        if (!anchors.has(node.source) && unresolvedCount++ < MAX_UNRESOLVED_ALIASES_SAID) {
+        if (anchors.has(node.source)) return
+        if (unresolvedCount++ === MAX_UNRESOLVED_ALIASES_SAID) firstUnsaid = node.range[0]
+        if (unresolvedCount <= MAX_UNRESOLVED_ALIASES_SAID) {
           unresolved.push(`${source}:${lines.linePos(node.range[0]).line}: the alias *${node.source} names no anchor (&${node.source}) set before it`)
         }
       },
     })
-    if (unresolvedCount > unresolved.length) unresolved.push(`${source}: and ${unresolvedCount - unresolved.length} more aliases naming no anchor`)
+    if (unresolvedCount > unresolved.length) {
+      unresolved.push(`${source}:${lines.linePos(firstUnsaid).line}: and ${unresolvedCount - unresolved.length} more aliases naming no anchor, from here on`)
+    }
     if (unresolved.length > 0) throw new ConfigError(unresolved)
     throw new ConfigError([`${source}:${lines.linePos(last).line}: its aliases expand to more copies than any config needs (${error.message}): write the settings out`])
   }
@@ -736,10 +741,17 @@ export function loadGatewayConfig(
 ): GatewayConfig {
   let text: string
   try {
-    // Its size first: a large file (the wrong one named) is refused without reading it all.
-    const { size } = statSync(resolve(directory, path))
-    if (size > MAX_CONFIG_BYTES) throw tooLarge(path, size)
-    text = readFileSync(resolve(directory, path), 'utf8')
+    // Its size first, on the file opened (a rename between a look and the read cannot swap it): a
+    // large file (the wrong one named) is refused without reading it all.
+    const file = openSync(resolve(directory, path), 'r')
+    try {
+      const stats = fstatSync(file)
+      if (stats.isDirectory()) throw Object.assign(new Error('is a directory'), { code: 'EISDIR' })
+      if (stats.isFile() && stats.size > MAX_CONFIG_BYTES) throw tooLarge(path, stats.size)
+      text = readFileSync(file, 'utf8')
+    } finally {
+      closeSync(file)
+    }
   } catch (error) {
     if (error instanceof ConfigError) throw error
     const where = isAbsolute(path) ? '' : `, looked for in ${directory}`

@@ -258,6 +258,8 @@ export function connectRedis(connection: RedisConnection): RedisClient {
     nodeCredentialRefusals.set(client, refusing)
     const unconnected = new Map<string, string>()
     nodeConnectionErrors.set(client, unconnected)
+    /** Per node address, the connection ioredis made last: only its errors and end count. */
+    const current = new Map<string, Redis>()
     client.on('node error', (error: Error, node: string) => {
       if (CREDENTIALS_REFUSED.test(error.message)) refusing.set(node, error.message)
       else refusing.delete(node)
@@ -278,14 +280,18 @@ export function connectRedis(connection: RedisConnection): RedisClient {
       }) as typeof node.asking
       // The node's own connection only: 'node error' also carries a slot-map refresh's failure on a
       // separate connection (a node busy for a second: "timeout"), which said a connected node was not.
+      // And the connection ioredis uses for the node now: one it replaced (a redirect back to the
+      // same node) may end after its successor is ready, and would have marked a live node.
+      current.set(name, node)
       node.on('error', (error: Error) => {
+        if (current.get(name) !== node) return
         // A command failed on the connection just lost: the reason is the error before it.
         if (!(CLOSED.test(error.message) && unconnected.has(name))) unconnected.set(name, connectionErrorText(error))
       })
       // A server that died closes the connection without an error (its kernel sends FIN), and no
       // new connection is tried before the next call to it: until then, that is the reason.
       node.on('end', () => {
-        if (!unconnected.has(name)) unconnected.set(name, 'the server closed the connection')
+        if (current.get(name) === node && !unconnected.has(name)) unconnected.set(name, 'the server closed the connection')
       })
       node.on('ready', () => {
         unconnected.delete(name)
@@ -299,11 +305,10 @@ export function connectRedis(connection: RedisConnection): RedisClient {
       // A node the slot map no longer names (replaced, or a new address after a restart) is no
       // one's reason. The map, not the pool: a dead master's connection comes and goes with each
       // call, and is named by the map until its replica takes over.
-      if (unconnected.size > 0) {
-        const mapped = new Set<string>()
-        for (const holders of client.slots) for (const holder of holders ?? []) mapped.add(holder)
-        for (const name of unconnected.keys()) if (!mapped.has(name)) unconnected.delete(name)
-      }
+      const mapped = new Set<string>()
+      for (const holders of client.slots) for (const holder of holders ?? []) mapped.add(holder)
+      for (const name of unconnected.keys()) if (!mapped.has(name)) unconnected.delete(name)
+      for (const name of current.keys()) if (!mapped.has(name) && !named.has(name)) current.delete(name)
       if (changed) credentialsChanged()
     })
   }
