@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
+import { countedLines } from '../../common/src/ops/countedLines.ts'
 
 /**
  * Why a TLS handshake on the public port failed, as a bounded label: what an operator can act on.
@@ -66,23 +67,17 @@ export function reportHandshakeFailures(
   onFailure?: (reason: HandshakeFailureReason) => void,
   intervalMillis = HANDSHAKE_LOG_INTERVAL_MILLIS,
 ) {
-  const quiet = new Map<HandshakeFailureReason, { count: number; code?: string; remoteAddress?: string }>()
-
-  const log = (reason: HandshakeFailureReason, count: number, code: string | undefined, remoteAddress: string | undefined) => {
-    logger.warn(
-      { reason, count, code, lastRemoteAddress: remoteAddress, withinSeconds: intervalMillis / 1_000 },
-      'TLS handshakes failed on the public port',
-    )
-  }
-  // After a line, the reason stays quiet for an interval; what came in it is logged at its end.
-  const quietFor = (reason: HandshakeFailureReason) => {
-    quiet.set(reason, { count: 0 })
-    setTimeout(() => {
-      const since = quiet.get(reason)!
-      if (since.count === 0) return void quiet.delete(reason)
-      log(reason, since.count, since.code, since.remoteAddress)
-      quietFor(reason)
-    }, intervalMillis).unref()
+  // One counted line per reason: a flood of one kind does not hide the first failure of another.
+  const lines = new Map<HandshakeFailureReason, (failure: { code?: string; remoteAddress?: string }) => void>()
+  const lineFor = (reason: HandshakeFailureReason) => {
+    let line = lines.get(reason)
+    if (!line) {
+      line = countedLines<{ code?: string; remoteAddress?: string }>(intervalMillis, ({ code, remoteAddress }, count) =>
+        logger.warn({ reason, count, code, lastRemoteAddress: remoteAddress, withinSeconds: intervalMillis / 1_000 }, 'TLS handshakes failed on the public port'),
+      )
+      lines.set(reason, line)
+    }
+    return line
   }
 
   return (error: NodeJS.ErrnoException, socket: Socket): void => {
@@ -97,15 +92,7 @@ export function reportHandshakeFailures(
     const reason = handshakeFailureReason(error)
     onFailure?.(reason)
     const code = error.code !== undefined && ERROR_CODE.test(error.code) ? error.code : undefined
-    const since = quiet.get(reason)
-    if (since) {
-      since.count++
-      since.code = code
-      since.remoteAddress = remoteAddress
-      return
-    }
-    log(reason, 1, code, remoteAddress)
-    quietFor(reason)
+    lineFor(reason)({ code, remoteAddress })
   }
 }
 

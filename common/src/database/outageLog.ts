@@ -1,4 +1,5 @@
 import type { Logger } from 'pino'
+import { countedLines } from '../ops/countedLines.ts'
 import { isDatabaseUnavailable } from './pool.ts'
 
 /** At most one line in this time for the requests Postgres being unavailable failed, with how many since the line before. */
@@ -16,32 +17,12 @@ export function reportPostgresOutages(
   who: string,
   intervalMillis = POSTGRES_OUTAGE_LOG_INTERVAL_MILLIS,
 ): (error: unknown) => boolean {
-  let quiet: { requests: number; last?: unknown } | undefined
-  const log = (error: unknown, requests: number) =>
-    logger.error(
-      { err: error, requests, withinSeconds: intervalMillis / 1_000 },
-      `Postgres unavailable to the ${who}: requests answered 503`,
-    )
-  // After a line, the failures of an interval are counted; their line comes at its end.
-  const quietFor = () => {
-    const since: { requests: number; last?: unknown } = { requests: 0 }
-    quiet = since
-    setTimeout(() => {
-      quiet = undefined
-      if (since.requests === 0) return
-      log(since.last, since.requests)
-      quietFor()
-    }, intervalMillis).unref()
-  }
+  const said = countedLines<unknown>(intervalMillis, (error, requests) =>
+    logger.error({ err: error, requests, withinSeconds: intervalMillis / 1_000 }, `Postgres unavailable to the ${who}: requests answered 503`),
+  )
   return (error) => {
     if (!isDatabaseUnavailable(error)) return false
-    if (quiet) {
-      quiet.requests++
-      quiet.last = error
-      return true
-    }
-    log(error, 1)
-    quietFor()
+    said(error)
     return true
   }
 }
