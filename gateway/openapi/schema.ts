@@ -122,7 +122,8 @@ export interface components {
             /**
              * @description The animal's name, stored trimmed: white space and invisible characters at either end
              *     (zero-width, format and default-ignorable ones: `"Rex\u200b"` and `"Rex\uFE0F"` are
-             *     stored as `Rex`) are removed first. Then it must hold 1 to 100 characters (code points),
+             *     stored as `Rex`, as are `"Rex \u0301"` and `"\u0301Rex"`, whose accent marks no
+             *     letter) are removed first. Then it must hold 1 to 100 characters (code points),
              *     well-formed (no lone surrogate), with no control characters (C0, DEL, C1), no line or
              *     paragraph separator (U+2028, U+2029), no bidirectional override, embedding or isolate
              *     (U+202A–U+202E, U+2066–U+2069), and at least one visible character; otherwise 400
@@ -166,7 +167,7 @@ export interface components {
              *
              *     - `bad_request` (400): the request could not be understood.
              *     - `validation_failed` (400): a body, query, path or header value breaks the rules; the message names it.
-             *     - `invalid_json` (400): the body is not JSON, is not UTF-8, is empty, or carries `__proto__`/`constructor` keys.
+             *     - `invalid_json` (400): the body is not JSON, is not UTF-8, or is empty.
              *     - `missing_api_key` (401): no `Authorization: Bearer` key.
              *     - `invalid_api_key` (401): a malformed, unknown, revoked or expired key.
              *     - `not_found` (404): no route matches this path.

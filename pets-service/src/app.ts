@@ -175,7 +175,7 @@ function strictJsonBodies(app: FastifyInstance): void {
     // field not allowed) the schema's own message tells the truth.
     const rounded = firstNumberRoundedToInteger(text)
     parseJson(request, text, (error, body) => {
-      if (error) return done(error)
+      if (error) return done(isPlainJson(text) ? petsErrors.create('validation_failed', PROTOTYPE_MEMBER) : error)
       const repeated = firstRepeatedMember(text)
       if (repeated !== undefined) return done(petsErrors.create('validation_failed', repeatedMessage(text, repeated)))
       if (rounded === undefined) return done(null, body)
@@ -184,6 +184,19 @@ function strictJsonBodies(app: FastifyInstance): void {
       done(petsErrors.create('validation_failed', roundedMessage(text, rounded)))
     })
   })
+}
+
+// Refused by the parser as prototype poisoning: valid JSON, so not `invalid_json`, but a member
+// no NewPet has, answered as any other unknown member is.
+const PROTOTYPE_MEMBER = 'body must NOT have a property "__proto__", nor a "constructor" holding "prototype"'
+
+function isPlainJson(text: string): boolean {
+  try {
+    JSON.parse(text)
+    return true
+  } catch {
+    return false
+  }
 }
 
 /** Long enough for any integer or field a client means; a literal or a path of a megabyte is not repeated whole. */

@@ -14,11 +14,11 @@ import { IdempotencyHeaders, NAME_MAX_LENGTH, NewPet, NoQuery, Pet } from '../sc
 const NOTHING_VISIBLE = /^[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Z}\p{M}\p{Cn}\u2800]*$/u
 
 // What trimming takes off either end: a user-perceived character (grapheme) made only of white
-// space and characters that show nothing. A variation selector or joiner that belongs to the
+// space, characters that show nothing and marks (a combining accent on a space, or on nothing). A variation selector or joiner that belongs to the
 // character before it is part of that character's grapheme and stays (the emoji presentation of
 // U+2764 U+FE0F, a tag-sequence flag); a joiner at the very end joins nothing and goes. NEL
 // (U+0085) is white space to Unicode, not to String.trim or \s.
-const INVISIBLE_GRAPHEME = /^[\s\u0085\p{Default_Ignorable_Code_Point}\p{Cf}\p{Z}\u2800]+$/u
+const INVISIBLE_GRAPHEME = /^[\s\u0085\p{Default_Ignorable_Code_Point}\p{Cf}\p{Z}\p{M}\u2800]+$/u
 const TRAILING_JOINERS = /[\u200c\u200d]+$/u
 // A variation selector, grapheme joiner or tag attached to a Latin letter changes nothing one can
 // see ("Rex\uFE0F" shows as "Rex"); after an emoji it chooses how the emoji shows, after a Han or
