@@ -1,15 +1,19 @@
 import { LRUCache } from 'lru-cache'
+import type { WindowState } from './limitStore.ts'
 import { sameKeyLimits, type KeyLimits } from './planLimits.ts'
+import { nearestExhaustion } from './rateLimitHeaders.ts'
 
 /** Taken before a store call: a ban that call reports is kept only if the key was not forgotten since. */
 export type BanTicket = number
 
-/** What the store said of a ban (a LimitDecision's fields): its time, what is left, its step. */
+/** What the store said of a ban (a LimitDecision's fields): its time, what is left, its step, the windows. */
 export interface BanSeen {
   nowMillis: number
   banMillisLeft: number
   retryAfterMillis: number
   banStep: number
+  minute: WindowState
+  day: WindowState
 }
 
 /**
@@ -25,7 +29,7 @@ export interface BanSeen {
  */
 export function createBanCache(options: { maxEntries?: number; clock?: () => number } = {}) {
   const clock = options.clock ?? (() => performance.now())
-  const bans = new LRUCache<string, { until: number; admittedAt: number; admittedAtStoreMillis: number; step: number; limits: KeyLimits }>({
+  const bans = new LRUCache<string, { until: number; admittedAt: number; admittedAtStoreMillis: number; step: number; window: number; limits: KeyLimits }>({
     max: options.maxEntries ?? 100_000,
   })
   // An unban forgets the key while requests may be on their way to the store, and the store can
@@ -44,14 +48,15 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
         admittedAt: now + untilAdmitted,
         admittedAtStoreMillis: ban.nowMillis + untilAdmitted,
         step: ban.banStep,
+        window: nearestExhaustion([ban.minute, ban.day]),
         limits,
       })
     },
     /**
-     * Milliseconds left of a known ban and until a request would be admitted under `limits`, and
-     * that moment in the store's time; or undefined.
+     * Milliseconds left of a known ban and until a request would be admitted under `limits`, that
+     * moment in the store's time, and the window (0 minute, 1 day) that held the key back; or undefined.
      */
-    lookup(keyId: string, limits: KeyLimits): { millisLeft: number; retryAfterMillis: number; admittedAtStoreMillis: number; step: number } | undefined {
+    lookup(keyId: string, limits: KeyLimits): { millisLeft: number; retryAfterMillis: number; admittedAtStoreMillis: number; step: number; window: number } | undefined {
       const ban = bans.get(keyId)
       if (!ban) return undefined
       const now = clock()
@@ -60,7 +65,7 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
         bans.delete(keyId)
         return undefined
       }
-      return { millisLeft, retryAfterMillis: ban.admittedAt - now, admittedAtStoreMillis: ban.admittedAtStoreMillis, step: ban.step }
+      return { millisLeft, retryAfterMillis: ban.admittedAt - now, admittedAtStoreMillis: ban.admittedAtStoreMillis, step: ban.step, window: ban.window }
     },
     /** Drops the key's ban, and any ban a store call started before now reports for it. */
     forget(keyId: string): void {

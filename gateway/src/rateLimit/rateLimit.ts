@@ -12,7 +12,7 @@ import { anonymousBucket } from './clientAddress.ts'
 import type { NewBan } from './banJournal.ts'
 import type { LimitDecision, LimitOutcome, LimitRequest } from './limitStore.ts'
 import { banPolicy, cachedLimitsFor, type KeyLimits } from './planLimits.ts'
-import { rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
+import { nearestExhaustion, rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
 import { StoreUnavailableError, type ResilientStore } from './resilientStore.ts'
 
 declare module 'fastify' {
@@ -103,11 +103,13 @@ function settle(reply: FastifyReply, done: (error?: Error) => void, outcome: unk
 
 /**
  * A banned key has nothing left in either window until it would be admitted, wherever the answer
- * comes from: both spent until `admittedAtMillis` (store time).
+ * comes from: both spent until `admittedAtMillis` (store time). X-RateLimit-* go on naming the
+ * window that held the key back (`named`, as the store last saw the windows): with both spent to
+ * one moment, the limit given flipped from the day's to the minute's at a ban the day had caused.
  */
-function bannedHeaders(limits: KeyLimits, now: number, admittedAtMillis: number): Record<string, string> {
+function bannedHeaders(limits: KeyLimits, now: number, admittedAtMillis: number, named: number): Record<string, string> {
   const end = { remaining: 0, resetMillis: admittedAtMillis }
-  return rateLimitHeaders(keyWindows(limits, end, end), now)
+  return rateLimitHeaders(keyWindows(limits, end, end), now, named)
 }
 
 /**
@@ -153,8 +155,8 @@ export const rateLimit = fp(
       if (!knownBan) return undefined
       // The store's time now as this ban reckons it (its admission moment, less the wait left by
       // this host's clock): Reset is the moment Redis gave, and RateLimit's t says Retry-After.
-      const { admittedAtStoreMillis, retryAfterMillis } = knownBan
-      request.rateLimitHeaders = bannedHeaders(limits, admittedAtStoreMillis - retryAfterMillis, admittedAtStoreMillis)
+      const { admittedAtStoreMillis, retryAfterMillis, window } = knownBan
+      request.rateLimitHeaders = bannedHeaders(limits, admittedAtStoreMillis - retryAfterMillis, admittedAtStoreMillis, window)
       options.observer?.decision({ plan: key.plan, outcome: 'banned', source: 'ban_cache' })
       return refusal('api_key_banned', knownBan.retryAfterMillis)
     }
@@ -202,7 +204,8 @@ export const rateLimit = fp(
         })
       }
       if (decision.outcome === 'banned') {
-        request.rateLimitHeaders = bannedHeaders(limits, decision.nowMillis, decision.nowMillis + decision.retryAfterMillis)
+        const named = nearestExhaustion([decision.minute, decision.day])
+        request.rateLimitHeaders = bannedHeaders(limits, decision.nowMillis, decision.nowMillis + decision.retryAfterMillis, named)
       } else {
         const windows = keyWindows(limits, decision.minute, decision.day)
         request.rateLimitHeaders = rateLimitHeaders(windows, decision.nowMillis)

@@ -7,20 +7,32 @@ export interface NamedWindow extends WindowState {
 }
 
 /**
- * The spec's X-RateLimit-* headers for the window nearest exhaustion, and the IETF draft's
- * RateLimit-Policy / RateLimit fields (draft-ietf-httpapi-ratelimit-headers) for every window.
+ * The window the X-RateLimit-* headers name: the one nearest exhaustion, with the fewest requests
+ * left; of two with as many, the one that frees last, which is when the client is really held
+ * back until.
  */
-export function rateLimitHeaders(windows: NamedWindow[], nowMillis: number): Record<string, string> {
+export function nearestExhaustion(windows: readonly WindowState[]): number {
+  let nearest = 0
+  for (let index = 1; index < windows.length; index++) {
+    const window = windows[index]!
+    const held = windows[nearest]!
+    if (window.remaining < held.remaining || (window.remaining === held.remaining && window.resetMillis > held.resetMillis)) nearest = index
+  }
+  return nearest
+}
+
+/**
+ * The spec's X-RateLimit-* headers for the window nearest exhaustion (or the one `named`), and the
+ * IETF draft's RateLimit-Policy / RateLimit fields (draft-ietf-httpapi-ratelimit-headers) for
+ * every window.
+ */
+export function rateLimitHeaders(windows: NamedWindow[], nowMillis: number, named = nearestExhaustion(windows)): Record<string, string> {
   // Plain loops: this runs on every /v1 answer, and under tsx every closure created per call is
   // also renamed per call (esbuild's keepNames), which showed in profiles of the refusal paths.
-  let tightest = windows[0] as NamedWindow
+  const tightest = windows[named] as NamedWindow
   let policy = ''
   let current = ''
   for (const window of windows) {
-    // On a tie the window that frees last: that is when the client is really held back until.
-    if (window.remaining < tightest.remaining || (window.remaining === tightest.remaining && window.resetMillis > tightest.resetMillis)) {
-      tightest = window
-    }
     const separator = policy === '' ? '' : ', '
     policy += `${separator}"${window.name}";q=${window.limit};w=${window.windowSeconds}`
     current += `${separator}"${window.name}";r=${Math.max(window.remaining, 0)};t=${secondsUntil(window.resetMillis, nowMillis)}`

@@ -4,6 +4,9 @@ import { createGatewayMetrics } from '../../../gateway/src/metrics/gatewayMetric
 import { createBanCache } from '../../../gateway/src/rateLimit/banCache.ts'
 import type { KeyLimits } from '../../../gateway/src/rateLimit/planLimits.ts'
 
+/** The windows as the store saw them at the ban: the minute spent, the day not. */
+const MINUTE_SPENT = { minute: { limit: 60, remaining: 0, resetMillis: 0 }, day: { limit: 1_000, remaining: 900, resetMillis: 0 } }
+
 const limits: KeyLimits = {
   minute: { limit: 60, windowMillis: 60_000, bucketMillis: 5_000 },
   day: { limit: 1_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
@@ -22,8 +25,8 @@ describe('gateway_active_bans', () => {
     const registry = new Registry()
     createGatewayMetrics(registry).observeBans(bans)
 
-    bans.remember('key_short', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 10_000, retryAfterMillis: 10_000, banStep: 0 })
-    bans.remember('key_long', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 60_000, retryAfterMillis: 60_000, banStep: 2 })
+    bans.remember('key_short', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 10_000, retryAfterMillis: 10_000, banStep: 0, ...MINUTE_SPENT })
+    bans.remember('key_long', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 60_000, retryAfterMillis: 60_000, banStep: 2, ...MINUTE_SPENT })
     expect(await scrape(registry)).toBe('gateway_active_bans 2')
 
     now = 10_000

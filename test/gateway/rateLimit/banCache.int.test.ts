@@ -16,6 +16,9 @@ import { connectRedis, createRedisStore, redisReady } from '../../../gateway/src
 import { createResilientStore } from '../../../gateway/src/rateLimit/resilientStore.ts'
 import { TEST_REDIS_URL, deleteKeysWithPrefix, testKeyPrefix } from '../../helpers/redis.ts'
 
+/** The windows as the store saw them at the ban: the minute spent, the day not. */
+const MINUTE_SPENT = { minute: { limit: 60, remaining: 0, resetMillis: 0 }, day: { limit: 1_000, remaining: 900, resetMillis: 0 } }
+
 const silent = pino({ level: 'silent' })
 const shipped = loadGatewayConfig('config/gateway.yaml', {})
 const key = (id: string): ApiKeyRecord => ({
@@ -207,8 +210,8 @@ describe('the ban cache after an unban', () => {
     bans.forget('key_bannedAgain')
     // A request decided after the unban: its ban is the key's new one, and is kept.
     const ticket = bans.ticket()
-    bans.remember('key_bannedAgain', ticket, limits, { nowMillis: 0, banMillisLeft: 30_000, retryAfterMillis: 30_000, banStep: 1 })
-    expect(bans.lookup('key_bannedAgain', limits)).toEqual({ millisLeft: 30_000, retryAfterMillis: 30_000, admittedAtStoreMillis: 30_000, step: 1 })
+    bans.remember('key_bannedAgain', ticket, limits, { nowMillis: 0, banMillisLeft: 30_000, retryAfterMillis: 30_000, banStep: 1, ...MINUTE_SPENT })
+    expect(bans.lookup('key_bannedAgain', limits)).toEqual({ millisLeft: 30_000, retryAfterMillis: 30_000, admittedAtStoreMillis: 30_000, step: 1, window: 0 })
   })
 })
 

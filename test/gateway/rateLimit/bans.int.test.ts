@@ -142,21 +142,28 @@ describe('bans over HTTP, on two gateways sharing a private Redis', () => {
   // A request is admitted again when the day window frees, on a bucket's edge (a whole second),
   // after the 4 s ban. Carried on the local clock, that moment came back a reply's latency late,
   // and the cache said the second after it, while the gateways that asked Redis said that second.
-  it('answers a ban from its cache with the X-RateLimit-Reset Redis gave, when the day window frees after the ban ends', async () => {
-    const { key } = await a.createKey({ plan: 'enterprise', perMinute: 2, perDay: 2 })
+  // X-RateLimit-Limit too stays the day's, the window that held the key back: with both windows
+  // spent to the same moment during a ban, it gave the minute's limit (5) after the 429s' day (2).
+  it('answers a ban from its cache with the X-RateLimit-Reset Redis gave, when the day window frees after the ban ends, naming the day window as its 429s did', async () => {
+    const { key } = await a.createKey({ plan: 'enterprise', perMinute: 5, perDay: 2 })
     const send = (gateway: RunningGateway) => gateway.request('/v1/pets?limit=1', { key })
     for (let i = 0; i < 2; i++) expect((await send(a)).status).toBe(200)
-    await expectTooManyRequests(await send(a), 'rate_limited')
-    await expectTooManyRequests(await send(a), 'rate_limited')
+    for (let i = 0; i < 2; i++) {
+      const limited = await send(a)
+      await expectTooManyRequests(limited, 'rate_limited')
+      expect(expectRateLimitHeaders(limited, keyed).limit).toBe(2)
+    }
     const fromRedis = await send(a)
     await expectTooManyRequests(fromRedis, 'api_key_banned')
-    const { reset } = expectRateLimitHeaders(fromRedis, keyed)
+    const { reset, limit } = expectRateLimitHeaders(fromRedis, keyed)
+    expect(limit).toBe(2)
     // B asks Redis once, then both answer from their caches.
     for (let i = 0; i < 3; i++) {
       for (const gateway of [a, b]) {
         const response = await send(gateway)
         await expectTooManyRequests(response, 'api_key_banned')
-        expect(expectRateLimitHeaders(response, keyed).reset, `gateway ${gateway === a ? 'A' : 'B'}, round ${i}`).toBe(reset)
+        const view = expectRateLimitHeaders(response, keyed)
+        expect([view.reset, view.limit], `gateway ${gateway === a ? 'A' : 'B'}, round ${i}`).toEqual([reset, 2])
       }
     }
   })
