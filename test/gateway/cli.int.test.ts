@@ -477,6 +477,8 @@ describe('keys CLI (npm run keys)', () => {
     ])
     expect(text.code, text.stderr).toBe(0)
     expect(text.stdout).toContain(`  ban      until ${endsAt.slice(0, 19).replace('T', ' ')} UTC (ladder step 2, since `)
+    // Its state says so as list's STATE does: "active" read as a key in good standing.
+    expect(text.stdout).toContain(`  state    banned until ${endsAt.slice(0, 19).replace('T', ' ')} UTC\n`)
     expect(JSON.parse(json.stdout)).toMatchObject({ id: banned.id, state: 'active', ban: { step: 2, endsAt } })
     const row = (id: string) => list.stdout.split('\n').find((line) => line.startsWith(id)) ?? ''
     expect(row(banned.id)).toContain(`banned until ${endsAt.slice(0, 10)} ${endsAt.slice(11, 19)} UTC`)

@@ -168,7 +168,7 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
           '(none is running, its Redis is unreachable, or only gateways of an earlier version are running, which do not say so). ' +
           'Every gateway retries pending unbans at start and every 2 s, for a day.'
         : recordedBan
-          ? `Unbanned API key ${record.id}: a gateway lifted the ban in the rate-limit store, and every running gateway stops answering banned within 2 s.`
+          ? `Unbanned API key ${record.id}: a gateway cleared its ban and strikes in the rate-limit store (one restarted since the ban, as npm start's in-process store is at each start, held none by then), and every running gateway stops answering banned within 2 s.`
           : `API key ${record.id} had no ban on record; a gateway cleared its strikes (and any ban) in the rate-limit store.`
       return report(record, command.json, headline, { unban: applied ? 'applied' : 'pending' })
     }

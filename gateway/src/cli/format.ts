@@ -127,7 +127,7 @@ export function keyDetails(record: ApiKeyRecord, plans: Plans | undefined, now: 
     ['name', printable(record.name, 200)],
     ['plan', record.plan],
     ['limits', describeLimits(record, plans)],
-    ['state', keyState(record, now)],
+    ['state', tableState(record, now, ban)],
     ['created', describeTime(record.createdAt)],
     ['expires', describeTime(record.expiresAt)],
     ['revoked', describeTime(record.revokedAt, '-')],

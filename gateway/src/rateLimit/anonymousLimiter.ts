@@ -131,6 +131,9 @@ export function createAnonymousLimiter(options: {
   function consumeHere(clientIp: string): AnonymousDecision {
     const now = performance.now()
     const window = windowHere(clientIp, now)
+    // The window starts at the address's first request charged to it: one a lookup of a valid key
+    // opened (it keeps the lookups' places) had run for as long as that key kept sending.
+    if (window.count === 0 && window.lookups === 0) window.resetsAt = now + windowMillis
     const admitted = window.count < limit
     if (admitted) window.count++
     return { admitted, limit, remaining: Math.max(limit - window.count, 0), resetInMillis: window.resetsAt - now, windowSeconds }

@@ -12,6 +12,17 @@ describe('the per-address count in this process', () => {
     const after = Array.from({ length: 4 }, () => raised.consumeHere('192.0.2.77'))
     expect(after.map(({ admitted, remaining }) => [admitted, remaining])).toEqual([[true, 2], [true, 1], [true, 0], [false, 0]])
   })
+
+  it("starts the window at the address's first request charged to it, not at an earlier lookup of a valid key", async () => {
+    const limiter = createAnonymousLimiter({ perMinute: 6, windowSeconds: 1 })
+    const lookUp = limiter.beginLookUp('192.0.2.78')
+    if (lookUp.kind !== 'go') throw new Error(`a first lookup is a go, not ${lookUp.kind}`)
+    lookUp.settled(true)
+    await sleep(400)
+    const first = limiter.consumeHere('192.0.2.78')
+    expect([first.admitted, first.remaining]).toEqual([true, 5])
+    expect(first.resetInMillis).toBeGreaterThan(900)
+  })
 })
 
 describe('key lookups for one address while Postgres is slow', () => {
