@@ -43,6 +43,16 @@ describe('requests answered 503 while Postgres is unavailable', () => {
     expect(lines()).toEqual([line(1), line(4), line(1)])
   })
 
+  it('says a new cause at once, though another was said within the interval', async () => {
+    const log = captureLog()
+    const report = reportPostgresOutages(pino(log.stream), 'pets-service', 60_000)
+    const terminated = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' })
+    for (const error of [terminated, terminated, await refusedConnectionError(), terminated, await refusedConnectionError()]) expect(report(error)).toBe(true)
+    const said = log.entries().map((entry) => [(entry.err as { code?: string }).code, entry.requests])
+    // Refusals on two ports are one cause: numbers aside.
+    expect(said).toEqual([['57P01', 1], ['ECONNREFUSED', 1]])
+  })
+
   it('leaves any other failure to its request\'s own error line', () => {
     const log = captureLog()
     const report = reportPostgresOutages(pino(log.stream), 'gateway', 200)
