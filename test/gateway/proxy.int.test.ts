@@ -609,7 +609,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(recorder.bodies).toEqual([pieces.join('')])
     const tooMany = await send(Array.from({ length: MAX_BODY_PIECES + 1 }, () => 'x'))
     expect(tooMany.statusLine).toBe('HTTP/1.1 413 Payload Too Large')
-    expect(tooMany.body).toMatchObject({ code: 'payload_too_large', status: 413 })
+    expect(tooMany.body).toEqual({
+      code: 'payload_too_large',
+      message: 'The request body arrived in more than 65,536 pieces; send it in larger chunks, or with a Content-Length.',
+      status: 413,
+    })
+    expect(tooMany.head).toMatch(/^x-ratelimit-limit: \d+\r?$/im)
     expect(recorder.bodies).toHaveLength(1)
   })
 
@@ -904,6 +909,17 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(answer).toMatchObject({ continued: true, status: 200 })
     expect(recorder.bodies[0]).toBe(body)
     expect(recorder.requests[0]!.expect).toBeUndefined()
+  })
+
+  it('sends no 100 Continue to a GET that announces a body: it is neither read nor forwarded, so the client keeps it unsent', async () => {
+    const recorder = switched.recording()
+    const { gateway, key } = sharedGateway()
+    const client = await openRaw(gateway.url)
+    client.socket.write(`GET /v1/pets HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${key}\r\nExpect: 100-continue\r\nContent-Length: 30\r\n\r\n`)
+    await client.closed
+    expect(client.answer()).toMatch(/^HTTP\/1\.1 200 OK\r\n/)
+    expect(client.answer()).not.toContain('100 Continue')
+    expect(recorder.requests).toHaveLength(1)
   })
 
   it('sends no 100 Continue to an HTTP/1.0 client, which knows no interim answers: its one answer is the final one', async () => {

@@ -66,6 +66,9 @@ describe('requests the HTTP parser refuses still get the Error body', () => {
     const { statusLine, head, body } = parse(answer)
     expect(statusLine).toBe(expected.statusLine)
     expect(head).toMatch(/content-type: application\/json/i)
+    // As every other answer: never sniffed as HTML, never kept by a cache.
+    expect(head).toMatch(/^x-content-type-options: nosniff\r?$/im)
+    expect(head).toMatch(/^cache-control: no-store\r?$/im)
     expect(body).toEqual({ code: expected.code, message: expect.any(String), status: expected.status })
     expect(await servesNext(service)).toBe(200)
     return millis

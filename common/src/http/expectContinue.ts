@@ -36,7 +36,10 @@ export const expectContinue = fp(
       if (expectation !== undefined && expectsContinue(expectation) && request.raw.httpVersionMinor >= 1) {
         // No route takes it: its path's 404 or 405 now (errorBodies), not after a body no one reads.
         if (request.is404) return done(noRouteTakesTheBody())
-        if (!(Number(request.headers['content-length']) > options.bodyLimitBytes)) reply.raw.writeContinue()
+        // A GET or HEAD body is neither read nor forwarded: not asked for. Node closes the
+        // connection after the final answer, the body the client held back unsent.
+        const bodyRead = request.method !== 'GET' && request.method !== 'HEAD'
+        if (bodyRead && !(Number(request.headers['content-length']) > options.bodyLimitBytes)) reply.raw.writeContinue()
       }
       done(null, payload)
     })

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http'
 import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify'
+import { gatewayErrors } from '../errors.ts'
 
 /** The largest request body the gateway reads (413 past it, before any upstream is contacted). */
 export const BODY_LIMIT_BYTES = 1_048_576
@@ -12,6 +13,9 @@ export const BODY_LIMIT_BYTES = 1_048_576
  * bytes apiece: 400 MB of memory for one request, 4.8 GB for twenty from one Free key.
  */
 export const MAX_BODY_PIECES = 65_536
+
+// Not "larger than 1 MiB": the body may be far smaller, and the client is told what to change.
+const TOO_MANY_PIECES = `The request body arrived in more than ${MAX_BODY_PIECES.toLocaleString('en')} pieces; send it in larger chunks, or with a Content-Length.`
 
 /** The first buffer for a body of unknown length (chunked); it doubles as the body grows. */
 const INITIAL_BODY_BYTES = 16_384
@@ -52,7 +56,8 @@ function readWhole(request: FastifyRequest, payload: IncomingMessage, done: Done
   }
   function onData(piece: Buffer): void {
     pieces++
-    if (length + piece.length > BODY_LIMIT_BYTES || pieces > MAX_BODY_PIECES) return finish(new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE())
+    if (length + piece.length > BODY_LIMIT_BYTES) return finish(new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE())
+    if (pieces > MAX_BODY_PIECES) return finish(gatewayErrors.create('payload_too_large', TOO_MANY_PIECES))
     if (length + piece.length > body.length) {
       // Past an announced length the body is refused at its end (FST_ERR_CTP_INVALID_CONTENT_LENGTH).
       const grown = Buffer.allocUnsafe(Math.max(Math.min(most, 2 * body.length), length + piece.length))
