@@ -10,7 +10,6 @@ import { purgeHourly } from '../../common/src/database/hourlyPurge.ts'
 import { EnvError, databaseUrlFromEnv, drainMillisFromEnv, internalTokenFromEnv, listenOrSay, ordersTokenFromEnv, poolSizeFromEnv, reportStartupFailure, warnOfPublishedToken } from '../../common/src/env.ts'
 import {
   CLOSE_DEPENDENCY_MILLIS,
-  SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS,
   exitWhenStoppedWhileStarting,
   onShutdownSignal,
 } from '../../common/src/lifecycle/shutdown.ts'
@@ -28,7 +27,7 @@ import { createTlsRotation } from './config/tlsRotation.ts'
 import { rememberClientAddress, reportHandshakeFailures } from './handshakeFailures.ts'
 import { createGatewayMetrics, createTlsMetrics } from './metrics/gatewayMetrics.ts'
 import { GATEWAY_MIGRATIONS, GATEWAY_POSTGRES_NEEDS } from './migrations.ts'
-import { UPSTREAM_CONNECTIONS } from './proxy/upstreamProxy.ts'
+import { UPSTREAM_CONNECTIONS, shutdownAfterDrainMillis } from './proxy/upstreamProxy.ts'
 import { createLimiter, redisAclFix, redisCredentialVariables } from './rateLimit/limiter.ts'
 import { upstreamAcceptsGateway } from './upstreamCheck.ts'
 import { wireGateway } from './wiring.ts'
@@ -192,7 +191,7 @@ async function main(): Promise<void> {
     { name: 'close rate-limit store', run: () => limiter.close(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
-  ], { npmScript: 'start:gateway', replaces: stopStartWatch, deadlineMillis: drainMillis + SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS })
+  ], { npmScript: 'start:gateway', replaces: stopStartWatch, deadlineMillis: () => drainMillis + shutdownAfterDrainMillis(configSource.get().upstreams) })
 }
 
 /** Redis's own words for the operator (`OOM command not allowed …`, `Redis did not answer within 50 ms`). */

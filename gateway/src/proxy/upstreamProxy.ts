@@ -3,8 +3,10 @@ import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
+import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS } from '../../../common/src/lifecycle/shutdown.ts'
 import { hasNoMediaType, sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { spreadAnswers, type RetryAfterSpread } from '../../../common/src/http/retryAfter.ts'
+import type { UpstreamConfig } from '../config/loadConfig.ts'
 import { gatewayErrors } from '../errors.ts'
 import { ANSWER_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, isClientDropped, sanitizeHeaderValue, spellsDropped } from './headerHygiene.ts'
 import {
@@ -78,6 +80,21 @@ const KEPT_FOR_OTHER_CALLERS = 1 / 4
 
 /** The Retry-After of the 503 past maxInFlight, drawn on each answer: a retry within seconds, not all in the same one. */
 const RETRY_AFTER_SATURATED: RetryAfterSpread = { min: 1, max: 3 }
+
+/**
+ * What closing may take after the drain: a request let in at its end may wait `timeoutSeconds` for
+ * its answer's headers and as long again for its body, then the pools close (each bounded). Under
+ * the services' fixed 15 s, a gateway given the shipped 10 s had its answer cut off unsent, no
+ * access line, exit 1, while the upstream was still within its bounds.
+ */
+export function shutdownAfterDrainMillis(upstreams: Record<string, UpstreamConfig | undefined>): number {
+  let slowest = 0
+  for (const upstream of Object.values(upstreams)) if (upstream) slowest = Math.max(slowest, 2 * upstream.timeoutMillis)
+  return Math.max(SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, slowest + CLOSING_STEPS_MILLIS)
+}
+
+/** The closes after the requests: the key change feed, unbans, the rate-limit store, the pool (1 s each at most), the ops port. */
+const CLOSING_STEPS_MILLIS = 5 * CLOSE_DEPENDENCY_MILLIS
 
 /**
  * Stage 4: a public prefix (`/v1/pets` and below) to its upstream. Bodies are read (at most
