@@ -90,7 +90,11 @@ describe('gateway logs', () => {
     const levels = (requestId: string) => lines.filter((line) => line.requestId === requestId).map((line) => [line.level, line.status ?? line.msg])
     expect(levels('log-501')).toEqual([[30, 501]])
     expect(levels('log-502')).toEqual([[40, 'upstream request failed'], [30, 502]])
-    expect(lines.find((line) => line.requestId === 'log-502' && line.level === 40)).toMatchObject({ upstream: 'pets', code: 'bad_gateway' })
+    const failure = lines.find((line) => line.requestId === 'log-502' && line.level === 40)
+    expect(failure).toMatchObject({ upstream: 'pets', code: 'bad_gateway', err: { message: expect.any(String) } })
+    // Its cause, not the HTTP client's frames: the same 1 KB on every line an outage writes.
+    expect((failure?.err as { stack: string }).stack).not.toMatch(/\n\s+at /)
+    expect(JSON.stringify(failure).length).toBeLessThan(600)
   })
 
   it('write a line (status 499) and count the request when the client leaves before its answer', async () => {

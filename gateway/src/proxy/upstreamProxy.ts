@@ -93,6 +93,21 @@ export function shutdownAfterDrainMillis(upstreams: Record<string, UpstreamConfi
   return Math.max(SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS, slowest + CLOSING_STEPS_MILLIS)
 }
 
+/**
+ * An upstream failure as its line says it: what and why, not where. Its stack is the HTTP
+ * client's own frames, the same for every request an outage fails, about 1 KB of each line
+ * written at the request rate: the copy keeps the first line. Still an Error of its kind, so the
+ * logger serializes it as every other (its `data`, the peer's bytes, not logged).
+ */
+function withoutFrames(error: unknown): unknown {
+  if (!(error instanceof Error)) return error
+  const copy = Object.assign(Object.create(Object.getPrototypeOf(error) as object) as Error, error)
+  Object.defineProperty(copy, 'message', { value: error.message, enumerable: false, writable: true })
+  Object.defineProperty(copy, 'stack', { value: `${error.name}: ${error.message}`, enumerable: false, writable: true })
+  if (error.cause !== undefined) Object.defineProperty(copy, 'cause', { value: withoutFrames(error.cause), enumerable: false, writable: true })
+  return copy
+}
+
 /** The closes after the requests: the key change feed, unbans, the rate-limit store, the pool (1 s each at most), the ops port. */
 const CLOSING_STEPS_MILLIS = 5 * CLOSE_DEPENDENCY_MILLIS
 
@@ -224,7 +239,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     waited.delete(reply.request)
     observer?.failure(name, failureKind(error))
     const failure = upstreamFailure(error, name)
-    reply.log.warn({ err: error, code: failure.code, upstream: name }, 'upstream request failed')
+    reply.log.warn({ err: withoutFrames(error), code: failure.code, upstream: name }, 'upstream request failed')
     sendApiError(reply, failure)
   }
 
