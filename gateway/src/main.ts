@@ -191,7 +191,7 @@ async function main(): Promise<void> {
     { name: 'close rate-limit store', run: () => limiter.close(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
     { name: 'close ops port', run: () => ops.close() },
     { name: 'close Postgres pool', run: () => pool.end(), boundMillis: CLOSE_DEPENDENCY_MILLIS },
-  ], { npmScript: 'start:gateway', replaces: stopStartWatch, deadlineMillis: () => drainMillis + shutdownAfterDrainMillis(configSource.get().upstreams) })
+  ], { npmScript: 'start:gateway', replaces: stopStartWatch, deadlineMillis: drainMillis + shutdownAfterDrainMillis(config.upstreams) })
 }
 
 /** Redis's own words for the operator (`OOM command not allowed …`, `Redis did not answer within 50 ms`). */

@@ -19,11 +19,8 @@ export const CLOSE_DEPENDENCY_MILLIS = 1_000
 export const SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS = 15_000
 
 export interface ShutdownOptions {
-  /**
-   * The deadline after which the exit is forced (15 s; a service with a drain adds its length), or
-   * a function giving it at the signal, from the config then in force.
-   */
-  deadlineMillis?: number | (() => number)
+  /** The deadline after which the exit is forced (15 s; a service with a drain adds its length). */
+  deadlineMillis?: number
   /**
    * The npm script that runs this service directly (`start:gateway`): while it is the one running,
    * npm exiting stops the service too. npm passes SIGTERM only to the shell it started (the
@@ -44,6 +41,7 @@ export interface ShutdownOptions {
  * A second signal or the deadline forces the exit so a stuck drain cannot hang a deploy.
  */
 export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options: ShutdownOptions = {}): void {
+  const deadlineMillis = options.deadlineMillis ?? SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS
   let stopping = false
   const shutdown = async (cause: { signal: NodeJS.Signals } | { launcher: string }) => {
     if (stopping) {
@@ -52,7 +50,6 @@ export function onShutdownSignal(logger: Logger, steps: ShutdownStep[], options:
     }
     stopping = true
     logger.info(cause, 'shutting down')
-    const deadlineMillis = typeof options.deadlineMillis === 'function' ? options.deadlineMillis() : (options.deadlineMillis ?? SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS)
     const deadline = setTimeout(() => {
       logger.error({ deadlineMillis }, 'shutdown deadline passed, exiting')
       process.exit(1)

@@ -99,12 +99,14 @@ export function shutdownAfterDrainMillis(upstreams: Record<string, UpstreamConfi
  * written at the request rate: the copy keeps the first line. Still an Error of its kind, so the
  * logger serializes it as every other (its `data`, the peer's bytes, not logged).
  */
-function withoutFrames(error: unknown): unknown {
+export function withoutFrames(error: unknown): unknown {
   if (!(error instanceof Error)) return error
   const copy = Object.assign(Object.create(Object.getPrototypeOf(error) as object) as Error, error)
   Object.defineProperty(copy, 'message', { value: error.message, enumerable: false, writable: true })
   Object.defineProperty(copy, 'stack', { value: `${error.name}: ${error.message}`, enumerable: false, writable: true })
   if (error.cause !== undefined) Object.defineProperty(copy, 'cause', { value: withoutFrames(error.cause), enumerable: false, writable: true })
+  // Each address tried (a host with an IPv6 and an IPv4 address), which the logger lists.
+  if (error instanceof AggregateError) Object.defineProperty(copy, 'errors', { value: error.errors.map(withoutFrames), enumerable: false, writable: true })
   return copy
 }
 

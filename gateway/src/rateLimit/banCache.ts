@@ -1,7 +1,6 @@
 import { LRUCache } from 'lru-cache'
 import type { WindowState } from './limitStore.ts'
 import { sameKeyLimits, type KeyLimits } from './planLimits.ts'
-import { nearestExhaustion } from './rateLimitHeaders.ts'
 
 /** Taken before a store call: a ban that call reports is kept only if the key was not forgotten since. */
 export type BanTicket = number
@@ -14,6 +13,16 @@ export interface BanSeen {
   banStep: number
   minute: WindowState
   day: WindowState
+}
+
+/**
+ * The window a banned key's X-RateLimit-* name (0 minute, 1 day): the day when it is the one spent,
+ * else the minute, whose strikes bring bans on. Not the window nearest exhaustion as the store
+ * sees it now: during a ban the minute frees (banned requests count in neither), so that moved
+ * from the minute to the day mid-ban, and a gateway answering from its cache named the other.
+ */
+export function bannedWindow(windows: { day: WindowState }): number {
+  return windows.day.remaining <= 0 ? 1 : 0
 }
 
 /**
@@ -48,7 +57,7 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
         admittedAt: now + untilAdmitted,
         admittedAtStoreMillis: ban.nowMillis + untilAdmitted,
         step: ban.banStep,
-        window: nearestExhaustion([ban.minute, ban.day]),
+        window: bannedWindow(ban),
         limits,
       })
     },

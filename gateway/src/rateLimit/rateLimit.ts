@@ -7,12 +7,12 @@ import type { GatewayConfig } from '../config/loadConfig.ts'
 import type { ApiKeyRecord } from '../keys/keyRepository.ts'
 import { gatewayErrors } from '../errors.ts'
 import type { AnonymousDecision, AnonymousLimiter } from './anonymousLimiter.ts'
-import type { BanCache } from './banCache.ts'
+import { bannedWindow, type BanCache } from './banCache.ts'
 import { anonymousBucket } from './clientAddress.ts'
 import type { NewBan } from './banJournal.ts'
 import type { LimitDecision, LimitOutcome, LimitRequest } from './limitStore.ts'
 import { banPolicy, cachedLimitsFor, type KeyLimits } from './planLimits.ts'
-import { nearestExhaustion, rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
+import { rateLimitHeaders, retryAfterSeconds, type NamedWindow } from './rateLimitHeaders.ts'
 import { StoreUnavailableError, type ResilientStore } from './resilientStore.ts'
 
 declare module 'fastify' {
@@ -103,9 +103,9 @@ function settle(reply: FastifyReply, done: (error?: Error) => void, outcome: unk
 
 /**
  * A banned key has nothing left in either window until it would be admitted, wherever the answer
- * comes from: both spent until `admittedAtMillis` (store time). X-RateLimit-* go on naming the
- * window that held the key back (`named`, as the store last saw the windows): with both spent to
- * one moment, the limit given flipped from the day's to the minute's at a ban the day had caused.
+ * comes from: both spent until `admittedAtMillis` (store time). X-RateLimit-* name the window
+ * `named` (bannedWindow): with both spent to one moment, the limit given flipped from the day's to
+ * the minute's at a ban the day had caused.
  */
 function bannedHeaders(limits: KeyLimits, now: number, admittedAtMillis: number, named: number): Record<string, string> {
   const end = { remaining: 0, resetMillis: admittedAtMillis }
@@ -204,8 +204,7 @@ export const rateLimit = fp(
         })
       }
       if (decision.outcome === 'banned') {
-        const named = nearestExhaustion([decision.minute, decision.day])
-        request.rateLimitHeaders = bannedHeaders(limits, decision.nowMillis, decision.nowMillis + decision.retryAfterMillis, named)
+        request.rateLimitHeaders = bannedHeaders(limits, decision.nowMillis, decision.nowMillis + decision.retryAfterMillis, bannedWindow(decision))
       } else {
         const windows = keyWindows(limits, decision.minute, decision.day)
         request.rateLimitHeaders = rateLimitHeaders(windows, decision.nowMillis)

@@ -11,7 +11,7 @@ export interface NamedWindow extends WindowState {
  * left; of two with as many, the one that frees last, which is when the client is really held
  * back until.
  */
-export function nearestExhaustion(windows: readonly WindowState[]): number {
+function nearestExhaustion(windows: readonly WindowState[]): number {
   let nearest = 0
   for (let index = 1; index < windows.length; index++) {
     const window = windows[index]!

@@ -35,4 +35,11 @@ describe('a cached ban as a banned key sees it', () => {
     bans.remember('key_daySpent', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 10_000, retryAfterMillis: 10_000, banStep: 0, ...daySpent })
     expect(bans.lookup('key_daySpent', limits)?.window).toBe(1)
   })
+
+  it('names the minute for a ban whose minute has freed since while the day has room: as every gateway does, whenever it saw the ban', () => {
+    const bans = createBanCache({ clock: () => 0 })
+    const minuteFreed = { minute: { limit: 60, remaining: 60, resetMillis: 0 }, day: { limit: 100, remaining: 40, resetMillis: 0 } }
+    bans.remember('key_minuteFreed', bans.ticket(), limits, { nowMillis: 0, banMillisLeft: 600_000, retryAfterMillis: 600_000, banStep: 0, ...minuteFreed })
+    expect(bans.lookup('key_minuteFreed', limits)?.window).toBe(0)
+  })
 })
