@@ -329,6 +329,8 @@ describe('gateway config', () => {
 
 describe('gateway config: trusted proxies', () => {
   const WHY = 'must be an IP address, a CIDR range (10.0.0.0/8) or one of loopback, linklocal, uniquelocal'
+  // proxy-addr would trust another host than the one named: 192.168.010.005 is 192.168.8.5 to it.
+  const NOT_PLAIN = (part: string, read: string) => `${part} would be read as ${read}: write an IPv4 address as four plain decimal numbers, without leading zeros`
 
   it('names each server.trustedProxies entry the gateway could not use, with its line', () => {
     expect(problemsOf('bad-trusted-proxies.yaml')).toEqual([
@@ -336,6 +338,9 @@ describe('gateway config: trusted proxies', () => {
       `test/fixtures/config/bad-trusted-proxies.yaml:9: server.trustedProxies.2 ${WHY} (invalid range on address: 10.0.0.0/33)`,
       `test/fixtures/config/bad-trusted-proxies.yaml:13: server.trustedProxies.6 ${WHY} (invalid IP address: 10.0.0.1, 10.0.0.2)`,
       `test/fixtures/config/bad-trusted-proxies.yaml:14: server.trustedProxies.7 ${WHY} (invalid IP address: localhost)`,
+      `test/fixtures/config/bad-trusted-proxies.yaml:15: server.trustedProxies.8 ${WHY} (${NOT_PLAIN('192.168.010.005', '192.168.8.5')})`,
+      `test/fixtures/config/bad-trusted-proxies.yaml:16: server.trustedProxies.9 ${WHY} (${NOT_PLAIN('127.1', '127.0.0.1')})`,
+      `test/fixtures/config/bad-trusted-proxies.yaml:17: server.trustedProxies.10 ${WHY} (${NOT_PLAIN('0x7f.1', '127.0.0.1')})`,
     ])
   })
 

@@ -1,6 +1,7 @@
 import { closeSync, fstatSync, openSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import proxyAddr from '@fastify/proxy-addr'
+import ipaddr from 'ipaddr.js'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, isAlias, isCollection, isNode, isPair, isScalar, isSeq, parseDocument, visit, type Document, type YAMLError } from 'yaml'
 import {
@@ -15,6 +16,7 @@ import {
   portFromEnv,
   urlScheme,
 } from '../../../common/src/env.ts'
+import { isPlainIpv4 } from '../rateLimit/clientAddress.ts'
 import { REDIS_BYTES_PER_KEY_BUDGET, bytesPerActiveKey } from '../rateLimit/redisFootprint.ts'
 import { GatewayConfigSchema, type GatewayConfigFile } from './schema.ts'
 import { TlsFilesError, readTlsPair, type TlsFiles } from './tlsFiles.ts'
@@ -416,10 +418,17 @@ function crossChecks(config: GatewayConfigFile): { path: string[]; message: stri
 function trustedProxyProblem(entry: string): string | undefined {
   try {
     proxyAddr.compile([entry])
-    return undefined
   } catch (error) {
     return error instanceof Error ? error.message : String(error)
   }
+  // proxy-addr reads IPv4 as inet_aton does: 192.168.010.005 is 192.168.8.5 (octal), 127.1 is
+  // 127.0.0.1. Such an entry trusted another host than the one named, and the load balancer not.
+  for (const part of entry.split('/')) {
+    if (/^[\da-fx.]+$/i.test(part) && part.includes('.') && !isPlainIpv4(part)) {
+      return `${part} would be read as ${ipaddr.IPv4.parse(part).toString()}: write an IPv4 address as four plain decimal numbers, without leading zeros`
+    }
+  }
+  return undefined
 }
 
 /**

@@ -7,6 +7,11 @@ import ipaddr from 'ipaddr.js'
  */
 const OCTET = '(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)'
 const PLAIN_IPV4 = new RegExp(`^${OCTET}\\.${OCTET}\\.${OCTET}\\.${OCTET}$`)
+
+/** Whether `text` is an IPv4 address spelt as a socket reports one (`192.168.10.5`, not `192.168.010.005`). */
+export function isPlainIpv4(text: string): boolean {
+  return PLAIN_IPV4.test(text)
+}
 const IPV4_WITH_PORT = /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d{1,5}$/
 const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
 
@@ -36,7 +41,8 @@ export function addressOnly(address: string | undefined): string {
  */
 export function knownAddress(given: string | undefined): string {
   const address = addressOnly(given)
-  if (PLAIN_IPV4.test(address) || (address.includes(':') && ipaddr.IPv6.isValid(address))) return address
+  // Not with a zone id (`fe80::1%eth0`): the name of an interface on the sender's host, any text.
+  if (PLAIN_IPV4.test(address) || (address.includes(':') && !address.includes('%') && ipaddr.IPv6.isValid(address))) return address
   return UNKNOWN_ADDRESS
 }
 

@@ -47,6 +47,9 @@ describe('the client address the gateway logs and forwards', () => {
     ['0x7f.1', 'unknown'],
     ['999.1.1.1', 'unknown'],
     ['01.2.3.4', 'unknown'],
+    // A zone id is any text a client chooses (8,000 characters reached the log and the upstream).
+    [`fe80::1%${'k'.repeat(8_000)}`, 'unknown'],
+    ['fe80::1%eth0', 'unknown'],
     [undefined, 'unknown'],
   ])('%s is given as %s', (address, given) => {
     expect(knownAddress(address)).toBe(given)
