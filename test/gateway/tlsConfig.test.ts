@@ -127,6 +127,22 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
     }
   })
 
+  // A certificate whose validity begins later (an issuer's clock ahead, a renewal staged early)
+  // replaced a valid one at rotation: every client that checks it then failed its handshakes.
+  it('says a certificate not valid yet is refused by clients that check it, as an expired one is', () => {
+    const files = issueCertificate(ca, 'staged', '2003')
+    const { validFrom } = readTlsPair(files)
+    vi.useFakeTimers({ toFake: ['Date'] })
+    try {
+      vi.setSystemTime(validFrom.getTime() - 86_400_000)
+      expect(certificateExpiry(readTlsPair(files))).toBe(`the certificate is not valid until ${validFrom.toISOString()}: clients that check it refuse every handshake`)
+      vi.setSystemTime(validFrom.getTime() + 1_000)
+      expect(certificateExpiry(readTlsPair(files))).toBeUndefined()
+    } finally {
+      vi.useRealTimers()
+    }
+  })
+
   it('refuses a key encrypted with a passphrase, saying so', () => {
     const encrypted = path.join(directory, 'tls', 'encrypted.key')
     execFileSync(OPENSSL, ['pkey', '-in', server.keyFile, '-aes256', '-passout', 'pass:secret', '-out', encrypted])

@@ -16,6 +16,7 @@ export interface TlsPair {
   /** Of the server's certificate, for the log lines and the metrics. */
   serialNumber: string
   subject: string
+  validFrom: Date
   validTo: Date
 }
 
@@ -87,16 +88,20 @@ export function readTlsPair({ certFile, keyFile }: TlsFiles): TlsPair {
     key,
     serialNumber: certificate.serialNumber,
     subject: certificate.subject.replaceAll('\n', ', '),
+    validFrom: new Date(certificate.validFrom),
     validTo: new Date(certificate.validTo),
   }
 }
 
 /**
- * Why a client that checks the certificate refuses it now, or undefined: it has expired. Some
- * clients do not check (a load balancer in front, often given a self-signed certificate), so an
- * expired certificate is served at start, with an error line; a rotation to one from a pair that
- * is still valid is refused (tlsRotation.ts): a rollback or a stale file behind a link.
+ * Why a client that checks the certificate refuses it now, or undefined: it has expired, or is
+ * not valid yet (an issuer's clock ahead, a renewal staged early). Some clients do not check (a
+ * load balancer in front, often given a self-signed certificate), so such a certificate is served
+ * at start, with an error line; a rotation to one from a pair that is valid is refused
+ * (tlsRotation.ts): a rollback, a stale file behind a link, a renewal put in place too soon.
  */
-export function certificateExpiry(pair: TlsPair, now: Date = new Date()): string | undefined {
-  return pair.validTo < now ? `the certificate expired on ${pair.validTo.toISOString()}: clients that check it refuse every handshake` : undefined
+export function certificateExpiry(pair: Pick<TlsPair, 'validFrom' | 'validTo'>, now: Date = new Date()): string | undefined {
+  if (pair.validTo < now) return `the certificate expired on ${pair.validTo.toISOString()}: clients that check it refuse every handshake`
+  if (pair.validFrom > now) return `the certificate is not valid until ${pair.validFrom.toISOString()}: clients that check it refuse every handshake`
+  return undefined
 }
