@@ -15,6 +15,7 @@ import { runKeysInProcess } from '../helpers/keysCli.ts'
 import { goodbyeUnansweredRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 import { runKeysCli, type CliRun } from '../scripts/processes.ts'
+import { eventually } from './rateLimit/httpLimits.ts'
 
 const ANY_KEY = /aas_[0-9A-Za-z]{38}/g
 
@@ -592,6 +593,50 @@ describe('keys CLI (npm run keys)', () => {
     expect(again.code, again.stderr).toBe(0)
     expect(again.stdout).toMatch(new RegExp(`^API key ${record.id} was already revoked\\.`))
     expect((await repository.findById(record.id))?.revokedAt).toEqual(revokedAt)
+  })
+
+  // The guards were checks before the change: a set-plan whose key was revoked in between moved
+  // the revoked key (exit 0), and one racing `set-limits --clear` left an enterprise key without
+  // limits. A revoke holding the row while set-plan and set-limits wait on it makes the race sure.
+  it('refuses a change whose key a revoke committed after the change had read it, and says a revoke kept waiting on a lock was not done', async () => {
+    await schema()
+    const { record } = await repository.create({ name: 'revoked-meanwhile', plan: 'pro' })
+    const operator = new pg.Client({ connectionString: database.url })
+    await operator.connect()
+    try {
+      await operator.query('BEGIN')
+      await operator.query('UPDATE gateway.api_keys SET revoked_at = now() WHERE id = $1', [record.id])
+      const waiting = Promise.all([
+        run('set-plan', record.id, 'enterprise', '--per-minute', '10', '--per-day', '100'),
+        run('set-limits', record.id, '--clear', '--json'),
+      ])
+      // Both have read the key (not revoked yet, to them) and wait for the row (seen from another
+      // session: within a transaction pg_stat_activity keeps its first snapshot).
+      await eventually(async () => {
+        const { rows } = await pool.query<{ count: number }>(
+          `SELECT count(*)::int AS count FROM pg_stat_activity WHERE application_name = 'keys-cli' AND wait_event_type = 'Lock'`,
+        )
+        return rows[0]!.count === 2
+      }, 20_000)
+      await operator.query('COMMIT')
+      for (const refused of await waiting) {
+        expect(refused.code, refused.stderr).toBe(1)
+        expect(refused.stdout).toBe('')
+        expect(refused.stderr).toMatch(new RegExp(`^error: API key ${record.id} is revoked \\(since .+ UTC\\): a revoked key cannot be changed`))
+      }
+      expect(await repository.findById(record.id)).toMatchObject({ plan: 'pro', perMinute: null, perDay: null })
+
+      // A revoke held on the row past the CLI's statement timeout: not done, and it says so.
+      const held = (await repository.create({ name: 'held', plan: 'pro' })).record
+      await operator.query('BEGIN')
+      await operator.query('UPDATE gateway.api_keys SET name = name WHERE id = $1', [held.id])
+      const revoke = await run('revoke', held.id)
+      await operator.query('ROLLBACK')
+      expectFailure(revoke, /^error: revoke was not done: Postgres did not finish its statement within 5 s at DATABASE_URL \(.+\), as when another transaction holds the key's row or its table; nothing was changed, run it again\n$/)
+      expect((await repository.findById(held.id))?.revokedAt).toBeNull()
+    } finally {
+      await operator.end()
+    }
   })
 
   it('never echoes an API key given where an id is expected, and says ids are expected', async () => {

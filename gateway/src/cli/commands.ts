@@ -83,6 +83,15 @@ function live(record: ApiKeyRecord, now: Date): ApiKeyRecord {
   return record
 }
 
+/**
+ * Why a guarded change changed nothing, from the key as it is now: gone, revoked or expired since
+ * it was read, or else `otherwise` (a plan that needs limits, which a concurrent change took).
+ */
+async function whyUnchanged(deps: CommandDeps, id: string, otherwise: () => Error): Promise<never> {
+  live(await existing(deps, id), await deps.repository.now())
+  throw otherwise()
+}
+
 /** A key that vanished between two statements (deleted by hand): same answer as an unknown id. */
 function present(record: ApiKeyRecord | undefined, id: string): ApiKeyRecord {
   if (!record) throw new CliError(`no API key with id "${id}"`)
@@ -177,9 +186,13 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
       const before = live(await existing(deps, command.id), now)
       const hasBoth = before.perMinute !== null && before.perDay !== null
       if (isCustomPlan(plan) && !command.limits && !hasBoth) throw needsLimits(command.plan)
-      // Limits before plan: a gateway reading in between never sees a custom plan without limits.
-      if (command.limits) await repository.setLimits(command.id, command.limits.perMinute, command.limits.perDay)
-      const record = present(await repository.setPlan(command.id, command.plan), command.id)
+      // One statement, its guards in it: limits and plan change together, never a key a revoke or a
+      // `set-limits --clear` changed meanwhile.
+      const changed = await repository.setPlan(command.id, command.plan, {
+        ...(command.limits ? { limits: command.limits } : {}),
+        needsLimits: isCustomPlan(plan),
+      })
+      const record = changed ?? (await whyUnchanged(deps, command.id, () => needsLimits(command.plan)))
       await report(record, command.json, `API key ${record.id} is now on plan ${record.plan}.`)
       if (!isCustomPlan(plan) && !command.limits && hasCustomLimits(record)) {
         note(
@@ -199,10 +212,11 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
             'move it to another plan first (set-plan)',
         )
       }
-      const record = present(
-        await repository.setLimits(command.id, command.limits?.perMinute ?? null, command.limits?.perDay ?? null),
-        command.id,
-      )
+      const plansNeedingLimits = plans ? Object.keys(plans).filter((name) => isCustomPlan(plans[name]!)) : []
+      const changed = await repository.setLimits(command.id, command.limits?.perMinute ?? null, command.limits?.perDay ?? null, plansNeedingLimits)
+      const record =
+        changed ??
+        (await whyUnchanged(deps, command.id, () => new CliError(`API key ${command.id} was moved meanwhile to a plan with no limits of its own ("custom"): its limits cannot be cleared`)))
       // A plan the config lacks has no limits to return to: the gateways give such a key the strictest.
       const headline = command.limits
         ? `API key ${record.id} now has custom limits.`

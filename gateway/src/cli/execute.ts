@@ -30,10 +30,16 @@ function loadPlans(command: Command, output: Output, env: NodeJS.ProcessEnv): Pl
   }
 }
 
+/** How long a statement of the CLI may take, a wait for a lock included. */
+const STATEMENT_TIMEOUT_SECONDS = 5
+
 /** Postgres's five-character error code (every one holds a digit; Node's EPIPE, EPERM … do not). */
 const SQLSTATE = /^(?=.*\d)[0-9A-Z]{5}$/
 
-async function databaseError(error: unknown, location: DatabaseLocation, pool: pg.Pool): Promise<unknown> {
+/** The commands that change something: a statement of theirs cut off changed nothing, and says so. */
+const CHANGES = new Set(['create', 'revoke', 'set-plan', 'set-limits', 'unban'])
+
+async function databaseError(error: unknown, location: DatabaseLocation, pool: pg.Pool, command?: Command): Promise<unknown> {
   if (error instanceof CliError) return error
   // pg could not parse the URL: no Postgres was asked anything, and the URL cannot be printed.
   if (unparsableDatabaseUrl(error)) return new CliError(`cannot use Postgres at ${location.source}: ${UNPARSABLE_DATABASE_URL}`)
@@ -43,6 +49,14 @@ async function databaseError(error: unknown, location: DatabaseLocation, pool: p
   if (refused !== undefined) return new CliError(`${refused} (Postgres at ${where})`)
   const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined
   // 25006 counts as unavailable (a 503 for the services), but this Postgres was reached.
+  // A change that waited on a lock past the timeout (another transaction on the key's row or its
+  // table) was rolled back: said plainly, as "did not finish" left the operator to guess.
+  if (code === QUERY_CANCELED && command !== undefined && CHANGES.has(command.name)) {
+    return new CliError(
+      `${command.name} was not done: Postgres did not finish its statement within ${STATEMENT_TIMEOUT_SECONDS} s at ${where}, ` +
+        'as when another transaction holds the key\'s row or its table; nothing was changed, run it again',
+    )
+  }
   const what =
     code === QUERY_CANCELED
       ? 'Postgres did not finish a statement within its timeout'
@@ -65,7 +79,13 @@ export async function execute(command: Command, output: Output, env: NodeJS.Proc
   const plans = loadPlans(command, output, env)
   checkCommand(command, plans)
   const location = await locateDatabase(env)
-  const pool = createPool({ connectionString: location.url, applicationName: 'keys-cli', max: 2, connectionTimeoutMillis: 5_000 })
+  const pool = createPool({
+    connectionString: location.url,
+    applicationName: 'keys-cli',
+    max: 2,
+    connectionTimeoutMillis: 5_000,
+    statementTimeoutMillis: STATEMENT_TIMEOUT_SECONDS * 1_000,
+  })
   try {
     try {
       await migrate(pool, GATEWAY_MIGRATIONS)
@@ -74,7 +94,7 @@ export async function execute(command: Command, output: Output, env: NodeJS.Proc
     }
     await runCommand(command, { repository: createKeyRepository(pool), plans, output })
   } catch (error) {
-    throw isDatabaseUnavailable(error) ? await databaseError(error, location, pool) : error
+    throw isDatabaseUnavailable(error) ? await databaseError(error, location, pool, command) : error
   } finally {
     await endPool(pool, CLOSE_DEPENDENCY_MILLIS)
   }

@@ -126,6 +126,9 @@ export function createKeyRepository(pool: pg.Pool) {
   const feedQuery = <R extends pg.QueryResultRow>(answerWithinMillis: number | undefined, text: string, values?: unknown[]) =>
     withConnection(pool, (client) => client.query<R>(text, values), { answerWithinMillis })
 
+  /** A key that can still be used, by the database's clock: what set-plan and set-limits may change. */
+  const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())'
+
   async function updateOne(sql: string, params: unknown[]): Promise<ApiKeyRecord | undefined> {
     const { rows } = await pool.query<ApiKeyRecord>(`${sql} RETURNING ${COLUMNS}`, params)
     return rows[0]
@@ -228,15 +231,32 @@ export function createKeyRepository(pool: pg.Pool) {
         [id],
       ),
 
-    setPlan: (id: string, plan: string) =>
-      updateOne(`UPDATE gateway.api_keys SET plan = $2, updated_at = now() WHERE id = $1`, [id, plan]),
+    /**
+     * Moves a usable key (not revoked, not expired by the database's clock) to `plan`, with
+     * `limits` set in the same statement when given; `needsLimits` (a plan with none of its own)
+     * holds it to keys that will have both. Undefined when no such key was changed: the guards are
+     * in the statement, so a revoke or a `set-limits --clear` committed meanwhile is seen, where a
+     * check before it let a revoked key be moved, or an enterprise key be left without limits.
+     */
+    setPlan: (id: string, plan: string, options: { limits?: { perMinute: number; perDay: number }; needsLimits?: boolean } = {}) =>
+      updateOne(
+        `UPDATE gateway.api_keys
+            SET plan = $2, per_minute = COALESCE($3, per_minute), per_day = COALESCE($4, per_day), updated_at = now()
+          WHERE id = $1 AND ${USABLE}
+            AND (NOT $5::boolean OR (COALESCE($3, per_minute) IS NOT NULL AND COALESCE($4, per_day) IS NOT NULL))`,
+        [id, plan, options.limits?.perMinute ?? null, options.limits?.perDay ?? null, options.needsLimits === true],
+      ),
 
-    setLimits: (id: string, perMinute: number | null, perDay: number | null) =>
-      updateOne(`UPDATE gateway.api_keys SET per_minute = $2, per_day = $3, updated_at = now() WHERE id = $1`, [
-        id,
-        perMinute,
-        perDay,
-      ]),
+    /**
+     * Sets or clears (null) a usable key's own limits; never clears those of a key on one of
+     * `plansNeedingLimits`. Undefined when no such key was changed (guards as setPlan's).
+     */
+    setLimits: (id: string, perMinute: number | null, perDay: number | null, plansNeedingLimits: string[] = []) =>
+      updateOne(
+        `UPDATE gateway.api_keys SET per_minute = $2, per_day = $3, updated_at = now()
+          WHERE id = $1 AND ${USABLE} AND ($2::integer IS NOT NULL OR plan <> ALL($4::text[]))`,
+        [id, perMinute, perDay, plansNeedingLimits],
+      ),
 
     /**
      * Where the change log stands now, for the feed: what is visible, what is still running. This
