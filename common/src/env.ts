@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
 import type { Logger } from 'pino'
+import { hasUnencodedAt } from './database/printableUrl.ts'
 
 /** A setting the environment gives wrongly or not at all: the process cannot start, and the message says why. */
 export class EnvError extends Error {}
@@ -151,6 +152,11 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
   const raw = requiredEnv('DATABASE_URL', env)
   if (!/^(?:postgres|postgresql|socket):/i.test(raw) && !raw.startsWith('/')) {
     throw new EnvError('DATABASE_URL must be a postgres:// URL, e.g. postgres://user@127.0.0.1:5432/db (it is set, but is not one)')
+  }
+  if (hasUnencodedAt(raw)) {
+    throw new EnvError(
+      "DATABASE_URL holds an '@' after its host: percent-encode '@', '/', '?' and '#' in the user name and password (%40, %2F, %3F, %23), or give the password in PGPASSWORD (the URL is not printed)",
+    )
   }
   const unreadable = unreadableSslFile(raw)
   if (unreadable) throw new EnvError(unreadable)

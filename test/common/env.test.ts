@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { COMPOSE_DEFAULT_INTERNAL_TOKEN, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, maxConnectionsFromEnv, ordersTokenFromEnv, poolSizeFromEnv, upstreamUrlProblem, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
+import { printableUrl } from '../../common/src/database/printableUrl.ts'
+import { COMPOSE_DEFAULT_INTERNAL_TOKEN, EnvError, databaseUrlFromEnv, httpUrlProblem, internalTokenFromEnv, maxConnectionsFromEnv, ordersTokenFromEnv, poolSizeFromEnv, upstreamUrlProblem, warnOfPublishedToken, listenHostFromEnv, portFromEnv } from '../../common/src/env.ts'
 import { checkLogLevel } from '../../common/src/logger.ts'
 import { loadPetsConfig } from '../../pets-service/src/config.ts'
 
@@ -126,6 +127,26 @@ describe('environment the services read at boot', () => {
     for (const wrong of ['nonsense', 'db:5432/pets', 'mysql://db/pets']) {
       expect(() => databaseUrlFromEnv({ DATABASE_URL: wrong }), wrong).toThrow(/^DATABASE_URL must be a postgres:\/\/ URL/)
     }
+  })
+
+  // Parsed, the password's rest was the host (`ss`) and the path: part of it was printed in the
+  // errors and looked up in DNS. A parameter's value may hold an '@'.
+  it("refuses a DATABASE_URL whose password holds an unencoded '/', '?' or '#' before an '@', without printing it", () => {
+    for (const url of ['postgres://u:p@ss/w@rd@127.0.0.1:5432/x', 'postgres://u:p#w@rd@127.0.0.1/x', 'postgres://u:p?w@rd@127.0.0.1/x']) {
+      let refused: unknown
+      try {
+        databaseUrlFromEnv({ DATABASE_URL: url })
+      } catch (error) {
+        refused = error
+      }
+      expect(refused, url).toBeInstanceOf(EnvError)
+      expect((refused as Error).message).toMatch(/^DATABASE_URL holds an '@' after its host: percent-encode/)
+      expect((refused as Error).message).not.toMatch(/u:p|w@rd|127\.0\.0\.1/)
+      expect(printableUrl(url)).toMatch(/^\((an unparsable URL|a URL with an '@' after its host: not printed)\)$/)
+    }
+    expect(databaseUrlFromEnv({ DATABASE_URL: 'postgres://u:p%40ss%2Fw%40rd@127.0.0.1/x?application_name=a@b' })).toContain('a@b')
+    expect(printableUrl('postgres://u:p@ss/w@rd@127.0.0.1:5432/x')).toBe("(a URL with an '@' after its host: not printed)")
+    expect(printableUrl('postgres://u:p%40ss@127.0.0.1/x#part')).toBe('postgres://u:***@127.0.0.1/x')
   })
 
   // pg reads these files as it makes each client and throws there: both services stopped with a
