@@ -368,6 +368,16 @@ describe('keys CLI (npm run keys)', () => {
     expect(JSON.parse(fast.stdout)).toMatchObject({ id: live.record.id, state: 'active' })
     expect(slow.code, slow.stderr).toBe(0)
     expect(JSON.parse(slow.stdout)).toMatchObject({ id: gone.record.id, state: 'expired' })
+
+    // An expiry five minutes ahead of a clock ten minutes behind has passed for the gateways: no key.
+    const before = await repository.count()
+    const passed = new Date(Date.now() - 300_000).toISOString()
+    const created = await runKeysCli(
+      ['create', '--plan', 'free', '--name', 'born-expired', '--expires', passed],
+      cleanEnv({ DATABASE_URL: database.url, SKEWED_CLOCK_MILLIS: '-600000', NODE_OPTIONS: `--import ${pathToFileURL(path.resolve('test/helpers/skewedClock.mjs')).href}` }),
+    )
+    expectFailure(created, new RegExp(`^error: --expires ${passed.replace(/[.]/g, '\\.')} is not in the future by the database's clock \\(.+ there\\): no key was created\\n$`))
+    expect(await repository.count()).toBe(before)
   })
 
   it('shows, revokes, moves and re-limits a key; an unknown id exits 1', async () => {

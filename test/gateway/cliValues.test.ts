@@ -92,7 +92,7 @@ describe('keys command line', () => {
     const [header, expiring, lasting] = keyTable([record, keyRecord({ id: 'key_lasting01' })], undefined, new Date('2026-06-01T00:00:00Z'), () => null)
       .join('')
       .split('\n')
-    expect(header).toMatch(/\bCREATED\s+EXPIRES$/)
+    expect(header).toMatch(/\bCREATED \(UTC\)\s+EXPIRES \(UTC\)$/)
     expect(expiring).toMatch(/2026-01-01 00:00\s+2026-12-31 18:00$/)
     expect(lasting).toMatch(/2026-01-01 00:00\s+never$/)
   })

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { escapeForDisplay } from '../../../common/src/text/displaySafety.ts'
-import type { ApiKeyRecord, KeyRepository } from '../keys/keyRepository.ts'
+import { ExpiryPassedError, type ApiKeyRecord, type KeyRepository } from '../keys/keyRepository.ts'
 import type { Command } from './args.ts'
 import { CliError, UsageError } from './errors.ts'
 import { describeLimits, describeTime, hasCustomLimits, keyDetails, keyJson, keyTable, type Plans } from './format.ts'
@@ -115,13 +115,19 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
     case 'help':
       return
     case 'create': {
-      const { record, key } = await repository.create({
-        name: command.keyName,
-        plan: command.plan,
-        perMinute: command.limits?.perMinute ?? null,
-        perDay: command.limits?.perDay ?? null,
-        ...(command.expires === null ? {} : 'at' in command.expires ? { expiresAt: command.expires.at } : { expiresInMillis: command.expires.afterMillis }),
-      })
+      const { record, key } = await repository
+        .create({
+          name: command.keyName,
+          plan: command.plan,
+          perMinute: command.limits?.perMinute ?? null,
+          perDay: command.limits?.perDay ?? null,
+          ...(command.expires === null ? {} : 'at' in command.expires ? { expiresAt: command.expires.at } : { expiresInMillis: command.expires.afterMillis }),
+          expiryInFuture: true,
+        })
+        .catch((error: unknown) => {
+          if (!(error instanceof ExpiryPassedError) || command.expires === null || !('at' in command.expires)) throw error
+          throw new CliError(`--expires ${command.expires.at.toISOString()} is not in the future by the database's clock (${now.toISOString()} there): no key was created`)
+        })
       if (command.json) {
         const { id, ...rest } = keyJson(record, plans, now, null)
         output.out(`${JSON.stringify({ id, key, ...rest })}\n`)

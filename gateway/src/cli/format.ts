@@ -95,7 +95,8 @@ function tableState(record: ApiKeyRecord, now: Date, ban: RecordedBan | null): s
 
 /** The key table, a header and one line per key, in pieces of up to 5,000 lines (so a million keys print without one giant string). */
 export function keyTable(records: ApiKeyRecord[], plans: Plans | undefined, now: Date, banOf: BanOf): string[] {
-  const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED', 'EXPIRES']
+  // The times to the minute, in UTC as every time the CLI prints (STATE's ban says so at its end).
+  const header = ['ID', 'PREFIX', 'NAME', 'PLAN', 'LIMITS', 'STATE', 'CREATED (UTC)', 'EXPIRES (UTC)']
   // Every cell escaped: a plan written by hand in psql may hold what a terminal obeys, like a name.
   const rows = records.map((record) =>
     [

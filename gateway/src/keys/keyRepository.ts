@@ -74,7 +74,12 @@ export interface NewApiKey {
   expiresAt?: Date | null
   /** Instead of expiresAt: the key expires this long after its creation, by the database's clock. */
   expiresInMillis?: number
+  /** Refuse (ExpiryPassedError) an expiry not after the database's now: a key no gateway would take. */
+  expiryInFuture?: boolean
 }
+
+/** create's `expiryInFuture` not met: the expiry had passed by the database's clock, and no key was made. */
+export class ExpiryPassedError extends Error {}
 
 const COLUMNS = `id, display_prefix AS "displayPrefix", name, plan, per_minute AS "perMinute",
   per_day AS "perDay", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt"`
@@ -138,9 +143,14 @@ export function createKeyRepository(pool: pg.Pool) {
     /** Creates a key; the plaintext is returned here and nowhere else, ever. */
     async create(input: NewApiKey): Promise<{ record: ApiKeyRecord; key: string }> {
       const key = generateApiKey()
+      // The expiry judged by the database's clock, the one gateways judge it by: a CLI machine's
+      // clock behind it (or a second between parsing and the insert) made a key expired at birth.
       const { rows } = await pool.query<ApiKeyRecord>(
         `INSERT INTO gateway.api_keys (id, key_hash, display_prefix, name, plan, per_minute, per_day, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now() + $9 * interval '1 millisecond')) RETURNING ${COLUMNS}`,
+         SELECT $1, $2, $3, $4, $5, $6, $7, expiry
+           FROM (SELECT COALESCE($8, now() + $9 * interval '1 millisecond') AS expiry) chosen
+          WHERE NOT $10::boolean OR expiry IS NULL OR expiry > now()
+         RETURNING ${COLUMNS}`,
         [
           generateKeyId(),
           hashApiKey(key),
@@ -151,9 +161,11 @@ export function createKeyRepository(pool: pg.Pool) {
           input.perDay ?? null,
           input.expiresAt ?? null,
           input.expiresInMillis ?? null,
+          input.expiryInFuture === true,
         ],
       )
-      return { record: rows[0] as ApiKeyRecord, key }
+      if (rows[0] === undefined) throw new ExpiryPassedError('the expiry has passed by the database\'s clock')
+      return { record: rows[0], key }
     },
 
     /** The key's record, its expiry on this process's monotonic clock (by the time it has left now, by the database's clock). */
