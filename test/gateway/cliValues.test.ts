@@ -163,6 +163,7 @@ describe('keys --name', () => {
     // C1: CSI and OSC as one character each, which terminals obey in UTF-8 too.
     expect(() => parseName('acme\u009b2J\u009d0;pwned\u009c')).toThrow('--name must not contain control characters (C0, DEL or C1)')
     expect(() => parseName('acme\u202erevoked')).toThrow('--name must not hold bidirectional override')
+    expect(() => parseName('acme\u2028revoked')).toThrow('--name must not hold a line or paragraph separator (U+2028, U+2029)')
   })
 
   it('shows a name or plan written by hand in psql with what a terminal obeys escaped, in list and show', () => {

@@ -1,4 +1,4 @@
-import { BIDI_CONTROL, CONTROL_CHARACTER } from '../../../common/src/text/displaySafety.ts'
+import { BIDI_CONTROL, CONTROL_CHARACTER, LINE_SEPARATOR } from '../../../common/src/text/displaySafety.ts'
 import { UsageError } from './errors.ts'
 
 /** Custom per-key limits; always given together, per-day at least per-minute. */
@@ -44,6 +44,8 @@ export function parseName(raw: string): string {
   if (BIDI_CONTROL.test(name)) {
     throw new UsageError('--name must not hold bidirectional override, embedding or isolate characters (U+202A–U+202E, U+2066–U+2069)')
   }
+  // A name is one line, as a pet's is: --json printed these raw, and line-splitting readers broke there.
+  if (LINE_SEPARATOR.test(name)) throw new UsageError('--name must not hold a line or paragraph separator (U+2028, U+2029)')
   return name
 }
 
