@@ -71,10 +71,10 @@ export const UPSTREAM_CONNECTIONS = UNDICI_DEFAULTS.connections
 export const BUFFERED_ANSWER_MAX_BYTES = 1_048_576
 
 /**
- * The part of maxInFlight, or of the upstream connections when they are fewer, kept from any one
- * API key: a quarter (32 of the 128 connections). A client pipelining on a few connections (128
- * requests each) took every place, and every other key's requests were refused 503 while it
- * lasted; now it is refused past three quarters (96), and the other keys' requests go on being sent.
+ * The part of maxInFlight kept from any one API key: a quarter (256 of the default 1,024). A
+ * client pipelining on a few connections (128 requests each) took every place, and every other
+ * key's requests were refused 503 while it lasted; now it is refused past three quarters, and the
+ * other keys' requests go on being sent.
  */
 const KEPT_FOR_OTHER_CALLERS = 1 / 4
 
@@ -210,11 +210,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
   const unsent = (message: string) =>
     spreadAnswers(RETRY_AFTER_SATURATED, (retryAfter) => gatewayErrors.create('service_unavailable', message, { headers: { 'retry-after': retryAfter } }))
   const saturated = unsent(`The ${name} service has too many requests outstanding; retry shortly.`)
-  // Of the places or of the connections, whichever are fewer: past the connections, requests wait
-  // for one in arrival order, and every other key's request waited behind one key's queue (768 of
-  // the default 1,024 on 128 connections), its deadline running, to a 504.
-  const places = Math.min(options.maxInFlight, UPSTREAM_CONNECTIONS)
-  const perCaller = places - Math.floor(places * KEPT_FOR_OTHER_CALLERS)
+  const perCaller = options.maxInFlight - Math.floor(options.maxInFlight * KEPT_FOR_OTHER_CALLERS)
   const callerSaturated = unsent(`This API key has ${perCaller} requests outstanding at the ${name} service, its share; retry once fewer are.`)
   /** Requests refused since the upstream became saturated: one warning when it starts, one when it ends, not one per request. */
   let refusedWhileSaturated = 0
