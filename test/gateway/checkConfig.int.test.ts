@@ -75,12 +75,13 @@ describe('npm run check-config', () => {
     expect(run.status).toBe(1)
     expect(run.stdout).toBe('')
     const lines = run.stderr.trim().split('\n')
-    expect(lines).toHaveLength(4)
+    expect(lines).toHaveLength(7)
     expect(lines[0]).toBe(
       'test/fixtures/config/bad-trusted-proxies.yaml:8: server.trustedProxies.1 must be an IP address, ' +
         'a CIDR range (10.0.0.0/8) or one of loopback, linklocal, uniquelocal (invalid IP address: 999.1.1.1)',
     )
     expect(lines[1]).toMatch(/^test\/fixtures\/config\/bad-trusted-proxies\.yaml:9: server\.trustedProxies\.2 must be .*10\.0\.0\.0\/33\)$/)
+    expect(lines[4]).toMatch(/^test\/fixtures\/config\/bad-trusted-proxies\.yaml:15: server\.trustedProxies\.8 must be .*\(192\.168\.010\.005 would be read as 192\.168\.8\.5: /)
   })
 
   it('names each listener address and URL the gateway could not use at its next start, with its line, and exits 1', () => {

@@ -9,6 +9,7 @@ import { captureLog } from '../../helpers/logCapture.ts'
 import { startRedisCluster, type TestCluster } from '../../helpers/redis.ts'
 import { suiteService } from '../../helpers/suiteService.ts'
 import { describeLimitStore } from './store.suite.ts'
+import { eventually } from './httpLimits.ts'
 
 describeLimitStore('Redis Cluster (three masters)', async () => {
   const cluster = await startRedisCluster()
@@ -247,7 +248,9 @@ describe('Redis Cluster: a dead master', () => {
         day: { limit: 10_000, windowMillis: 86_400_000, bucketMillis: 3_600_000 },
         bans: { strikes: 10, ladderMillis: [60_000], memoryMillis: 86_400_000 },
       }
-      expect((await store.consume(request)).degraded).toBe(false)
+      // Decided on Redis first: on a loaded machine a fresh client's first call (the slot map, the
+      // script loaded) can take longer than the 50 ms budget, and that master is set aside for 1 s.
+      await eventually(async () => !(await store.consume(request)).degraded, 10_000)
       const slot = (await admins[0]!.call('CLUSTER', 'KEYSLOT', `${prefix}${limitKey(request.keyId)}`)) as number
       const ranges = (await admins[0]!.call('CLUSTER', 'SLOTS')) as [number, number, [string, number]][]
       const holderPort = ranges.find(([from, to]) => slot >= from && slot <= to)![2][1]
