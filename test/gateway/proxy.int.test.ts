@@ -359,6 +359,7 @@ describe('gateway proxy to the real pets-service', () => {
      */
     async function answerLosingRelay(target: string) {
       let losing = 0
+      let stopOnLoss = false
       const { hostname, port } = new URL(target)
       const server = net.createServer((client) => {
         const upstream = net.connect(Number(port), hostname)
@@ -370,6 +371,8 @@ describe('gateway proxy to the real pets-service', () => {
         upstream.on('data', (chunk) => {
           if (losing > 0) {
             losing--
+            // Listening no more first: the gateway's resend is then refused.
+            if (stopOnLoss) server.close()
             client.destroy()
             upstream.destroy()
           } else client.write(chunk)
@@ -379,6 +382,7 @@ describe('gateway proxy to the real pets-service', () => {
       return {
         url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
         loseNextAnswer: () => void (losing = 1),
+        loseNextAnswerAndStop: () => void ((losing = 1), (stopOnLoss = true)),
         close: () => new Promise<void>((resolve) => server.close(() => resolve())),
       }
     }
@@ -403,6 +407,26 @@ describe('gateway proxy to the real pets-service', () => {
         lost: 'nothing: one pet per create, none stored twice',
         test: 'test/gateway/proxy.int.test.ts',
       })
+    })
+
+    // Its Retry-After: 1 says "not sent", true of a refused first attempt only: this one's first
+    // attempt stored the pet, and a client told so could resend it under a new key (a second pet).
+    it('answers a create whose resend is refused 502 without Retry-After: 1, the stored pet found again under its key', async () => {
+      const stopping = await answerLosingRelay(pets.url)
+      const through = await startGateway({ databaseUrl: database.url, petsUrl: stopping.url })
+      try {
+        stopping.loseNextAnswerAndStop()
+        const refused = await through.request('/v1/pets', { key, ...json({ name: 'Lost, then refused', categoryId: 1 }, { 'idempotency-key': 'lost-then-refused' }) })
+        await expectErrorResponse(refused, 502, 'bad_gateway')
+        expect(refused.headers.get('retry-after')).toBeNull()
+        expect(await stored('Lost, then refused')).toBe(1)
+        const retried = await gateway.request('/v1/pets', { key, ...json({ name: 'Lost, then refused', categoryId: 1 }, { 'idempotency-key': 'lost-then-refused' }) })
+        expect(retried.status).toBe(201)
+        expect(retried.headers.get('idempotent-replayed')).toBe('true')
+        expect(await stored('Lost, then refused')).toBe(1)
+      } finally {
+        await through.close()
+      }
     })
 
     it('answers a create without an Idempotency-Key 502 bad_gateway and never sends it twice: the pet it stored stays the only one', async () => {

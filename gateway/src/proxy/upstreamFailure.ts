@@ -40,12 +40,13 @@ function errorCodes(error: unknown): string[] {
  * Upstream failures as clients see them: 504 when it stayed silent, 502 for everything else. The
  * messages name the catalogue (the pets upstream) or, for another upstream, its name.
  */
-export function upstreamFailure(error: unknown, upstream = 'pets') {
+export function upstreamFailure(error: unknown, upstream = 'pets', sentBefore = false) {
   const service = upstream === 'pets' ? undefined : `The ${upstream} service`
   if (failureKind(error) === 'timeout') return gatewayErrors.create('upstream_timeout', service && `${service} did not answer in time.`, { cause: error })
   // A connection refused: the request was never sent, and the upstream is most likely restarting
-  // (a lone pets-service is listening again a second or so after its drain ends).
-  const refused = errorCodes(error).includes('ECONNREFUSED')
+  // (a lone pets-service is listening again a second or so after its drain ends). Not when this
+  // was its resend: the first attempt reached the upstream, and a create may have been stored.
+  const refused = !sentBefore && errorCodes(error).includes('ECONNREFUSED')
   return gatewayErrors.create('bad_gateway', service && `${service} could not be reached or answered badly.`, {
     cause: error,
     ...(refused ? { headers: { 'retry-after': '1' } } : {}),

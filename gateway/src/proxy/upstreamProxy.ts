@@ -236,11 +236,11 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     return true
   }
 
-  function fail(reply: FastifyReply, error: unknown): void {
+  function fail(reply: FastifyReply, error: unknown, sentBefore = false): void {
     if (reply.sent) return
     waited.delete(reply.request)
     observer?.failure(name, failureKind(error))
-    const failure = upstreamFailure(error, name)
+    const failure = upstreamFailure(error, name, sentBefore)
     reply.log.warn({ err: withoutFrames(error), code: failure.code, upstream: name }, 'upstream request failed')
     sendApiError(reply, failure)
   }
@@ -389,7 +389,8 @@ interface UpstreamLink {
   /** UpstreamOptions.honoursIdempotencyKeys. */
   readonly honoursIdempotencyKeys: boolean
   readonly pool: Dispatcher
-  fail(reply: FastifyReply, error: unknown): void
+  /** `sentBefore`: an earlier attempt of this request reached the upstream (it was resent). */
+  fail(reply: FastifyReply, error: unknown, sentBefore?: boolean): void
   /** Observes the request's upstream latency, once, under `status`. */
   answered(request: FastifyRequest, status: number): void
   answerHead(request: FastifyRequest, reply: FastifyReply, statusCode: number, parsed: Record<string, string | string[] | undefined>): boolean
@@ -553,7 +554,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     clearTimeout(this.deadline)
     if (this.dropped) return
     if (this.stream) this.breakOff(error)
-    else this.link.fail(this.reply, error)
+    else this.link.fail(this.reply, error, this.resent)
   }
 
   /**
@@ -621,7 +622,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.abort?.(error)
     if (this.stream && byClient) this.stream.destroy(error)
     else if (this.stream) this.breakOff(error)
-    else if (!byClient) this.link.fail(this.reply, error)
+    else if (!byClient) this.link.fail(this.reply, error, this.resent)
   }
 
   /**
