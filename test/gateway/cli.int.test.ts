@@ -644,6 +644,15 @@ describe('keys CLI (npm run keys)', () => {
       await operator.query('ROLLBACK')
       expectFailure(revoke, /^error: revoke was not done: Postgres did not finish its statement within 5 s at DATABASE_URL \(.+\), as when another transaction holds the key's row or its table; nothing was changed, run it again\n$/)
       expect((await repository.findById(held.id))?.revokedAt).toBeNull()
+
+      // Done, then its result not read back within the bound (the ban records locked): it says so,
+      // not that nothing was changed.
+      await operator.query('BEGIN')
+      await operator.query('LOCK TABLE gateway.api_key_bans')
+      const revokedSlowly = await run('revoke', held.id)
+      await operator.query('ROLLBACK')
+      expectFailure(revokedSlowly, /^error: revoke was done, but reading its result back took over 5 s at DATABASE_URL \(.+\); `npm run keys -- show <id>` shows the key as it is now\n$/)
+      expect((await repository.findById(held.id))?.revokedAt).not.toBeNull()
     } finally {
       await operator.end()
     }

@@ -198,7 +198,13 @@ export async function runCommand(command: Command, deps: CommandDeps): Promise<v
         ...(command.limits ? { limits: command.limits } : {}),
         needsLimits: isCustomPlan(plan),
       })
-      const record = changed ?? (await whyUnchanged(deps, command.id, () => needsLimits(command.plan)))
+      const record =
+        changed ??
+        (await whyUnchanged(
+          deps,
+          command.id,
+          () => new CliError(`API key ${command.id}'s own limits were cleared meanwhile, and plan "${command.plan}" has none of its own ("custom"): give set-plan --per-minute and --per-day`),
+        ))
       await report(record, command.json, `API key ${record.id} is now on plan ${record.plan}.`)
       if (!isCustomPlan(plan) && !command.limits && hasCustomLimits(record)) {
         note(

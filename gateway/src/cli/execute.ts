@@ -5,7 +5,7 @@ import { CLOSE_DEPENDENCY_MILLIS } from '../../../common/src/lifecycle/shutdown.
 import { describeRefusal } from '../../../common/src/database/privileges.ts'
 import { UNPARSABLE_DATABASE_URL, unparsableDatabaseUrl } from '../../../common/src/database/waitForPostgres.ts'
 import { ConfigError, DEFAULT_CONFIG_PATH, loadGatewayConfig } from '../config/loadConfig.ts'
-import { createKeyRepository } from '../keys/keyRepository.ts'
+import { createKeyRepository, type KeyRepository } from '../keys/keyRepository.ts'
 import { GATEWAY_MIGRATIONS, KEYS_CLI_POSTGRES_NEEDS } from '../migrations.ts'
 import type { Command } from './args.ts'
 import { checkCommand, runCommand, type Output } from './commands.ts'
@@ -39,7 +39,25 @@ const SQLSTATE = /^(?=.*\d)[0-9A-Z]{5}$/
 /** The commands that change something: a statement of theirs cut off changed nothing, and says so. */
 const CHANGES = new Set(['create', 'revoke', 'set-plan', 'set-limits', 'unban'])
 
-async function databaseError(error: unknown, location: DatabaseLocation, pool: pg.Pool, command?: Command): Promise<unknown> {
+/** Whether the command's change has been made (committed): what a failure after it must not deny. */
+interface Progress {
+  changed: boolean
+}
+
+/** The repository, noting in `progress` when one of its changes has been made. */
+function noteChanges(repository: KeyRepository, progress: Progress): KeyRepository {
+  const noted =
+    <A extends unknown[], R>(change: (...args: A) => Promise<R>) =>
+    async (...args: A): Promise<R> => {
+      const result = await change(...args)
+      if (result !== undefined && result !== null) progress.changed = true
+      return result
+    }
+  const { create, revoke, setPlan, setLimits, requestUnban } = repository
+  return { ...repository, create: noted(create), revoke: noted(revoke), setPlan: noted(setPlan), setLimits: noted(setLimits), requestUnban: noted(requestUnban) }
+}
+
+async function databaseError(error: unknown, location: DatabaseLocation, pool: pg.Pool, command?: Command, progress?: Progress): Promise<unknown> {
   if (error instanceof CliError) return error
   // pg could not parse the URL: no Postgres was asked anything, and the URL cannot be printed.
   if (unparsableDatabaseUrl(error)) return new CliError(`cannot use Postgres at ${location.source}: ${UNPARSABLE_DATABASE_URL}`)
@@ -52,6 +70,14 @@ async function databaseError(error: unknown, location: DatabaseLocation, pool: p
   // A change that waited on a lock past the timeout (another transaction on the key's row or its
   // table) was rolled back: said plainly, as "did not finish" left the operator to guess.
   if (code === QUERY_CANCELED && command !== undefined && CHANGES.has(command.name)) {
+    // Cut off after the change had committed (reading its result back: a ban record, an unban's
+    // progress, behind a lock on their tables), it was done all the same.
+    if (progress?.changed) {
+      return new CliError(
+        `${command.name} was done, but reading its result back took over ${STATEMENT_TIMEOUT_SECONDS} s at ${where}; ` +
+          '`npm run keys -- show <id>` shows the key as it is now',
+      )
+    }
     return new CliError(
       `${command.name} was not done: Postgres did not finish its statement within ${STATEMENT_TIMEOUT_SECONDS} s at ${where}, ` +
         'as when another transaction holds the key\'s row or its table; nothing was changed, run it again',
@@ -79,6 +105,7 @@ export async function execute(command: Command, output: Output, env: NodeJS.Proc
   const plans = loadPlans(command, output, env)
   checkCommand(command, plans)
   const location = await locateDatabase(env)
+  const progress: Progress = { changed: false }
   const pool = createPool({
     connectionString: location.url,
     applicationName: 'keys-cli',
@@ -92,9 +119,9 @@ export async function execute(command: Command, output: Output, env: NodeJS.Proc
     } catch (error) {
       throw await databaseError(error, location, pool)
     }
-    await runCommand(command, { repository: createKeyRepository(pool), plans, output })
+    await runCommand(command, { repository: noteChanges(createKeyRepository(pool), progress), plans, output })
   } catch (error) {
-    throw isDatabaseUnavailable(error) ? await databaseError(error, location, pool, command) : error
+    throw isDatabaseUnavailable(error) ? await databaseError(error, location, pool, command, progress) : error
   } finally {
     await endPool(pool, CLOSE_DEPENDENCY_MILLIS)
   }
