@@ -155,7 +155,7 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
   }
   if (hasUnencodedAt(raw)) {
     throw new EnvError(
-      "DATABASE_URL holds an '@' after its host: percent-encode '@', '/', '?' and '#' in the user name and password (%40, %2F, %3F, %23), or give the password in PGPASSWORD (the URL is not printed)",
+      "DATABASE_URL holds an '@' after its host: percent-encode '@', '/', '?' and '#' in the user name and password (%40, %2F, %3F, %23), or give the password in PGPASSWORD; a database name with '@' goes in PGDATABASE, the URL naming none (the URL is not printed)",
     )
   }
   const unreadable = unreadableSslFile(raw)

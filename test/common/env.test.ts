@@ -132,7 +132,7 @@ describe('environment the services read at boot', () => {
   // Parsed, the password's rest was the host (`ss`) and the path: part of it was printed in the
   // errors and looked up in DNS. A parameter's value may hold an '@'.
   it("refuses a DATABASE_URL whose password holds an unencoded '/', '?' or '#' before an '@', without printing it", () => {
-    for (const url of ['postgres://u:p@ss/w@rd@127.0.0.1:5432/x', 'postgres://u:p#w@rd@127.0.0.1/x', 'postgres://u:p?w@rd@127.0.0.1/x']) {
+    for (const url of ['postgres://u:p@ss/w@rd@127.0.0.1:5432/x', 'postgres://u:p#w@rd@127.0.0.1/x', 'postgres://u:p?w@rd@127.0.0.1/x', 'postgres://app:Xy@9/b=Q@127.0.0.1:5432/db', 'postgres://app@127.0.0.1/a@b']) {
       let refused: unknown
       try {
         databaseUrlFromEnv({ DATABASE_URL: url })
@@ -147,6 +147,9 @@ describe('environment the services read at boot', () => {
     expect(databaseUrlFromEnv({ DATABASE_URL: 'postgres://u:p%40ss%2Fw%40rd@127.0.0.1/x?application_name=a@b' })).toContain('a@b')
     expect(printableUrl('postgres://u:p@ss/w@rd@127.0.0.1:5432/x')).toBe("(a URL with an '@' after its host: not printed)")
     expect(printableUrl('postgres://u:p%40ss@127.0.0.1/x#part')).toBe('postgres://u:***@127.0.0.1/x')
+    // A password's rest read as a parameter pg has no use for: its value is not printed.
+    expect(printableUrl('postgres://u:p@ss?w=rd@db/x')).toBe('postgres://u:***@ss?w=***')
+    expect(printableUrl('postgres://app@db/pets?sslmode=require&application_name=me@host')).toBe('postgres://app@db/pets?sslmode=require&application_name=me@host')
   })
 
   // pg reads these files as it makes each client and throws there: both services stopped with a

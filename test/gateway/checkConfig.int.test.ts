@@ -75,7 +75,7 @@ describe('npm run check-config', () => {
     expect(run.status).toBe(1)
     expect(run.stdout).toBe('')
     const lines = run.stderr.trim().split('\n')
-    expect(lines).toHaveLength(7)
+    expect(lines).toHaveLength(8)
     expect(lines[0]).toBe(
       'test/fixtures/config/bad-trusted-proxies.yaml:8: server.trustedProxies.1 must be an IP address, ' +
         'a CIDR range (10.0.0.0/8) or one of loopback, linklocal, uniquelocal (invalid IP address: 999.1.1.1)',

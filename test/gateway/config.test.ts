@@ -341,6 +341,7 @@ describe('gateway config: trusted proxies', () => {
       `test/fixtures/config/bad-trusted-proxies.yaml:15: server.trustedProxies.8 ${WHY} (${NOT_PLAIN('192.168.010.005', '192.168.8.5')})`,
       `test/fixtures/config/bad-trusted-proxies.yaml:16: server.trustedProxies.9 ${WHY} (${NOT_PLAIN('127.1', '127.0.0.1')})`,
       `test/fixtures/config/bad-trusted-proxies.yaml:17: server.trustedProxies.10 ${WHY} (${NOT_PLAIN('0x7f.1', '127.0.0.1')})`,
+      `test/fixtures/config/bad-trusted-proxies.yaml:18: server.trustedProxies.11 ${WHY} (${NOT_PLAIN('10', '0.0.0.10')})`,
     ])
   })
 

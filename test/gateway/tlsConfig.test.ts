@@ -143,6 +143,36 @@ describe.skipIf(opensslMissing)('gateway config: server.tls files, checked at st
     }
   })
 
+  // Refused, it waited on disk (reloads follow file changes and SIGHUP) while the one in force
+  // went on to expire: it is read again once it is valid.
+  it('refuses a rotation to a certificate not valid yet, keeping the one in force, and takes it once it is valid', async () => {
+    const inForce = issueCertificate(ca, 'in-force', '2004')
+    const inForceFrom = readTlsPair(inForce).validFrom.getTime()
+    // A certificate's validity begins on a whole second: the next one issued a second later begins later.
+    while (Math.floor(Date.now() / 1_000) * 1_000 <= inForceFrom) await new Promise((resolve) => setTimeout(resolve, 100))
+    const staged = issueCertificate(ca, 'staged-later', '2005')
+    const stagedFrom = readTlsPair(staged).validFrom.getTime()
+    expect(stagedFrom).toBeGreaterThan(inForceFrom)
+    const files = { certFile: path.join(directory, 'staged-rotation.crt'), keyFile: path.join(directory, 'staged-rotation.key') }
+    copyFileSync(inForce.certFile, files.certFile)
+    copyFileSync(inForce.keyFile, files.keyFile)
+    const errors: Record<string, unknown>[] = []
+    const rotation = createTlsRotation(files, { info: () => undefined, error: (fields: Record<string, unknown>) => errors.push(fields) } as never)
+    vi.useFakeTimers({ toFake: ['Date', 'setTimeout', 'clearTimeout'] })
+    try {
+      vi.setSystemTime(stagedFrom - 500)
+      copyFileSync(staged.certFile, files.certFile)
+      copyFileSync(staged.keyFile, files.keyFile)
+      expect(rotation.reload()).toBe(false)
+      expect(rotation.pair().serialNumber).toBe('2004')
+      expect(errors[0]?.problem).toMatch(/staged-rotation\.crt: the certificate is not valid until .*, and the one in force is valid/)
+      await vi.advanceTimersByTimeAsync(1_600)
+      expect(rotation.pair().serialNumber).toBe('2005')
+    } finally {
+      vi.useRealTimers()
+    }
+  })
+
   it('refuses a key encrypted with a passphrase, saying so', () => {
     const encrypted = path.join(directory, 'tls', 'encrypted.key')
     execFileSync(OPENSSL, ['pkey', '-in', server.keyFile, '-aes256', '-passout', 'pass:secret', '-out', encrypted])

@@ -423,8 +423,10 @@ function trustedProxyProblem(entry: string): string | undefined {
   }
   // proxy-addr reads IPv4 as inet_aton does: 192.168.010.005 is 192.168.8.5 (octal), 127.1 is
   // 127.0.0.1. Such an entry trusted another host than the one named, and the load balancer not.
-  for (const part of entry.split('/')) {
-    if (/^[\da-fx.]+$/i.test(part) && part.includes('.') && !isPlainIpv4(part)) {
+  // `10/8` too: 0.0.0.10/8 to it, not 10.0.0.0/8. After the `/`, a netmask only when dotted.
+  const [address = '', mask] = entry.split('/')
+  for (const part of [address, ...(mask?.includes('.') ? [mask] : [])]) {
+    if (!part.includes(':') && ipaddr.IPv4.isValid(part) && !isPlainIpv4(part)) {
       return `${part} would be read as ${ipaddr.IPv4.parse(part).toString()}: write an IPv4 address as four plain decimal numbers, without leading zeros`
     }
   }

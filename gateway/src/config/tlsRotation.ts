@@ -25,6 +25,9 @@ export function secureContextOptions(pair: TlsPair): SecureContextOptions {
   return { cert: pair.cert, key: pair.key }
 }
 
+/** setTimeout's longest wait (about 24.8 days); a pair valid later is read again then, and waits again. */
+const MOST_TIMER_MILLIS = 2 ** 31 - 1
+
 /**
  * The certificate of the public port, rotated without a restart: on SIGHUP and when either file
  * changes the pair is read and checked again (readTlsPair; an expired certificate replaces no
@@ -44,12 +47,22 @@ export function createTlsRotation(
   let current = readTlsPair(files)
   let server: { setSecureContext(options: SecureContextOptions): void } | undefined
   const describe = (pair: TlsPair) => ({ serialNumber: pair.serialNumber, subject: pair.subject, validTo: pair.validTo.toISOString() })
+  // A pair refused for not being valid yet is read again once it is (a second after): reloads
+  // follow file changes and SIGHUP only, and it would have waited on disk while the one in force
+  // went on to expire.
+  let onceValid: NodeJS.Timeout | undefined
 
   const reload = (): boolean => {
     readAt = versions()
+    clearTimeout(onceValid)
     try {
       const next = readTlsPair(files)
       const expired = certificateExpiry(next)
+      const wait = next.validFrom.getTime() - Date.now()
+      if (expired && wait > 0 && !certificateExpiry(current)) {
+        onceValid = setTimeout(reload, Math.min(wait + 1_000, MOST_TIMER_MILLIS))
+        onceValid.unref()
+      }
       // Taken as a success, such a rotation ended every handshake of clients that check.
       if (expired && !certificateExpiry(current)) throw new TlsFilesError('certFile', `${files.certFile}: ${expired}, and the one in force is valid`)
       server?.setSecureContext(secureContextOptions(next))
@@ -93,6 +106,7 @@ export function createTlsRotation(
       return () => {
         stopWatching()
         clearTimeout(settling)
+        clearTimeout(onceValid)
         process.off('SIGHUP', onSignal)
         server = undefined
       }

@@ -12,6 +12,8 @@ const PLAIN_IPV4 = new RegExp(`^${OCTET}\\.${OCTET}\\.${OCTET}\\.${OCTET}$`)
 export function isPlainIpv4(text: string): boolean {
   return PLAIN_IPV4.test(text)
 }
+/** A zone as hosts name their interfaces (`eth0`, `en0`, `br-1a2b`, or an index): at most 15 characters. */
+const INTERFACE_NAME = /^[\w.-]{1,15}$/
 const IPV4_WITH_PORT = /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d{1,5}$/
 const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
 
@@ -41,8 +43,14 @@ export function addressOnly(address: string | undefined): string {
  */
 export function knownAddress(given: string | undefined): string {
   const address = addressOnly(given)
-  // Not with a zone id (`fe80::1%eth0`): the name of an interface on the sender's host, any text.
-  if (PLAIN_IPV4.test(address) || (address.includes(':') && !address.includes('%') && ipaddr.IPv6.isValid(address))) return address
+  if (PLAIN_IPV4.test(address)) return address
+  // A link-local address with its zone (`fe80::1%eth0`, as Node gives a socket's peer) is given
+  // without it: the zone names an interface of the host that wrote it, and from a trusted hop's
+  // X-Forwarded-For it was any text the client chose (8,000 characters of it reached the log).
+  const zoneAt = address.indexOf('%')
+  const withoutZone = zoneAt < 0 ? address : address.slice(0, zoneAt)
+  if (zoneAt >= 0 && !INTERFACE_NAME.test(address.slice(zoneAt + 1))) return UNKNOWN_ADDRESS
+  if (withoutZone.includes(':') && ipaddr.IPv6.isValid(withoutZone)) return withoutZone
   return UNKNOWN_ADDRESS
 }
 

@@ -49,7 +49,9 @@ describe('the client address the gateway logs and forwards', () => {
     ['01.2.3.4', 'unknown'],
     // A zone id is any text a client chooses (8,000 characters reached the log and the upstream).
     [`fe80::1%${'k'.repeat(8_000)}`, 'unknown'],
-    ['fe80::1%eth0', 'unknown'],
+    ['fe80::1%eth0 OR 1=1', 'unknown'],
+    // As Node gives a link-local peer: the address, without the interface of the host that wrote it.
+    ['fe80::fc:ff:fe00:1%eth0', 'fe80::fc:ff:fe00:1'],
     [undefined, 'unknown'],
   ])('%s is given as %s', (address, given) => {
     expect(knownAddress(address)).toBe(given)
