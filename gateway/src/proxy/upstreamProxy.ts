@@ -427,6 +427,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private dropped = false
   /** Sent a second time already (resendAfterClose, or after a 408): never a third. */
   private resent = false
+  /** An earlier attempt may have run upstream (its connection closed without an answer; not a 408, which did not run it). */
+  private sentBefore = false
   /** The upstream answered 408 to a request that may be sent again: its answer is read and dropped, then the request resent. */
   private discarding = false
   private readonly sent: Dispatcher.DispatchOptions
@@ -554,7 +556,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     clearTimeout(this.deadline)
     if (this.dropped) return
     if (this.stream) this.breakOff(error)
-    else this.link.fail(this.reply, error, this.resent)
+    else this.link.fail(this.reply, error, this.sentBefore)
   }
 
   /**
@@ -572,6 +574,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
    */
   private resendAfterClose(error: Error): boolean {
     if (this.headersIn || !this.mayResend() || !CLOSED_WITHOUT_ANSWER.has((error as { code?: unknown }).code as string)) return false
+    this.sentBefore = true
     this.resend()
     return true
   }
@@ -622,7 +625,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.abort?.(error)
     if (this.stream && byClient) this.stream.destroy(error)
     else if (this.stream) this.breakOff(error)
-    else if (!byClient) this.link.fail(this.reply, error, this.resent)
+    else if (!byClient) this.link.fail(this.reply, error, this.sentBefore)
   }
 
   /**
