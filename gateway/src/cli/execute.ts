@@ -66,7 +66,6 @@ async function databaseError(error: unknown, location: DatabaseLocation, pool: p
   const refused = await describeRefusal(pool, KEYS_CLI_POSTGRES_NEEDS, error)
   if (refused !== undefined) return new CliError(`${refused} (Postgres at ${where})`)
   const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined
-  // 25006 counts as unavailable (a 503 for the services), but this Postgres was reached.
   // A change that waited on a lock past the timeout (another transaction on the key's row or its
   // table) was rolled back: said plainly, as "did not finish" left the operator to guess.
   if (code === QUERY_CANCELED && command !== undefined && CHANGES.has(command.name)) {
@@ -83,6 +82,7 @@ async function databaseError(error: unknown, location: DatabaseLocation, pool: p
         'as when another transaction holds the key\'s row or its table; nothing was changed, run it again',
     )
   }
+  // 25006 counts as unavailable (a 503 for the services), but this Postgres was reached.
   const what =
     code === QUERY_CANCELED
       ? 'Postgres did not finish a statement within its timeout'

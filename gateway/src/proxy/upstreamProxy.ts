@@ -3,9 +3,9 @@ import httpProxy from '@fastify/http-proxy'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Pool, util as undiciUtil, type Dispatcher } from 'undici'
 import { onConnectionClose } from '../../../common/src/http/connectionClose.ts'
-import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS } from '../../../common/src/lifecycle/shutdown.ts'
 import { hasNoMediaType, sendApiError } from '../../../common/src/http/errorHandler.ts'
 import { spreadAnswers, type RetryAfterSpread } from '../../../common/src/http/retryAfter.ts'
+import { CLOSE_DEPENDENCY_MILLIS, SHUTDOWN_DEADLINE_AFTER_DRAIN_MILLIS } from '../../../common/src/lifecycle/shutdown.ts'
 import type { UpstreamConfig } from '../config/loadConfig.ts'
 import { gatewayErrors } from '../errors.ts'
 import { ANSWER_DROPPED, HOP_BY_HOP_SET, VIA, connectionHeaderNames, gatewayHeaders, isClientDropped, sanitizeHeaderValue, spellsDropped } from './headerHygiene.ts'
@@ -389,7 +389,7 @@ interface UpstreamLink {
   /** UpstreamOptions.honoursIdempotencyKeys. */
   readonly honoursIdempotencyKeys: boolean
   readonly pool: Dispatcher
-  /** `sentBefore`: an earlier attempt of this request reached the upstream (it was resent). */
+  /** `sentBefore`: an earlier attempt of this request may have run upstream (it was resent after its connection closed unanswered). */
   fail(reply: FastifyReply, error: unknown, sentBefore?: boolean): void
   /** Observes the request's upstream latency, once, under `status`. */
   answered(request: FastifyRequest, status: number): void

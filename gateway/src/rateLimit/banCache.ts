@@ -63,7 +63,7 @@ export function createBanCache(options: { maxEntries?: number; clock?: () => num
     },
     /**
      * Milliseconds left of a known ban and until a request would be admitted under `limits`, that
-     * moment in the store's time, and the window (0 minute, 1 day) that held the key back; or undefined.
+     * moment in the store's time, and the window its answers name (bannedWindow); or undefined.
      */
     lookup(keyId: string, limits: KeyLimits): { millisLeft: number; retryAfterMillis: number; admittedAtStoreMillis: number; step: number; window: number } | undefined {
       const ban = bans.get(keyId)

@@ -7,15 +7,15 @@ import ipaddr from 'ipaddr.js'
  */
 const OCTET = '(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)'
 const PLAIN_IPV4 = new RegExp(`^${OCTET}\\.${OCTET}\\.${OCTET}\\.${OCTET}$`)
+const IPV4_WITH_PORT = /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d{1,5}$/
+const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
+/** A zone as hosts name their interfaces (`eth0`, `en0`, `br-1a2b`, or an index): at most 15 characters. */
+const INTERFACE_NAME = /^[\w.-]{1,15}$/
 
 /** Whether `text` is an IPv4 address spelt as a socket reports one (`192.168.10.5`, not `192.168.010.005`). */
 export function isPlainIpv4(text: string): boolean {
   return PLAIN_IPV4.test(text)
 }
-/** A zone as hosts name their interfaces (`eth0`, `en0`, `br-1a2b`, or an index): at most 15 characters. */
-const INTERFACE_NAME = /^[\w.-]{1,15}$/
-const IPV4_WITH_PORT = /^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d{1,5}$/
-const BRACKETED_IPV6 = /^\[([^\]]+)\](?::\d{1,5})?$/
 
 /** Where every client address that is no IP address at all is counted: together, not one count each. */
 const UNPARSEABLE_BUCKET = 'unparseable'
