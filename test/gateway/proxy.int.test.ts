@@ -1119,6 +1119,36 @@ describe('gateway proxy header hygiene and upstream failures', () => {
 
   // README, upstreams.<name>.maxInFlight: Retry-After drawn from 1 to 3 s on each 503, so the
   // clients refused while the upstream is hung do not all come back in the same second.
+  // The pool serves waiting requests in arrival order: past its 128 connections, one key's burst
+  // stood ahead of every other key's request, which waited seconds, to a 504 at its deadline.
+  it("holds one key's requests past 96 at once back behind its own, neither refused nor sent: another key's request is sent at once", async () => {
+    const silent = await scriptedUpstream(() => undefined)
+    const { gateway, key } = await gatewayTo(silent, 3, 1_024)
+    const { key: other } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const burst = Array.from({ length: 100 }, () => gateway.request('/v1/pets', { key }))
+    await arrived(silent.requests, 96)
+    const othersRequest = gateway.request('/v1/pets', { key: other })
+    await arrived(silent.requests, 97)
+    // The four held back wait in the gateway while the key's first 96 run.
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(silent.requests).toHaveLength(97)
+    for (const answer of [...burst, othersRequest]) await expectErrorResponse(await answer, 504, 'upstream_timeout')
+    await eventually(async () => (await gateway.registry.metrics()).includes('gateway_upstream_in_flight{upstream="pets"} 0\n'), 5_000)
+  })
+
+  it("sends one key's requests held back in turn as its earlier ones are answered", async () => {
+    const answering = await scriptedUpstream((_request, response) => {
+      setTimeout(() => {
+        response.setHeader('content-type', 'application/json')
+        response.end('[]')
+      }, 200)
+    })
+    const { gateway, key } = await gatewayTo(answering, 5, 1_024)
+    const answers = await Promise.all(Array.from({ length: 200 }, () => gateway.request('/v1/pets', { key })))
+    expect(answers.map((answer) => answer.status)).toEqual(Array.from({ length: 200 }, () => 200))
+    expect(answering.requests).toHaveLength(200)
+  })
+
   it('spreads the Retry-After of the 503s past maxInFlight over whole seconds from 1 to 3', async () => {
     const silent = await scriptedUpstream(() => undefined)
     // The one outstanding request holds the bound for the 3 s it waits: the 30 below take a fraction of that.
@@ -1557,8 +1587,10 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       })
     })
     const { gateway, key } = await gatewayTo(slow, 3)
+    // Two keys: one key's requests beyond three quarters of the connections wait in the gateway.
+    const { key: second } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
     const inFlight = async () => (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
-    const busy = Array.from({ length: UPSTREAM_CONNECTIONS }, () => gateway.request('/v1/pets', { key, contract: false }))
+    const busy = Array.from({ length: UPSTREAM_CONNECTIONS }, (_, index) => gateway.request('/v1/pets', { key: index % 2 === 0 ? key : second, contract: false }))
     await arrived(slow.requests, UPSTREAM_CONNECTIONS)
 
     const late = gateway.request('/v1/pets', { key, method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"Late","categoryId":1}' })

@@ -199,6 +199,9 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     waited,
     inFlight: 0,
     callers: new Map(),
+    running: new Map(),
+    waiting: new Map(),
+    connectionShare: UPSTREAM_CONNECTIONS - Math.floor(UPSTREAM_CONNECTIONS * KEPT_FOR_OTHER_CALLERS),
     honoursIdempotencyKeys: options.honoursIdempotencyKeys === true,
     fail,
     answered,
@@ -347,7 +350,7 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     }
     link.inFlight++
     if (caller !== undefined) link.callers.set(caller, (link.callers.get(caller) ?? 0) + 1)
-    pool.dispatch(sent, new UpstreamExchange(link, request, reply, sent, caller))
+    new UpstreamExchange(link, request, reply, sent, caller).start()
   }
 
   await app.register(httpProxy, {
@@ -386,6 +389,12 @@ interface UpstreamLink {
   inFlight: number
   /** Of those, each API key's (bounded by its share, KEPT_FOR_OTHER_CALLERS); a key with none has no entry. */
   readonly callers: Map<string, number>
+  /** Of each key's, those handed to the pool (at most connectionShare); the rest wait in `waiting`. */
+  readonly running: Map<string, number>
+  /** Each key's requests held back, in arrival order, until one of its running ones ends. */
+  readonly waiting: Map<string, UpstreamExchange[]>
+  /** The most of one key's requests handed to the pool at once: three quarters of its connections. */
+  readonly connectionShare: number
   /** UpstreamOptions.honoursIdempotencyKeys. */
   readonly honoursIdempotencyKeys: boolean
   readonly pool: Dispatcher
@@ -431,6 +440,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private sentBefore = false
   /** The upstream answered 408 to a request that may be sent again: its answer is read and dropped, then the request resent. */
   private discarding = false
+  /** Held back behind its key's running requests (start), not handed to the pool yet. */
+  private queued = false
   private readonly sent: Dispatcher.DispatchOptions
   private readonly link: UpstreamLink
   /** The API key whose share of maxInFlight this exchange holds. */
@@ -457,13 +468,63 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.forgetClientGone = onConnectionClose(request.raw.socket, this.onClientGone)
   }
 
-  /** Its place under maxInFlight, and its caller's, given back: once, when undici ends the exchange. */
-  private ended(): void {
+  /**
+   * Hands the request to the pool, or holds it back while its key has connectionShare requests
+   * running. The pool serves waiting requests in arrival order: past its 128 connections, one
+   * key's burst (up to its 768 places) stood ahead of every other key's request, which waited
+   * seconds, to a 504 at its deadline. Held back here, they wait behind the key's own requests
+   * only, their deadline running as it would in the pool's queue.
+   */
+  start(): void {
+    const caller = this.caller
+    if (caller !== undefined) {
+      const running = this.link.running.get(caller) ?? 0
+      if (running >= this.link.connectionShare) {
+        this.queued = true
+        const waiting = this.link.waiting.get(caller)
+        if (waiting) waiting.push(this)
+        else this.link.waiting.set(caller, [this])
+        return
+      }
+      this.link.running.set(caller, running + 1)
+    }
+    this.link.pool.dispatch(this.sent, this)
+  }
+
+  /** Its place under maxInFlight, and its caller's, given back. */
+  private release(): void {
     this.link.inFlight--
     if (this.caller === undefined) return
     const held = (this.link.callers.get(this.caller) ?? 1) - 1
     if (held > 0) this.link.callers.set(this.caller, held)
     else this.link.callers.delete(this.caller)
+  }
+
+  /** Once, when undici ends the exchange: its places given back, and its key's next request held back sent. */
+  private ended(): void {
+    this.release()
+    const caller = this.caller
+    if (caller === undefined) return
+    const running = (this.link.running.get(caller) ?? 1) - 1
+    if (running > 0) this.link.running.set(caller, running)
+    else this.link.running.delete(caller)
+    const waiting = this.link.waiting.get(caller)
+    const next = waiting?.shift()
+    if (waiting?.length === 0) this.link.waiting.delete(caller)
+    if (next) {
+      next.queued = false
+      next.start()
+    }
+  }
+
+  /** A request held back that will not be sent (its deadline, its client gone): out of its key's queue, its places given back. */
+  private unqueue(): void {
+    this.queued = false
+    const waiting = this.caller === undefined ? undefined : this.link.waiting.get(this.caller)
+    const at = waiting?.indexOf(this) ?? -1
+    if (at >= 0) waiting!.splice(at, 1)
+    if (waiting?.length === 0) this.link.waiting.delete(this.caller!)
+    this.release()
   }
 
   onDeadline(): void {
@@ -622,6 +683,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     clearTimeout(this.deadline)
     if (this.dropped) return
     this.dropped = true
+    if (this.queued) this.unqueue()
     this.abort?.(error)
     if (this.stream && byClient) this.stream.destroy(error)
     else if (this.stream) this.breakOff(error)
