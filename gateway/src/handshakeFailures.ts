@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net'
 import type { Logger } from 'pino'
-import { countedLines } from '../../common/src/ops/countedLines.ts'
+import { countedLinesByKey } from '../../common/src/ops/countedLines.ts'
 
 /**
  * Why a TLS handshake on the public port failed, as a bounded label: what an operator can act on.
@@ -68,17 +68,9 @@ export function reportHandshakeFailures(
   intervalMillis = HANDSHAKE_LOG_INTERVAL_MILLIS,
 ) {
   // One counted line per reason: a flood of one kind does not hide the first failure of another.
-  const lines = new Map<HandshakeFailureReason, (failure: { code?: string; remoteAddress?: string }) => void>()
-  const lineFor = (reason: HandshakeFailureReason) => {
-    let line = lines.get(reason)
-    if (!line) {
-      line = countedLines<{ code?: string; remoteAddress?: string }>(intervalMillis, ({ code, remoteAddress }, count) =>
-        logger.warn({ reason, count, code, lastRemoteAddress: remoteAddress, withinSeconds: intervalMillis / 1_000 }, 'TLS handshakes failed on the public port'),
-      )
-      lines.set(reason, line)
-    }
-    return line
-  }
+  const say = countedLinesByKey<HandshakeFailureReason, { code?: string; remoteAddress?: string }>(intervalMillis, (reason, { code, remoteAddress }, count) =>
+    logger.warn({ reason, count, code, lastRemoteAddress: remoteAddress, withinSeconds: intervalMillis / 1_000 }, 'TLS handshakes failed on the public port'),
+  )
 
   return (error: NodeJS.ErrnoException, socket: Socket): void => {
     // The TLS socket's own count is of decrypted bytes; the TCP socket under it has the raw ones.
@@ -92,7 +84,7 @@ export function reportHandshakeFailures(
     const reason = handshakeFailureReason(error)
     onFailure?.(reason)
     const code = error.code !== undefined && ERROR_CODE.test(error.code) ? error.code : undefined
-    lineFor(reason)({ code, remoteAddress })
+    say(reason, { code, remoteAddress })
   }
 }
 

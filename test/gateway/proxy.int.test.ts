@@ -36,6 +36,9 @@ import { suiteService } from '../helpers/suiteService.ts'
 import { cuttableRelay } from '../helpers/tcpRelay.ts'
 import { suiteDatabase } from '../helpers/testDatabase.ts'
 
+/** A key with limits no test here reaches: some send more than a Free key's minute. */
+const UNLIMITED = { plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 }
+
 const json = (body: unknown, headers: Record<string, string> = {}) => ({
   method: 'POST',
   headers: { 'content-type': 'application/json', ...headers },
@@ -497,8 +500,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
         if (maxInFlight !== undefined) file.upstreams.pets.maxInFlight = maxInFlight
       },
     })
-    // Limits no test here reaches: some send more than a Free key's minute.
-    return { gateway, ...(await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })) }
+    return { gateway, ...(await gateway.createKey(UNLIMITED)) }
   }
 
   // One gateway in front of a switched upstream for the tests that read only its answers and what
@@ -508,7 +510,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   const shared = suiteService(() => startGateway({ databaseUrl: database.url, petsUrl: switched.url }))
   let sharedKey: { key: string; id: string }
   beforeAll(async () => {
-    sharedKey = await shared.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    sharedKey = await shared.createKey(UNLIMITED)
   })
   const sharedGateway = () => ({ gateway: shared, ...sharedKey })
 
@@ -794,7 +796,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       upstream = closing
       gateway = await startGateway({ databaseUrl: database.url, petsUrl: pets.url, configure: (file) => void (file.upstreams.orders = { url: closing.url }) })
       try {
-        const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+        const { key } = await gateway.createKey(UNLIMITED)
         const order = { key, contract: false, ...json({ petId: 1, quantity: 1 }, { 'idempotency-key': 'order-1' }) }
         expect((await gateway.request('/v1/store/orders', order)).status).toBe(200)
         const failed = await expectErrorResponse(await gateway.request('/v1/store/orders', order), 502, 'bad_gateway')
@@ -1117,14 +1119,12 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
   })
 
-  // README, upstreams.<name>.maxInFlight: Retry-After drawn from 1 to 3 s on each 503, so the
-  // clients refused while the upstream is hung do not all come back in the same second.
   // The pool serves waiting requests in arrival order: past its 128 connections, one key's burst
   // stood ahead of every other key's request, which waited seconds, to a 504 at its deadline.
   it("holds one key's requests past 96 at once back behind its own, neither refused nor sent: another key's request is sent at once", async () => {
     const silent = await scriptedUpstream(() => undefined)
     const { gateway, key } = await gatewayTo(silent, 3, 1_024)
-    const { key: other } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const { key: other } = await gateway.createKey(UNLIMITED)
     const burst = Array.from({ length: 100 }, () => gateway.request('/v1/pets', { key }))
     await arrived(silent.requests, 96)
     const othersRequest = gateway.request('/v1/pets', { key: other })
@@ -1149,6 +1149,8 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     expect(answering.requests).toHaveLength(200)
   })
 
+  // README, upstreams.<name>.maxInFlight: Retry-After drawn from 1 to 3 s on each 503, so the
+  // clients refused while the upstream is hung do not all come back in the same second.
   it('spreads the Retry-After of the 503s past maxInFlight over whole seconds from 1 to 3', async () => {
     const silent = await scriptedUpstream(() => undefined)
     // The one outstanding request holds the bound for the 3 s it waits: the 30 below take a fraction of that.
@@ -1173,7 +1175,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
   it('keeps a quarter of maxInFlight from any one key: its next request is refused 503, another key\'s is sent', async () => {
     const silent = await scriptedUpstream(() => undefined)
     const { gateway, key } = await gatewayTo(silent, 3, 4)
-    const { key: other } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const { key: other } = await gateway.createKey(UNLIMITED)
     const outstanding = Array.from({ length: 3 }, () => gateway.request('/v1/pets', { key }))
     await arrived(silent.requests, 3)
     const refused = await gateway.request('/v1/pets', { key })
@@ -1357,7 +1359,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       })
     })
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, clientTimeouts: timeouts })
-    const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const { key } = await gateway.createKey(UNLIMITED)
     const body = '{"name":"Rex","categoryId":1}'
     const create = `POST /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
     const sent = 400
@@ -1382,7 +1384,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
       response.end(answer)
     })
     gateway = await startGateway({ databaseUrl: database.url, petsUrl: upstream.url, clientTimeouts: timeouts })
-    const { key } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const { key } = await gateway.createKey(UNLIMITED)
     const sent = 180
     // Some 410 bytes each: the first read of the socket ends inside one of them.
     const requests = Array.from({ length: sent }, (_, index) => `GET /v1/pets?n=${index} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nX-Pad: ${'p'.repeat(300)}\r\n\r\n`)
@@ -1588,7 +1590,7 @@ describe('gateway proxy header hygiene and upstream failures', () => {
     })
     const { gateway, key } = await gatewayTo(slow, 3)
     // Two keys: one key's requests beyond three quarters of the connections wait in the gateway.
-    const { key: second } = await gateway.createKey({ plan: 'enterprise', perMinute: 1_000_000, perDay: 10_000_000 })
+    const { key: second } = await gateway.createKey(UNLIMITED)
     const inFlight = async () => (await gateway.registry.getSingleMetric('gateway_upstream_in_flight')!.get()).values[0]?.value
     const busy = Array.from({ length: UPSTREAM_CONNECTIONS }, (_, index) => gateway.request('/v1/pets', { key: index % 2 === 0 ? key : second, contract: false }))
     await arrived(slow.requests, UPSTREAM_CONNECTIONS)

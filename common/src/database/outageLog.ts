@@ -1,5 +1,5 @@
 import type { Logger } from 'pino'
-import { countedLines } from '../ops/countedLines.ts'
+import { countedLinesByKey } from '../ops/countedLines.ts'
 import { isDatabaseUnavailable } from './pool.ts'
 
 /** At most one line in this time for the requests Postgres being unavailable failed, with how many since the line before. */
@@ -23,19 +23,15 @@ export function reportPostgresOutages(
   who: string,
   intervalMillis = POSTGRES_OUTAGE_LOG_INTERVAL_MILLIS,
 ): (error: unknown) => boolean {
-  const byCause = new Map<string, (error: unknown) => void>()
+  const said = countedLinesByKey<string, unknown>(
+    intervalMillis,
+    (_cause, last, requests) =>
+      logger.error({ err: last, requests, withinSeconds: intervalMillis / 1_000 }, `Postgres unavailable to the ${who}: requests answered 503`),
+    CAUSES_KEPT,
+  )
   return (error) => {
     if (!isDatabaseUnavailable(error)) return false
-    const cause = causeOf(error)
-    let said = byCause.get(cause)
-    if (said === undefined) {
-      if (byCause.size >= CAUSES_KEPT) byCause.clear()
-      said = countedLines<unknown>(intervalMillis, (last, requests) =>
-        logger.error({ err: last, requests, withinSeconds: intervalMillis / 1_000 }, `Postgres unavailable to the ${who}: requests answered 503`),
-      )
-      byCause.set(cause, said)
-    }
-    said(error)
+    said(causeOf(error), error)
     return true
   }
 }

@@ -25,3 +25,21 @@ export function countedLines<T>(intervalMillis: number, say: (last: T, count: nu
     quietFor()
   }
 }
+
+/**
+ * countedLines for each key apart: a flood of one kind (a handshake failure's reason, a Postgres
+ * outage's cause) does not hide the first of another. At most `maxKeys` kinds are kept; past
+ * them the counts start again.
+ */
+export function countedLinesByKey<K, T>(intervalMillis: number, say: (key: K, last: T, count: number) => void, maxKeys = Number.POSITIVE_INFINITY): (key: K, event: T) => void {
+  const lines = new Map<K, (event: T) => void>()
+  return (key, event) => {
+    let line = lines.get(key)
+    if (line === undefined) {
+      if (lines.size >= maxKeys) lines.clear()
+      line = countedLines<T>(intervalMillis, (last, count) => say(key, last, count))
+      lines.set(key, line)
+    }
+    line(event)
+  }
+}

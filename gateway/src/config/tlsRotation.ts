@@ -58,13 +58,15 @@ export function createTlsRotation(
     try {
       const next = readTlsPair(files)
       const expired = certificateExpiry(next)
-      const wait = next.validFrom.getTime() - Date.now()
-      if (expired && wait > 0 && !certificateExpiry(current)) {
-        onceValid = setTimeout(reload, Math.min(wait + 1_000, MOST_TIMER_MILLIS))
-        onceValid.unref()
-      }
       // Taken as a success, such a rotation ended every handshake of clients that check.
-      if (expired && !certificateExpiry(current)) throw new TlsFilesError('certFile', `${files.certFile}: ${expired}, and the one in force is valid`)
+      if (expired && !certificateExpiry(current)) {
+        const wait = next.validFrom.getTime() - Date.now()
+        if (wait > 0) {
+          onceValid = setTimeout(reload, Math.min(wait + 1_000, MOST_TIMER_MILLIS))
+          onceValid.unref()
+        }
+        throw new TlsFilesError('certFile', `${files.certFile}: ${expired}, and the one in force is valid`)
+      }
       server?.setSecureContext(secureContextOptions(next))
       const previous = current
       current = next

@@ -198,7 +198,6 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
     observer,
     waited,
     inFlight: 0,
-    callers: new Map(),
     running: new Map(),
     waiting: new Map(),
     connectionShare: UPSTREAM_CONNECTIONS - Math.floor(UPSTREAM_CONNECTIONS * KEPT_FOR_OTHER_CALLERS),
@@ -232,7 +231,8 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       reply.log.warn({ upstream: name, refused: refusedWhileSaturated }, 'upstream no longer saturated')
       refusedWhileSaturated = 0
     }
-    if (caller !== undefined && (link.callers.get(caller) ?? 0) >= perCaller) {
+    // Its requests running and held back (start): bounded by its share of maxInFlight.
+    if (caller !== undefined && (link.running.get(caller) ?? 0) + (link.waiting.get(caller)?.length ?? 0) >= perCaller) {
       sendApiError(reply, callerSaturated())
       return false
     }
@@ -349,7 +349,6 @@ export async function upstreamProxy(app: FastifyInstance, options: UpstreamOptio
       bodyTimeout: options.timeoutMillis,
     }
     link.inFlight++
-    if (caller !== undefined) link.callers.set(caller, (link.callers.get(caller) ?? 0) + 1)
     new UpstreamExchange(link, request, reply, sent, caller).start()
   }
 
@@ -385,13 +384,14 @@ interface UpstreamLink {
   readonly observer: UpstreamObserver | undefined
   /** Upstream latency per request, observed once its answer ends (answered). */
   readonly waited: WeakMap<object, number>
-  /** Requests dispatched to the pool whose exchange undici has not ended yet (bounded by maxInFlight). */
+  /** Requests dispatched to the pool whose exchange undici has not ended yet, or held back (bounded by maxInFlight). */
   inFlight: number
-  /** Of those, each API key's (bounded by its share, KEPT_FOR_OTHER_CALLERS); a key with none has no entry. */
-  readonly callers: Map<string, number>
-  /** Of each key's, those handed to the pool (at most connectionShare); the rest wait in `waiting`. */
+  /**
+   * Of those, each API key's handed to the pool (at most connectionShare); a key with none has no
+   * entry. With its held-back ones, bounded by its share of maxInFlight (KEPT_FOR_OTHER_CALLERS).
+   */
   readonly running: Map<string, number>
-  /** Each key's requests held back, in arrival order, until one of its running ones ends. */
+  /** Each key's requests held back, in arrival order, until one of its running ones ends; a key with none has no entry. */
   readonly waiting: Map<string, UpstreamExchange[]>
   /** The most of one key's requests handed to the pool at once: three quarters of its connections. */
   readonly connectionShare: number
@@ -491,18 +491,9 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.link.pool.dispatch(this.sent, this)
   }
 
-  /** Its place under maxInFlight, and its caller's, given back. */
-  private release(): void {
-    this.link.inFlight--
-    if (this.caller === undefined) return
-    const held = (this.link.callers.get(this.caller) ?? 1) - 1
-    if (held > 0) this.link.callers.set(this.caller, held)
-    else this.link.callers.delete(this.caller)
-  }
-
   /** Once, when undici ends the exchange: its places given back, and its key's next request held back sent. */
   private ended(): void {
-    this.release()
+    this.link.inFlight--
     const caller = this.caller
     if (caller === undefined) return
     const running = (this.link.running.get(caller) ?? 1) - 1
@@ -524,7 +515,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     const at = waiting?.indexOf(this) ?? -1
     if (at >= 0) waiting!.splice(at, 1)
     if (waiting?.length === 0) this.link.waiting.delete(this.caller!)
-    this.release()
+    this.link.inFlight--
   }
 
   onDeadline(): void {
